@@ -1,0 +1,97 @@
+/// \file bulk.hpp
+/// Array kernels: round f32 arrays into a format (as encodings, or as f32 values exactly
+/// representable in the format), decode encodings, and elementwise + − × ÷ and fma. Each call
+/// can also return event counts, which the tracer uses to count every rounding of a run.
+/// Results are bit-identical to the scalar routines in softfloat.hpp, element by element; for
+/// stochastic rounding element i of a call uses the random bits `sr_bits(seed, offset + i)`, so
+/// results do not depend on how an array is split between threads.
+///
+///     std::vector<float> x = ...;  std::vector<uint16_t> h(x.size());
+///     halfway::EventCounts ev;
+///     halfway::round_f32(halfway::formats::fp16, x.data(), h.data(), x.size(), {}, &ev);
+///     // ev.underflow: how many non-zero inputs became zero
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "halfway/env.hpp"
+#include "halfway/format.hpp"
+
+namespace halfway {
+
+/// What happened to the results of a bulk call. An element is counted in every class it meets.
+struct EventCounts {
+  uint64_t total = 0;      ///< elements processed
+  uint64_t inexact = 0;    ///< result differs from the exact value (NaN results excluded)
+  uint64_t zero = 0;       ///< result is ±0 (exact zeros and underflows alike)
+  uint64_t underflow = 0;  ///< non-zero finite exact value, zero result
+  uint64_t subnormal = 0;  ///< result is a non-zero subnormal of the target format
+  uint64_t overflow = 0;   ///< finite exact value, result ±inf / saturated / NaN by overflow
+  uint64_t nan = 0;        ///< result is NaN (NaN inputs and invalid operations)
+  uint8_t flags = 0;       ///< OR of the IEEE flags of all elements
+
+  EventCounts& operator+=(const EventCounts& o) {
+    total += o.total;
+    inexact += o.inexact;
+    zero += o.zero;
+    underflow += o.underflow;
+    subnormal += o.subnormal;
+    overflow += o.overflow;
+    nan += o.nan;
+    flags |= o.flags;
+    return *this;
+  }
+  bool operator==(const EventCounts&) const = default;
+};
+
+/// Options of a bulk call.
+struct BulkOptions {
+  Rounding rounding = Rounding::near_even;
+  Tininess tininess = Tininess::after_rounding;
+  uint64_t seed = 0;    ///< stochastic rounding seed
+  uint64_t offset = 0;  ///< stream index of element 0 (stochastic rounding)
+};
+
+enum class BinaryOp : uint8_t { add, sub, mul, div };
+
+/// f32 → encodings of `f` (low `f.nbits()` bits of each element). `counts` may be null.
+void round_f32(const Format& f, const float* in, uint8_t* out, size_t n, const BulkOptions& o = {},
+               EventCounts* counts = nullptr);
+void round_f32(const Format& f, const float* in, uint16_t* out, size_t n,
+               const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void round_f32(const Format& f, const float* in, uint32_t* out, size_t n,
+               const BulkOptions& o = {}, EventCounts* counts = nullptr);
+
+/// f32 → f32 values exactly representable in `f` ("chop"/"quantize"). `out` may equal `in`.
+void quantize_f32(const Format& f, const float* in, float* out, size_t n,
+                  const BulkOptions& o = {}, EventCounts* counts = nullptr);
+
+/// Encodings of `f` → f32 (exact).
+void decode_f32(const Format& f, const uint8_t* in, float* out, size_t n);
+void decode_f32(const Format& f, const uint16_t* in, float* out, size_t n);
+void decode_f32(const Format& f, const uint32_t* in, float* out, size_t n);
+
+/// out[i] = a[i] op b[i] in format `f`, correctly rounded.
+void binary(BinaryOp op, const Format& f, const uint8_t* a, const uint8_t* b, uint8_t* out,
+            size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void binary(BinaryOp op, const Format& f, const uint16_t* a, const uint16_t* b, uint16_t* out,
+            size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void binary(BinaryOp op, const Format& f, const uint32_t* a, const uint32_t* b, uint32_t* out,
+            size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
+
+/// out[i] = a[i]·b[i] + c[i] with one rounding.
+void fma(const Format& f, const uint8_t* a, const uint8_t* b, const uint8_t* c, uint8_t* out,
+         size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void fma(const Format& f, const uint16_t* a, const uint16_t* b, const uint16_t* c, uint16_t* out,
+         size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void fma(const Format& f, const uint32_t* a, const uint32_t* b, const uint32_t* c, uint32_t* out,
+         size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
+
+/// Classify one result against its exact input value (for the scalar reference of the counts):
+/// `exact_bits` is the f32 of the exact value when it is one (round_f32), `flags` the IEEE flags
+/// of the rounding.
+void count_event(const Format& f, uint32_t result, bool exact_nonzero_finite, uint8_t flags,
+                 EventCounts& c);
+
+}  // namespace halfway

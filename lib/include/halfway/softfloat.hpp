@@ -1,0 +1,706 @@
+/// \file softfloat.hpp
+/// Correctly rounded scalar arithmetic in any `Format`: conversions, + − × ÷ fma √,
+/// roundToInt, comparisons, min/max. Every result passes through one routine, `round_pack`,
+/// which applies the rounding direction, subnormal/flush modes, overflow mode and raises the
+/// IEEE flags. All routines are `__host__ __device__`.
+///
+///     using namespace halfway;
+///     Env env;                                        // near_even, tininess after rounding
+///     uint32_t a = from_f32(formats::fp16, 0.1f, env);  // 0x2E66, flags = inexact
+///     uint32_t s = add(formats::fp16, a, a, env);       // 0x3266
+///     float back = to_f32(formats::fp16, s, env);       // 0.199951171875
+#pragma once
+
+#include "halfway/config.hpp"
+#include "halfway/env.hpp"
+#include "halfway/format.hpp"
+
+namespace halfway {
+
+/// Class of an unpacked value.
+enum class Class : uint8_t { zero, finite, inf, qnan, snan };
+
+/// An unpacked value. Finite non-zero values are (-1)^sign · sig · 2^(exp − 63) with bit 63
+/// of `sig` set, so `exp` is the unbiased exponent of the leading bit. NaNs keep their payload
+/// top-aligned in `sig` (quiet bit at bit 63), as SoftFloat's "common NaN" does.
+struct Unpacked {
+  Class cls = Class::zero;
+  bool sign = false;
+  int32_t exp = 0;
+  uint64_t sig = 0;
+};
+
+namespace detail {
+
+HW_INLINE bool is_nan(Class c) { return c == Class::qnan || c == Class::snan; }
+
+HW_INLINE uint32_t with_sign(const Format& f, bool sign, uint32_t mag) {
+  return (sign && f.is_signed) ? (mag | f.sign_bit()) : mag;
+}
+
+/// The largest finite value with the given sign.
+HW_INLINE uint32_t pack_max(const Format& f, bool sign) { return with_sign(f, sign, f.max_mag()); }
+
+/// Signed zero; fnuz formats have no −0, e8m0 has no zero at all (clamps to its minimum).
+HW_INLINE uint32_t pack_zero(const Format& f, bool sign) {
+  if (!f.has_zero) return 0;
+  return f.has_neg_zero() ? with_sign(f, sign, 0) : 0;
+}
+
+/// Quiet NaN carrying `payload` (top-aligned) where the format has room for a payload.
+HW_INLINE uint32_t pack_nan(const Format& f, bool sign, uint64_t payload, Env& env) {
+  switch (f.specials) {
+    case Specials::ieee: {
+      const uint32_t quiet = uint32_t(1) << (f.frac_bits - 1);
+      const uint32_t frac = static_cast<uint32_t>(payload >> (64 - f.frac_bits));
+      return with_sign(f, sign, f.inf_mag() | quiet | frac);
+    }
+    case Specials::fn: return with_sign(f, sign, f.mag_mask());
+    case Specials::fnuz: return f.default_nan();
+    default:
+      // The format cannot hold a NaN: the operation is invalid and the result is +max.
+      env.flags |= flag::invalid;
+      return f.default_nan();
+  }
+}
+
+/// The default NaN of an invalid operation.
+HW_INLINE uint32_t invalid_nan(const Format& f, Env& env) {
+  env.flags |= flag::invalid;
+  return f.default_nan();
+}
+
+/// ±infinity, or what a format without infinities makes of an infinite operand: ±max when it
+/// saturates, otherwise NaN. Either way the value was not representable, so invalid is raised.
+HW_INLINE uint32_t pack_inf(const Format& f, bool sign, Env& env) {
+  if (f.has_inf()) return with_sign(f, sign, f.inf_mag());
+  env.flags |= flag::invalid;
+  if (f.overflow == Overflow::saturate || !f.has_nan()) return pack_max(f, sign);
+  return f.specials == Specials::fnuz ? f.default_nan() : with_sign(f, sign, f.mag_mask());
+}
+
+/// Result of an overflow that rounding sends to infinity (as opposed to max finite).
+HW_INLINE uint32_t pack_overflow_inf(const Format& f, bool sign) {
+  switch (f.overflow) {
+    case Overflow::infinity:
+      if (f.has_inf()) return with_sign(f, sign, f.inf_mag());
+      [[fallthrough]];
+    case Overflow::nan:
+      if (f.specials == Specials::fnuz) return f.default_nan();
+      if (f.has_nan()) return with_sign(f, sign, f.mag_mask());
+      [[fallthrough]];
+    default: return pack_max(f, sign);
+  }
+}
+
+/// Decide whether to increment the truncated magnitude `kept` given the dropped bits `rem`
+/// (top-aligned: bit 63 is the half-ulp bit) under rounding direction `r`.
+HW_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem, uint32_t rnd) {
+  constexpr uint64_t half = uint64_t(1) << 63;
+  switch (r) {
+    case Rounding::near_even: return rem > half || (rem == half && (kept & 1));
+    case Rounding::near_maxMag: return rem >= half;
+    case Rounding::min: return sign && rem != 0;
+    case Rounding::max: return !sign && rem != 0;
+    case Rounding::stochastic:
+      // Up with probability (rem truncated to 32 bits) / 2^32: exactly the distance to the
+      // lower neighbour over the spacing, to 2^-32.
+      return ((rem >> 32) + rnd) >> 32;
+    default: return false;  // minMag; odd jams instead of incrementing
+  }
+}
+
+}  // namespace detail
+
+/// Round the exact value (-1)^sign · sig · 2^(exp − 63) into `f` (bit 63 of `sig` set; any
+/// inexactness below the kept bits must be "jammed" into bit 0). The one place where rounding,
+/// subnormals, flushing, overflow and the exception flags are decided.
+HW_HD inline uint32_t round_pack(const Format& f, Env& env, bool sign, int32_t exp, uint64_t sig) {
+  using namespace detail;
+  if (sign && !f.is_signed) return invalid_nan(f, env);  // unsigned formats: no negatives
+  const int m = f.frac_bits;
+  const int p = m + 1;
+  const int emin = f.emin();
+  const Rounding r = env.rounding;
+  const uint32_t rnd = r == Rounding::stochastic ? env.next_random() : 0;
+
+  if (!f.has_zero && exp < emin) {
+    // e8m0 has neither zero nor subnormals: anything below 2^emin clamps to 2^emin.
+    env.flags |= flag::underflow | flag::inexact;
+    return 0;
+  }
+
+  uint64_t kept, rem;
+  int64_t base;  // contribution of the exponent to the packed magnitude
+  if (exp >= emin) {
+    const int shift = 64 - p;  // p <= 24, so shift >= 40
+    kept = sig >> shift;
+    rem = sig << (64 - shift);
+    base = int64_t(exp - emin) << m;
+    if (!f.has_zero) base -= int64_t(1) << m;  // field 0 is the first normal binade
+  } else {
+    const int shift = 64 - p + (emin - exp);
+    if (shift < 64) {
+      kept = sig >> shift;
+      rem = sig << (64 - shift);
+    } else {
+      kept = 0;
+      rem = shift >= 128 ? uint64_t(sig != 0) : shr_jam64(sig, shift - 64);
+    }
+    base = 0;
+  }
+  uint64_t packed = uint64_t(base) + kept;  // exponent and fraction, before rounding
+  const bool inexact = rem != 0;
+  const bool up = round_up(r, sign, packed, rem, rnd);
+  packed += up;
+  if (r == Rounding::odd && inexact) packed |= 1;
+
+  if (exp < emin || (exp == emin - 1)) {
+    // Tininess. Before rounding: the exact value is below 2^emin. After rounding: the value
+    // rounded to p bits with an unbounded exponent range is below 2^emin; only a value in the
+    // binade just below 2^emin can round up to it.
+    bool tiny = true;
+    if (env.tininess == Tininess::after_rounding && exp == emin - 1) {
+      const uint64_t ku = sig >> (64 - p);
+      const uint64_t ru = sig << p;
+      const bool upu = round_up(r, sign, ku, ru, rnd);
+      tiny = !(upu && ku == (uint64_t(1) << p) - 1);
+    }
+    if (tiny) {
+      if (f.ftz) {
+        env.flags |= flag::underflow | flag::inexact;
+        return pack_zero(f, sign);
+      }
+      if (inexact) env.flags |= flag::underflow;
+    }
+  }
+
+  if (packed > f.max_mag()) {
+    env.flags |= flag::overflow | flag::inexact;
+    // Round-to-nearest and the directed mode pointing away from zero overflow to "infinity";
+    // toward zero, the other directed mode and round-to-odd give the largest finite value.
+    const bool to_inf = r == Rounding::near_even || r == Rounding::near_maxMag ||
+                        r == Rounding::stochastic || (r == Rounding::min && sign) ||
+                        (r == Rounding::max && !sign);
+    return to_inf ? pack_overflow_inf(f, sign) : pack_max(f, sign);
+  }
+  if (inexact) env.flags |= flag::inexact;
+  if (packed == 0) return pack_zero(f, sign);
+  return with_sign(f, sign, static_cast<uint32_t>(packed));
+}
+
+/// Unpack an encoding of `f` (only the low `f.nbits()` bits are read).
+HW_HD inline Unpacked unpack(const Format& f, uint32_t enc) {
+  Unpacked u;
+  enc &= f.enc_mask();
+  const uint32_t mag = enc & f.mag_mask();
+  u.sign = (enc & f.sign_bit()) != 0;
+  const int m = f.frac_bits;
+  const uint32_t field = mag >> m;
+  const uint32_t frac = mag & f.frac_mask();
+  switch (f.specials) {
+    case Specials::ieee:
+      if (field == f.exp_field_max()) {
+        if (frac == 0) {
+          u.cls = Class::inf;
+        } else {
+          u.cls = (frac >> (m - 1)) & 1 ? Class::qnan : Class::snan;
+          u.sig = uint64_t(frac) << (64 - m);
+        }
+        return u;
+      }
+      break;
+    case Specials::fn:
+      if (mag == f.mag_mask()) {
+        u.cls = Class::qnan;
+        u.sig = uint64_t(1) << 63;
+        return u;
+      }
+      break;
+    case Specials::fnuz:
+      if (enc == f.sign_bit()) {
+        u.cls = Class::qnan;
+        u.sign = false;
+        u.sig = uint64_t(1) << 63;
+        return u;
+      }
+      break;
+    default: break;
+  }
+  if (f.has_zero && field == 0) {
+    if (frac == 0 || f.daz) {
+      u.cls = Class::zero;
+      return u;
+    }
+    const int lz = detail::clz64(frac);
+    u.cls = Class::finite;
+    u.sig = uint64_t(frac) << lz;
+    u.exp = f.emin() - m + (63 - lz);
+    return u;
+  }
+  u.cls = Class::finite;
+  u.sig = (uint64_t((uint32_t(1) << m) | frac)) << (63 - m);
+  u.exp = int32_t(field) - f.bias;
+  return u;
+}
+
+/// Unpack IEEE binary32 / binary64 bit patterns (native float and double, no DAZ).
+HW_HD inline Unpacked unpack_f32_bits(uint32_t b) {
+  constexpr Format f32{8, 23, 127, Specials::ieee, Overflow::infinity};  // usable on the device
+  return unpack(f32, b);
+}
+
+HW_HD inline Unpacked unpack_f64_bits(uint64_t b) {
+  Unpacked u;
+  u.sign = b >> 63;
+  const uint32_t field = (b >> 52) & 0x7FF;
+  const uint64_t frac = b & ((uint64_t(1) << 52) - 1);
+  if (field == 0x7FF) {
+    if (frac == 0) {
+      u.cls = Class::inf;
+    } else {
+      u.cls = (frac >> 51) & 1 ? Class::qnan : Class::snan;
+      u.sig = frac << 12;
+    }
+  } else if (field == 0) {
+    if (frac == 0) return u;
+    const int lz = detail::clz64(frac);
+    u.cls = Class::finite;
+    u.sig = frac << lz;
+    u.exp = -1022 - 52 + (63 - lz);
+  } else {
+    u.cls = Class::finite;
+    u.sig = ((uint64_t(1) << 52) | frac) << 11;
+    u.exp = int32_t(field) - 1023;
+  }
+  return u;
+}
+
+/// Pack an unpacked value into `f`: NaNs are quieted (invalid raised for a signalling NaN) and
+/// keep sign and top payload bits, like SoftFloat and x86; finite values are rounded.
+HW_HD inline uint32_t pack(const Format& f, const Unpacked& u, Env& env) {
+  switch (u.cls) {
+    case Class::zero:
+      if (!f.has_zero) {
+        env.flags |= flag::underflow | flag::inexact;
+        return 0;
+      }
+      if (u.sign && !f.is_signed) return detail::pack_zero(f, false);
+      return detail::pack_zero(f, u.sign);
+    case Class::inf:
+      if (u.sign && !f.is_signed) return detail::invalid_nan(f, env);
+      return detail::pack_inf(f, u.sign, env);
+    case Class::snan:
+      env.flags |= flag::invalid;
+      [[fallthrough]];
+    case Class::qnan: return detail::pack_nan(f, u.sign, u.sig, env);
+    default: return round_pack(f, env, u.sign, u.exp, u.sig);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+
+HW_HD inline uint32_t f32_bits(float x) {
+  uint32_t b;
+  __builtin_memcpy(&b, &x, 4);
+  return b;
+}
+HW_HD inline float bits_f32(uint32_t b) {
+  float x;
+  __builtin_memcpy(&x, &b, 4);
+  return x;
+}
+HW_HD inline uint64_t f64_bits(double x) {
+  uint64_t b;
+  __builtin_memcpy(&b, &x, 8);
+  return b;
+}
+HW_HD inline double bits_f64(uint64_t b) {
+  double x;
+  __builtin_memcpy(&x, &b, 8);
+  return x;
+}
+
+/// f32 → f, correctly rounded under `env.rounding`.
+HW_HD inline uint32_t from_f32(const Format& f, float x, Env& env) {
+  return pack(f, unpack_f32_bits(f32_bits(x)), env);
+}
+HW_HD inline uint32_t from_f32_bits(const Format& f, uint32_t b, Env& env) {
+  return pack(f, unpack_f32_bits(b), env);
+}
+/// f64 → f, correctly rounded in one step (no double rounding through f32).
+HW_HD inline uint32_t from_f64(const Format& f, double x, Env& env) {
+  return pack(f, unpack_f64_bits(f64_bits(x)), env);
+}
+/// Format → format.
+HW_HD inline uint32_t convert(const Format& from, uint32_t a, const Format& to, Env& env) {
+  return pack(to, unpack(from, a), env);
+}
+
+/// f → binary64 bits. Exact: every format value fits (signalling NaNs are quieted, raising
+/// invalid).
+HW_HD inline uint64_t to_f64_bits(const Format& f, uint32_t a, Env& env) {
+  const Unpacked u = unpack(f, a);
+  const uint64_t s = uint64_t(u.sign) << 63;
+  switch (u.cls) {
+    case Class::zero: return s;
+    case Class::inf: return s | 0x7FF0000000000000ull;
+    case Class::snan: env.flags |= flag::invalid; [[fallthrough]];
+    case Class::qnan: return s | 0x7FF8000000000000ull | (u.sig >> 12);
+    default: break;
+  }
+  // Values of every supported format are normal in binary64.
+  return s | (uint64_t(u.exp + 1023) << 52) | ((u.sig << 1) >> 12);
+}
+HW_HD inline double to_f64(const Format& f, uint32_t a, Env& env) {
+  return bits_f64(to_f64_bits(f, a, env));
+}
+/// f → binary32 bits: exact for every supported format (they all fit in binary32).
+HW_HD inline uint32_t to_f32_bits(const Format& f, uint32_t a, Env& env) {
+  constexpr Format f32{8, 23, 127, Specials::ieee, Overflow::infinity};
+  return pack(f32, unpack(f, a), env);
+}
+HW_HD inline float to_f32(const Format& f, uint32_t a, Env& env) {
+  return bits_f32(to_f32_bits(f, a, env));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic
+
+namespace detail {
+
+/// NaN propagation as on x86 SSE (and SoftFloat's 8086-SSE specialisation): a signalling NaN
+/// operand raises invalid; the result is the first NaN operand, quieted.
+HW_INLINE uint32_t propagate_nan(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
+  if (a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
+  const Unpacked& n = is_nan(a.cls) ? a : b;
+  Env quiet;  // the flags of packing the NaN itself are already accounted for above
+  const uint32_t r = pack_nan(f, n.sign, n.sig, quiet);
+  env.flags |= quiet.flags;
+  return r;
+}
+
+/// Exact sum of two finite non-zero values, rounded into f.
+HW_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env& env) {
+  if (a.exp < b.exp || (a.exp == b.exp && a.sig < b.sig)) {
+    const Unpacked t = a;
+    a = b;
+    b = t;
+  }
+  // |a| >= |b|. Put both leading bits at bit 61 (room for a carry), align b with jamming.
+  uint64_t sa = a.sig >> 2;
+  const uint64_t sb = shr_jam64(b.sig >> 2, a.exp - b.exp);
+  uint64_t s;
+  if (a.sign == b.sign) {
+    s = sa + sb;
+  } else {
+    s = sa - sb;
+    if (s == 0) return pack_zero(f, env.rounding == Rounding::min);
+  }
+  const int lz = clz64(s);
+  return round_pack(f, env, a.sign, a.exp + 2 - lz, s << lz);
+}
+
+HW_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
+  // At least one operand is zero.
+  if (a.cls == Class::zero && b.cls == Class::zero) {
+    const bool sign = a.sign == b.sign ? a.sign : env.rounding == Rounding::min;
+    return pack_zero(f, sign);
+  }
+  const Unpacked& x = a.cls == Class::zero ? b : a;
+  return round_pack(f, env, x.sign, x.exp, x.sig);
+}
+
+}  // namespace detail
+
+HW_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+  if (a.cls == Class::inf || b.cls == Class::inf) {
+    if (a.cls == Class::inf && b.cls == Class::inf && a.sign != b.sign) return invalid_nan(f, env);
+    return pack_inf(f, a.cls == Class::inf ? a.sign : b.sign, env);
+  }
+  if (a.cls == Class::zero || b.cls == Class::zero) return add_zero_cases(f, a, b, env);
+  return add_finite(f, a, b, env);
+}
+
+HW_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc);
+  Unpacked b = unpack(f, b_enc);
+  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+  b.sign = !b.sign;
+  if (a.cls == Class::inf || b.cls == Class::inf) {
+    if (a.cls == Class::inf && b.cls == Class::inf && a.sign != b.sign) return invalid_nan(f, env);
+    return pack_inf(f, a.cls == Class::inf ? a.sign : b.sign, env);
+  }
+  if (a.cls == Class::zero || b.cls == Class::zero) return add_zero_cases(f, a, b, env);
+  return add_finite(f, a, b, env);
+}
+
+HW_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+  const bool sign = a.sign != b.sign;
+  if (a.cls == Class::inf || b.cls == Class::inf) {
+    if (a.cls == Class::zero || b.cls == Class::zero) return invalid_nan(f, env);
+    return pack_inf(f, sign, env);
+  }
+  if (a.cls == Class::zero || b.cls == Class::zero) return pack_zero(f, sign);
+  // Significands have at most 24 bits: the 64-bit product is exact.
+  const uint64_t prod = (a.sig >> 32) * (b.sig >> 32);
+  const int lz = clz64(prod);
+  return round_pack(f, env, sign, a.exp + b.exp + 1 - lz, prod << lz);
+}
+
+HW_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+  const bool sign = a.sign != b.sign;
+  if (a.cls == Class::inf) {
+    if (b.cls == Class::inf) return invalid_nan(f, env);
+    return pack_inf(f, sign, env);
+  }
+  if (b.cls == Class::inf) return pack_zero(f, sign);
+  if (b.cls == Class::zero) {
+    if (a.cls == Class::zero) return invalid_nan(f, env);
+    env.flags |= flag::infinite;
+    if (!f.has_inf()) {
+      // No infinity to return: the format's overflow value, without the invalid flag.
+      return pack_overflow_inf(f, sign);
+    }
+    return with_sign(f, sign, f.inf_mag());
+  }
+  if (a.cls == Class::zero) return pack_zero(f, sign);
+  // Dividend with its leading bit at 62, divisor as a <= 24-bit integer: the quotient has at
+  // least 38 bits, more than p + 2, and the remainder supplies the sticky bit.
+  const uint64_t n = a.sig >> 1;
+  const uint64_t d = b.sig >> 40;
+  const uint64_t q = n / d;
+  const bool sticky = (n % d) != 0;
+  const int lz = clz64(q);
+  return round_pack(f, env, sign, a.exp - b.exp + 24 - lz, (q << lz) | sticky);
+}
+
+HW_HD inline uint32_t sqrt(const Format& f, uint32_t a_enc, Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc);
+  if (is_nan(a.cls)) return propagate_nan(f, a, a, env);
+  if (a.cls == Class::zero) return pack_zero(f, a.sign);
+  if (a.sign) return invalid_nan(f, env);
+  if (a.cls == Class::inf) return pack_inf(f, false, env);
+  // value = s · 2^k with s < 2^25 and k even; n = s · 2^38 < 2^63; sqrt(n) has >= 30 bits.
+  uint64_t s = a.sig >> 40;
+  int32_t k = a.exp - 23;
+  if (k & 1) {
+    s <<= 1;
+    k -= 1;
+  }
+  const uint64_t n = s << 38;
+#if defined(__CUDA_ARCH__)
+  uint64_t r = static_cast<uint64_t>(::sqrt(static_cast<double>(n)));
+#else
+  uint64_t r = static_cast<uint64_t>(__builtin_sqrt(static_cast<double>(n)));
+#endif
+  while (r * r > n) --r;
+  while ((r + 1) * (r + 1) <= n) ++r;
+  const bool sticky = r * r != n;
+  const int lz = clz64(r);
+  return round_pack(f, env, false, (k - 38) / 2 + 63 - lz, (r << lz) | sticky);
+}
+
+/// Fused multiply-add a·b + c with a single rounding.
+HW_HD inline uint32_t fma(const Format& f, uint32_t a_enc, uint32_t b_enc, uint32_t c_enc,
+                          Env& env) {
+  using namespace detail;
+  using u128 = unsigned __int128;
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc), c = unpack(f, c_enc);
+  const bool psign = a.sign != b.sign;
+  // NaN and infinity rules follow SoftFloat's mulAdd (x86 flavour).
+  if (is_nan(a.cls) || is_nan(b.cls)) {
+    const uint32_t n = propagate_nan(f, a, b, env);
+    if (c.cls == Class::snan) env.flags |= flag::invalid;
+    return n;
+  }
+  if (a.cls == Class::inf || b.cls == Class::inf) {
+    if (a.cls == Class::zero || b.cls == Class::zero) {
+      if (c.cls == Class::snan) env.flags |= flag::invalid;
+      return invalid_nan(f, env);
+    }
+    if (is_nan(c.cls)) return propagate_nan(f, c, c, env);
+    if (c.cls == Class::inf && c.sign != psign) return invalid_nan(f, env);
+    return pack_inf(f, psign, env);
+  }
+  if (is_nan(c.cls)) return propagate_nan(f, c, c, env);
+  if (c.cls == Class::inf) return pack_inf(f, c.sign, env);
+  if (a.cls == Class::zero || b.cls == Class::zero) {
+    if (c.cls == Class::zero) {
+      const bool sign = psign == c.sign ? psign : env.rounding == Rounding::min;
+      return pack_zero(f, sign);
+    }
+    return round_pack(f, env, c.sign, c.exp, c.sig);
+  }
+  // Exact product (<= 48 bits) normalised to bit 63.
+  const uint64_t prod = (a.sig >> 32) * (b.sig >> 32);
+  const int plz = clz64(prod);
+  const int32_t pexp = a.exp + b.exp + 1 - plz;
+  const uint64_t psig = prod << plz;
+  if (c.cls == Class::zero) return round_pack(f, env, psign, pexp, psig);
+  // Exact sum in 128 bits: leading bits at bit 125, the smaller operand aligned with jamming.
+  // Both significands have <= 48 significant bits, so shifts up to 77 lose nothing.
+  bool sx = psign, sy = c.sign;
+  int32_t ex = pexp, ey = c.exp;
+  u128 x = u128(psig) << 62, y = u128(c.sig) << 62;
+  if (ex < ey || (ex == ey && x < y)) {
+    const u128 t = x;
+    x = y;
+    y = t;
+    const int32_t te = ex;
+    ex = ey;
+    ey = te;
+    const bool ts = sx;
+    sx = sy;
+    sy = ts;
+  }
+  y = shr_jam128(y, ex - ey);
+  u128 s;
+  if (sx == sy) {
+    s = x + y;
+  } else {
+    s = x - y;
+    if (s == 0) return pack_zero(f, env.rounding == Rounding::min);
+  }
+  const int lz = clz128(s);
+  s <<= lz;
+  const uint64_t hi = static_cast<uint64_t>(s >> 64);
+  const bool sticky = static_cast<uint64_t>(s) != 0;
+  return round_pack(f, env, sx, ex + (127 - lz) - 125, hi | sticky);
+}
+
+/// Round to an integral value in the same format. `exact` raises inexact when the value
+/// changes (IEEE roundToIntegralExact); round-to-odd jams the last integer bit, as SoftFloat.
+HW_HD inline uint32_t round_to_int(const Format& f, uint32_t a_enc, Rounding r, bool exact,
+                                   Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc);
+  if (is_nan(a.cls)) return propagate_nan(f, a, a, env);
+  if (a.cls == Class::inf) return pack_inf(f, a.sign, env);
+  if (a.cls == Class::zero) return pack_zero(f, a.sign);
+  if (a.exp >= f.frac_bits) return a_enc & f.enc_mask();  // already integral
+  uint64_t kept, rem;
+  if (a.exp >= 0) {
+    kept = a.sig >> (63 - a.exp);
+    rem = a.sig << (a.exp + 1);
+  } else {
+    kept = 0;
+    rem = shr_jam64(a.sig, -1 - a.exp);
+  }
+  const uint32_t rnd = r == Rounding::stochastic ? env.next_random() : 0;
+  kept += round_up(r, a.sign, kept, rem, rnd);
+  if (r == Rounding::odd && rem != 0) kept |= 1;
+  if (exact && rem != 0) env.flags |= flag::inexact;
+  if (kept == 0) return pack_zero(f, a.sign);
+  const int lz = clz64(kept);
+  Env quiet;  // an integer of at most p bits is exactly representable: no flags
+  return round_pack(f, quiet, a.sign, 63 - lz, kept << lz);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons and min/max
+
+namespace detail {
+/// Total order key of a non-NaN value: compare as signed integers (−0 and +0 are equal).
+HW_INLINE int64_t order_key(const Unpacked& u) {
+  if (u.cls == Class::zero) return 0;
+  int64_t k;
+  if (u.cls == Class::inf) {
+    k = INT64_MAX;
+  } else {
+    // exp in [-200, 200], sig top 24 bits: (exp + 512) << 40 | sig >> 24 is monotone.
+    k = (int64_t(u.exp + 512) << 40) | int64_t(u.sig >> 24);
+  }
+  return u.sign ? -k : k;
+}
+}  // namespace detail
+
+/// Quiet equality (invalid only on a signalling NaN).
+HW_HD inline bool eq(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
+    if (a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
+    return false;
+  }
+  return detail::order_key(a) == detail::order_key(b);
+}
+/// Signalling equality (invalid on any NaN).
+HW_HD inline bool eq_signaling(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
+    env.flags |= flag::invalid;
+    return false;
+  }
+  return detail::order_key(a) == detail::order_key(b);
+}
+/// a <= b; `signaling` (the IEEE default for <=) raises invalid on any NaN, quiet only on sNaN.
+HW_HD inline bool le(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
+                     bool signaling = true) {
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
+    if (signaling || a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
+    return false;
+  }
+  return detail::order_key(a) <= detail::order_key(b);
+}
+HW_HD inline bool lt(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
+                     bool signaling = true) {
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
+    if (signaling || a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
+    return false;
+  }
+  return detail::order_key(a) < detail::order_key(b);
+}
+
+namespace detail {
+HW_INLINE uint32_t minmax(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env, bool want_max,
+                          bool number) {
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  const bool an = is_nan(a.cls), bn = is_nan(b.cls);
+  if (an || bn) {
+    if (number && !(an && bn)) {
+      // IEEE 754-2019 minimumNumber/maximumNumber: a NaN operand is ignored.
+      if (a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
+      return (an ? b_enc : a_enc) & f.enc_mask();
+    }
+    return propagate_nan(f, a, b, env);
+  }
+  int64_t ka = order_key(a), kb = order_key(b);
+  if (ka == kb) {  // ±0: −0 < +0 for minimum/maximum
+    ka = a.sign ? -1 : 0;
+    kb = b.sign ? -1 : 0;
+  }
+  const bool pick_a = want_max ? ka >= kb : ka <= kb;
+  return (pick_a ? a_enc : b_enc) & f.enc_mask();
+}
+}  // namespace detail
+
+/// IEEE 754-2019 minimum/maximum: NaN-propagating, −0 < +0.
+HW_HD inline uint32_t minimum(const Format& f, uint32_t a, uint32_t b, Env& env) {
+  return detail::minmax(f, a, b, env, false, false);
+}
+HW_HD inline uint32_t maximum(const Format& f, uint32_t a, uint32_t b, Env& env) {
+  return detail::minmax(f, a, b, env, true, false);
+}
+/// IEEE 754-2019 minimumNumber/maximumNumber (2008's minNum/maxNum for quiet NaNs).
+HW_HD inline uint32_t minimum_number(const Format& f, uint32_t a, uint32_t b, Env& env) {
+  return detail::minmax(f, a, b, env, false, true);
+}
+HW_HD inline uint32_t maximum_number(const Format& f, uint32_t a, uint32_t b, Env& env) {
+  return detail::minmax(f, a, b, env, true, true);
+}
+
+}  // namespace halfway

@@ -1,0 +1,153 @@
+// Bulk kernels. Reference implementation: the scalar routines, element by element. The fast
+// paths (SIMD, hardware instructions) must produce exactly these results.
+#include "halfway/bulk.hpp"
+
+#include "halfway/softfloat.hpp"
+
+namespace halfway {
+
+void count_event(const Format& f, uint32_t result, bool exact_nonzero_finite, uint8_t flags,
+                 EventCounts& c) {
+  const Unpacked u = unpack(Format{f.exp_bits, f.frac_bits, f.bias, f.specials, f.overflow, false,
+                                   false, f.is_signed, f.has_zero},
+                            result);
+  c.total++;
+  const bool is_nan = u.cls == Class::qnan || u.cls == Class::snan;
+  if ((flags & flag::inexact) && !is_nan) c.inexact++;
+  if (u.cls == Class::zero) {
+    c.zero++;
+    if (exact_nonzero_finite) c.underflow++;
+  }
+  const uint32_t mag = result & f.mag_mask();
+  if (f.has_zero && u.cls == Class::finite && (mag >> f.frac_bits) == 0) c.subnormal++;
+  if (flags & flag::overflow) c.overflow++;
+  if (is_nan) c.nan++;
+  c.flags |= flags;
+}
+
+namespace {
+
+Env make_env(const BulkOptions& o, size_t i) {
+  Env e{o.rounding, o.seed};
+  e.tininess = o.tininess;
+  e.sr_counter = o.offset + i;
+  return e;
+}
+
+bool finite_nonzero_f32(uint32_t b) { return (b & 0x7FFFFFFF) != 0 && (b & 0x7F800000) != 0x7F800000; }
+
+template <class T>
+void round_impl(const Format& f, const float* in, T* out, size_t n, const BulkOptions& o,
+                EventCounts* counts) {
+  EventCounts c;
+  for (size_t i = 0; i < n; ++i) {
+    Env e = make_env(o, i);
+    const uint32_t b = f32_bits(in[i]);
+    const uint32_t r = from_f32_bits(f, b, e);
+    out[i] = static_cast<T>(r);
+    if (counts) count_event(f, r, finite_nonzero_f32(b), e.flags, c);
+  }
+  if (counts) *counts += c;
+}
+
+template <class T>
+void decode_impl(const Format& f, const T* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    Env e;
+    out[i] = to_f32(f, in[i], e);
+  }
+}
+
+template <class T>
+void binary_impl(BinaryOp op, const Format& f, const T* a, const T* b, T* out, size_t n,
+                 const BulkOptions& o, EventCounts* counts) {
+  EventCounts c;
+  for (size_t i = 0; i < n; ++i) {
+    Env e = make_env(o, i);
+    uint32_t r;
+    switch (op) {
+      case BinaryOp::add: r = add(f, a[i], b[i], e); break;
+      case BinaryOp::sub: r = sub(f, a[i], b[i], e); break;
+      case BinaryOp::mul: r = mul(f, a[i], b[i], e); break;
+      default: r = div(f, a[i], b[i], e); break;
+    }
+    out[i] = static_cast<T>(r);
+    // The exact result is non-zero finite exactly when the rounding raised inexact and did not
+    // overflow to a non-finite, or the result is non-zero: underflow-to-zero needs inexact.
+    if (counts) count_event(f, r, (e.flags & flag::inexact) != 0, e.flags, c);
+  }
+  if (counts) *counts += c;
+}
+
+template <class T>
+void fma_impl(const Format& f, const T* a, const T* b, const T* cc, T* out, size_t n,
+              const BulkOptions& o, EventCounts* counts) {
+  EventCounts c;
+  for (size_t i = 0; i < n; ++i) {
+    Env e = make_env(o, i);
+    const uint32_t r = halfway::fma(f, a[i], b[i], cc[i], e);
+    out[i] = static_cast<T>(r);
+    if (counts) count_event(f, r, (e.flags & flag::inexact) != 0, e.flags, c);
+  }
+  if (counts) *counts += c;
+}
+
+}  // namespace
+
+void round_f32(const Format& f, const float* in, uint8_t* out, size_t n, const BulkOptions& o,
+               EventCounts* c) {
+  round_impl(f, in, out, n, o, c);
+}
+void round_f32(const Format& f, const float* in, uint16_t* out, size_t n, const BulkOptions& o,
+               EventCounts* c) {
+  round_impl(f, in, out, n, o, c);
+}
+void round_f32(const Format& f, const float* in, uint32_t* out, size_t n, const BulkOptions& o,
+               EventCounts* c) {
+  round_impl(f, in, out, n, o, c);
+}
+
+void quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,
+                  EventCounts* counts) {
+  EventCounts c;
+  for (size_t i = 0; i < n; ++i) {
+    Env e = make_env(o, i);
+    const uint32_t b = f32_bits(in[i]);
+    const uint32_t r = from_f32_bits(f, b, e);
+    Env d;
+    out[i] = to_f32(f, r, d);
+    if (counts) count_event(f, r, finite_nonzero_f32(b), e.flags, c);
+  }
+  if (counts) *counts += c;
+}
+
+void decode_f32(const Format& f, const uint8_t* in, float* out, size_t n) { decode_impl(f, in, out, n); }
+void decode_f32(const Format& f, const uint16_t* in, float* out, size_t n) { decode_impl(f, in, out, n); }
+void decode_f32(const Format& f, const uint32_t* in, float* out, size_t n) { decode_impl(f, in, out, n); }
+
+void binary(BinaryOp op, const Format& f, const uint8_t* a, const uint8_t* b, uint8_t* out,
+            size_t n, const BulkOptions& o, EventCounts* c) {
+  binary_impl(op, f, a, b, out, n, o, c);
+}
+void binary(BinaryOp op, const Format& f, const uint16_t* a, const uint16_t* b, uint16_t* out,
+            size_t n, const BulkOptions& o, EventCounts* c) {
+  binary_impl(op, f, a, b, out, n, o, c);
+}
+void binary(BinaryOp op, const Format& f, const uint32_t* a, const uint32_t* b, uint32_t* out,
+            size_t n, const BulkOptions& o, EventCounts* c) {
+  binary_impl(op, f, a, b, out, n, o, c);
+}
+void fma(const Format& f, const uint8_t* a, const uint8_t* b, const uint8_t* cc, uint8_t* out,
+         size_t n, const BulkOptions& o, EventCounts* c) {
+  fma_impl(f, a, b, cc, out, n, o, c);
+}
+void fma(const Format& f, const uint16_t* a, const uint16_t* b, const uint16_t* cc, uint16_t* out,
+         size_t n, const BulkOptions& o, EventCounts* c) {
+  fma_impl(f, a, b, cc, out, n, o, c);
+}
+void fma(const Format& f, const uint32_t* a, const uint32_t* b, const uint32_t* cc, uint32_t* out,
+         size_t n, const BulkOptions& o, EventCounts* c) {
+  fma_impl(f, a, b, cc, out, n, o, c);
+}
+
+}  // namespace halfway

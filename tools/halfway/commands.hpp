@@ -1,0 +1,11 @@
+// Subcommands of the `halfway` tool. Each returns the process exit code: 0 success, 1 a check
+// failed (mismatch), 2 bad input (a one-line message has been printed to stderr).
+#pragma once
+
+namespace halfway::cli {
+int cmd_info(int argc, char** argv);
+int cmd_round(int argc, char** argv);
+int cmd_testfloat(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+}  // namespace halfway::cli
