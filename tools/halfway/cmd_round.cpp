@@ -1,6 +1,107 @@
+// `halfway round VALUE... [--to FORMAT] [--rounding MODE]`: one value, shown in full.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "commands.hpp"
+#include "format_util.hpp"
 #include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+#include "value_parse.hpp"
 
 namespace halfway::cli {
-int cmd_round(int, char**) { throw InputError("'round' is being written"); }
+
+namespace {
+
+const char* kHelp =
+    "usage: halfway round VALUE... [--to FORMAT] [--rounding MODE] [--seed N]\n"
+    "                               [--tininess after|before]\n"
+    "Rounds each VALUE (decimal or hex-float, e.g. 0.1 -3e-8 0x1.8p-3 inf nan) into FORMAT\n"
+    "(default fp16) and shows the encoding with its fields separated, the exact decoded value,\n"
+    "both neighbours, the error in ulps and the IEEE flags. MODE: near_even near_maxMag minMag\n"
+    "min max odd stochastic (or rne rna rtz rd ru rto sr); default near_even.\n";
+
+std::string describe(const Format& f, uint32_t enc) {
+  return fmt::format("0x{}  {}  = {}", hex(f, enc), fields(f, enc), exact_decimal(f, enc));
+}
+
+/// Spacing of the format's values at the encoding's binade (its ulp).
+double ulp_at(const Format& f, uint32_t enc) {
+  const uint32_t field = (enc & f.mag_mask()) >> f.frac_bits;
+  const int e = (f.has_zero && field == 0) ? f.emin() : int(field) - f.bias;
+  return std::ldexp(1.0, e - f.frac_bits);
+}
+
+}  // namespace
+
+int cmd_round(int argc, char** argv) {
+  std::vector<std::string> values;
+  Format f = formats::fp16;
+  std::string fname = "fp16";
+  Env env;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto need = [&](const char* opt) -> std::string {
+      if (i + 1 >= argc) throw InputError(std::string("option ") + opt + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", kHelp);
+      return 0;
+    } else if (a == "--to" || a == "-t") {
+      fname = need("--to");
+      f = parse_format(fname);
+    } else if (a == "--rounding" || a == "-r") {
+      env.rounding = parse_rounding(need("--rounding"));
+    } else if (a == "--seed") {
+      const std::string s = need("--seed");
+      char* end = nullptr;
+      env.sr_seed = std::strtoull(s.c_str(), &end, 0);
+      if (s.empty() || *end || s[0] == '-') throw InputError("bad seed '" + s + "'");
+    } else if (a == "--tininess") {
+      const std::string t = need("--tininess");
+      if (t == "after") env.tininess = Tininess::after_rounding;
+      else if (t == "before") env.tininess = Tininess::before_rounding;
+      else throw InputError("bad tininess '" + t + "' (after or before)");
+    } else if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+      throw InputError("unknown option '" + a + "'");
+    } else {
+      values.push_back(a);
+    }
+  }
+  if (values.empty()) throw InputError("no VALUE given (try 'halfway round 0.1 --to fp16')");
+  std::vector<double> parsed;
+  for (const auto& v : values) parsed.push_back(parse_value_round_to_odd(v));
+
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) fmt::print("\n");
+    Env e = env;
+    e.flags = 0;
+    const double x = parsed[i];
+    const uint32_t r = from_f64(f, x, e);
+    Env quiet;
+    const double rv = to_f64(f, r, quiet);
+    fmt::print("input       {}\n", values[i]);
+    fmt::print("format      {} (e{}m{}, bias {}), rounding {}\n", format_name(f), int(f.exp_bits),
+               int(f.frac_bits), f.bias, rounding_name(e.rounding));
+    fmt::print("result      {}\n", describe(f, r));
+    const Unpacked u = unpack(f, r);
+    if (u.cls == Class::finite || u.cls == Class::zero || u.cls == Class::inf) {
+      Env n;
+      const uint32_t below = next_down(f, r, n), above = next_up(f, r, n);
+      fmt::print("below       {}\n", below == r ? std::string("(none)") : describe(f, below));
+      fmt::print("above       {}\n", above == r ? std::string("(none)") : describe(f, above));
+    }
+    if (std::isfinite(x) && std::isfinite(rv)) {
+      // The error of the result against the input (the input to ~17 significant digits).
+      const double err = rv - x;
+      fmt::print("error       {:+.6g}  = {:+.4f} ulp\n", err, err / ulp_at(f, r));
+    }
+    fmt::print("flags       {} (0x{:02X})\n", flags_name(e.flags), e.flags);
+  }
+  return 0;
+}
+
 }  // namespace halfway::cli

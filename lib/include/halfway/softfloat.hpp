@@ -703,4 +703,45 @@ HW_HD inline uint32_t maximum_number(const Format& f, uint32_t a, uint32_t b, En
   return detail::minmax(f, a, b, env, true, true);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Neighbours
+
+/// IEEE nextUp: the least encoding that compares greater than `a` (±0 → the smallest positive
+/// value; the largest finite → +inf, or itself in formats without infinity; NaN → quieted NaN).
+HW_HD inline uint32_t next_up(const Format& f, uint32_t a_enc, Env& env) {
+  const Unpacked a = unpack(f, a_enc);
+  a_enc &= f.enc_mask();
+  if (detail::is_nan(a.cls)) return detail::propagate_nan(f, a, a, env);
+  const uint32_t mag = a_enc & f.mag_mask();
+  if (a.cls == Class::inf) return a.sign ? detail::with_sign(f, true, f.max_mag()) : a_enc;
+  if (a.cls == Class::zero && mag == 0) return f.has_zero ? 1 : a_enc;
+  if (a.cls == Class::zero) return 1;  // a daz subnormal compares as zero
+  if (!a.sign) {
+    if (mag == f.max_mag()) return f.has_inf() ? f.inf_mag() : a_enc;
+    return a_enc + 1;
+  }
+  if (mag == 1 && f.has_zero) return detail::pack_zero(f, true);
+  return detail::with_sign(f, true, mag - 1);
+}
+
+/// IEEE nextDown(a) = −nextUp(−a).
+HW_HD inline uint32_t next_down(const Format& f, uint32_t a_enc, Env& env) {
+  const Unpacked a = unpack(f, a_enc);
+  a_enc &= f.enc_mask();
+  if (detail::is_nan(a.cls)) return detail::propagate_nan(f, a, a, env);
+  const uint32_t mag = a_enc & f.mag_mask();
+  if (!f.is_signed) {
+    if (a.cls == Class::inf) return f.max_mag();
+    return mag == 0 ? a_enc : a_enc - 1;
+  }
+  if (a.cls == Class::inf) return a.sign ? a_enc : f.max_mag();
+  if (a.cls == Class::zero) return detail::with_sign(f, true, 1);
+  if (a.sign) {
+    if (mag == f.max_mag()) return f.has_inf() ? (f.sign_bit() | f.inf_mag()) : a_enc;
+    return a_enc + 1;
+  }
+  if (mag == 1 && f.has_zero) return 0;
+  return mag - 1;
+}
+
 }  // namespace halfway
