@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "halfway/accumulate.hpp"
 #include "halfway/softfloat.hpp"
 
 __global__ void compare_f32_to_f16(halfway::Format fp16, uint32_t start, uint32_t count, unsigned long long* mismatches) {
@@ -16,6 +17,13 @@ __global__ void compare_f32_to_f16(halfway::Format fp16, uint32_t start, uint32_
   const uint32_t hw = __half_as_ushort(h);
   const bool ref_nan = (ref & 0x7FFF) > 0x7C00, hw_nan = (hw & 0x7FFF) > 0x7C00;
   if (ref_nan ? !hw_nan : ref != hw) atomicAdd(mismatches, 1ull);
+}
+
+// The accumulation models compile for the device too (used by the tensor-core comparisons).
+__global__ void block_fma_dots(halfway::AccumulationModel m, halfway::Format in, const uint32_t* a,
+                               const uint32_t* b, int n, uint32_t* out) {
+  halfway::Env env;
+  out[threadIdx.x] = halfway::dot(m, in, a + threadIdx.x * n, b + threadIdx.x * n, n, 0u, env);
 }
 
 int main() {

@@ -1,6 +1,7 @@
 /// \file halfway.hpp
 /// Umbrella header: formats, environment, scalar soft-float, names, bulk kernels.
 #pragma once
+#include "halfway/accumulate.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/env.hpp"
 #include "halfway/format.hpp"
