@@ -32,6 +32,10 @@ struct AccumulationModel {
   /// and the sum is rounded once into `acc` with `rounding`.
   int block = 1;
   int kept_bits = 23;
+  /// block_fma: truncate each aligned term toward −inf, as a two's-complement alignment shifter
+  /// does, instead of toward zero (sign-magnitude alignment, the default). Hardware
+  /// descriptions differ on this; the hardware validation searches both.
+  bool floor_alignment = false;
 };
 
 namespace accumulation {
@@ -63,9 +67,12 @@ HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, 
   // Terms: the accumulator and the exact products, unpacked.
   Unpacked t[65];
   int count = 0;
-  bool any_nan = false, pos_inf = false, neg_inf = false;
+  // NaN operands propagate as a quiet NaN (invalid only for a signalling one); inf·0 and
+  // inf − inf are invalid.
+  bool any_nan = false, invalid = false, pos_inf = false, neg_inf = false;
   const Unpacked uc = unpack(m.acc, c);
   if (is_nan(uc.cls)) any_nan = true;
+  if (uc.cls == Class::snan) invalid = true;
   if (uc.cls == Class::inf) (uc.sign ? neg_inf : pos_inf) = true;
   if (uc.cls == Class::finite) t[count++] = uc;
   bool zero_sign_all_neg = uc.cls == Class::zero ? uc.sign : false;
@@ -75,10 +82,11 @@ HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, 
     const bool s = x.sign != y.sign;
     if (is_nan(x.cls) || is_nan(y.cls)) {
       any_nan = true;
+      invalid = invalid || x.cls == Class::snan || y.cls == Class::snan;
       continue;
     }
     if (x.cls == Class::inf || y.cls == Class::inf) {
-      if (x.cls == Class::zero || y.cls == Class::zero) any_nan = true;
+      if (x.cls == Class::zero || y.cls == Class::zero) invalid = true;
       else (s ? neg_inf : pos_inf) = true;
       continue;
     }
@@ -96,7 +104,8 @@ HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, 
     p.sig = prod << lz;
     t[count++] = p;
   }
-  if (any_nan || (pos_inf && neg_inf)) return invalid_nan(m.acc, env);
+  if (invalid || (pos_inf && neg_inf && !any_nan)) return invalid_nan(m.acc, env);
+  if (any_nan) return m.acc.default_nan();
   if (pos_inf || neg_inf) return pack_inf(m.acc, neg_inf, env);
   if (count == 0) return pack_zero(m.acc, all_zero && zero_sign_all_neg);
   int32_t emax = t[0].exp;
@@ -107,7 +116,9 @@ HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, 
     const int shift = 63 - m.kept_bits + (emax - t[i].exp);  // right shift of sig
     const uint64_t mag = shift >= 64 ? 0 : (shift <= 0 ? t[i].sig : t[i].sig >> shift);
     const __int128 v = shift < 0 ? (__int128(t[i].sig) << -shift) : __int128(mag);
-    sum += t[i].sign ? -v : v;
+    // Bits shifted out of a negative term make its floor one unit below its truncation.
+    const bool lost = shift > 0 && (shift >= 64 || (t[i].sig << (64 - shift)) != 0);
+    sum += t[i].sign ? -v - __int128(m.floor_alignment && lost) : v;
   }
   if (sum == 0) return pack_zero(m.acc, m.rounding == Rounding::min);
   const bool sign = sum < 0;

@@ -1,0 +1,203 @@
+// Accumulation models against an exact oracle. The block-FMA model is recomputed from its
+// definition with exact integers (products exact, alignment to the largest exponent by floor
+// division, exact sum) and delivered into the accumulator format by the Boost oracle's rounding;
+// the sequential models are chains of oracle-rounded operations.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "halfway/accumulate.hpp"
+#include "oracle.hpp"
+
+using namespace halfway;
+using oracle::cpp_int;
+
+namespace {
+
+struct Term {
+  bool neg;
+  cpp_int sig;  // value = sig · 2^exp
+  int exp;
+};
+
+int bit_length(const cpp_int& v) { return v == 0 ? 0 : int(boost::multiprecision::msb(v)) + 1; }
+
+/// The block-FMA model from its definition, one block: exact.
+uint64_t block_oracle(const AccumulationModel& m, const oracle::Fmt& in, const oracle::Fmt& acc,
+                      const std::vector<uint32_t>& a, const std::vector<uint32_t>& b, size_t lo,
+                      size_t hi, uint64_t c, uint8_t& flags) {
+  std::vector<Term> terms;
+  const oracle::Decoded dc = oracle::decode(acc, c);
+  if (dc.kind == oracle::Kind::inf || dc.kind == oracle::Kind::nan) return c;  // finite terms
+  if (dc.kind == oracle::Kind::finite) terms.push_back({dc.neg, cpp_int(dc.sig), dc.exp});
+  for (size_t i = lo; i < hi; ++i) {
+    const oracle::Decoded x = oracle::decode(in, a[i]), y = oracle::decode(in, b[i]);
+    if (x.kind != oracle::Kind::finite || y.kind != oracle::Kind::finite) continue;  // zeros
+    terms.push_back({x.neg != y.neg, cpp_int(x.sig) * y.sig, x.exp + y.exp});
+  }
+  if (terms.empty()) return 0;
+  int emax = INT32_MIN;
+  for (const auto& t : terms) emax = std::max(emax, t.exp + bit_length(t.sig) - 1);
+  const int lsb = emax - m.kept_bits;
+  cpp_int sum = 0;
+  for (const auto& t : terms) {
+    cpp_int v = t.exp >= lsb ? cpp_int(t.sig << (t.exp - lsb)) : cpp_int(t.sig >> (lsb - t.exp));
+    sum += t.neg ? cpp_int(-v) : v;
+  }
+  oracle::Exact x;
+  if (sum == 0) {
+    x.kind = oracle::Kind::zero;
+    x.zero_sign_by_rounding = true;
+  } else {
+    x.kind = oracle::Kind::finite;
+    x.neg = sum < 0;
+    x.num = x.neg ? cpp_int(-sum) : sum;
+    x.den = 1;
+    x.e = lsb;
+  }
+  const oracle::Result r = oracle::deliver(acc, x, m.rounding, Tininess::after_rounding, 0);
+  flags |= r.flags;
+  return r.enc;
+}
+
+std::vector<uint32_t> random_inputs(std::mt19937_64& g, const Format& f, size_t n, int spread) {
+  std::vector<uint32_t> v(n);
+  for (auto& x : v) {
+    // finite values with exponents within +-spread of 1, both signs, some zeros/subnormals
+    Env e;
+    const double mant = 1.0 + double(g() % 4096) / 4096.0;
+    const int ex = int(g() % (2 * spread + 1)) - spread;
+    double d = std::ldexp(mant, ex) * ((g() & 1) ? -1 : 1);
+    if (g() % 50 == 0) d = 0;
+    if (g() % 50 == 0) d = std::ldexp(mant, f.emin() - 3);
+    x = from_f64(f, d, e);
+    const Class cls = unpack(f, x).cls;
+    if (cls != Class::finite && cls != Class::zero) x = from_f64(f, d > 0 ? 1.0 : -1.0, e);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("block-FMA model equals its exact definition", "[accumulate]") {
+  std::mt19937_64 g(7);
+  const AccumulationModel models[] = {accumulation::v100_fp32, accumulation::a100_fp32,
+                                      accumulation::h100_fp32, accumulation::h100_fp16,
+                                      accumulation::h100_fp8_fp32,
+                                      {AccumulationModel::Kind::block_fma, formats::fp32,
+                                       Rounding::near_even, 4, 40}};
+  uint64_t checks = 0, bad = 0;
+  for (const auto& m : models) {
+    for (const Format& in : {formats::fp16, formats::bf16, formats::e4m3, formats::e5m2}) {
+      const oracle::Fmt fin(in), facc(m.acc);
+      for (int t = 0; t < 1500; ++t) {
+        const size_t n = 1 + g() % 70;
+        const int spread = (t % 3 == 0) ? 20 : 4;  // wide spreads exercise truncation
+        auto a = random_inputs(g, in, n, spread), b = random_inputs(g, in, n, spread);
+        Env env;
+        const uint32_t c0 = (t % 2) ? from_f64(m.acc, 1.0, env) : 0u;
+        env = Env{};
+        const uint32_t got = dot(m, in, a.data(), b.data(), int(n), c0, env);
+        uint8_t want_flags = 0;
+        uint64_t want = c0;
+        for (size_t lo = 0; lo < n; lo += size_t(m.block))
+          want = block_oracle(m, fin, facc, a, b, lo, std::min(n, lo + size_t(m.block)), want,
+                              want_flags);
+        ++checks;
+        if (got != want || env.flags != want_flags) {
+          if (++bad < 5)
+            FAIL_CHECK("block " << m.block << " kept " << m.kept_bits << " n " << n << ": got "
+                                << oracle::show(facc, got) << " want " << oracle::show(facc, want));
+        }
+      }
+    }
+  }
+  INFO(checks << " dot products");
+  CHECK(bad == 0);
+}
+
+TEST_CASE("block-FMA truncation loses what the literature says it loses", "[accumulate]") {
+  // 1 + 4 · 2^-26 under V100 (no extra bits, truncation toward zero) stays 1; with the exact
+  // model (many kept bits, RNE) it is 1 + 2^-24. Values from the definition, not the code.
+  const uint32_t a[4] = {0x3C00, 0x3C00, 0x3C00, 0x3C00};  // 1.0 in fp16
+  const uint32_t b[4] = {0x0010, 0x0010, 0x0010, 0x0010};  // 2^-20 in fp16 (subnormal)
+  Env env;
+  const uint32_t one = 0x3F800000;
+  // products 2^-20 each: 4 · 2^-20 = 2^-18 is kept by every model (within 23 bits of 1).
+  CHECK(dot(accumulation::v100_fp32, formats::fp16, a, b, 4, one, env) == 0x3F800020);
+  const uint32_t tiny[4] = {0x0001, 0x0001, 0x0001, 0x0001};  // 2^-24 each
+  // 2^-24 is 24 bits below 1: truncated away by V100 (23 kept bits) and A100 (24 keeps it).
+  CHECK(dot(accumulation::v100_fp32, formats::fp16, a, tiny, 4, one, env) == one);
+  CHECK(dot(accumulation::a100_fp32, formats::fp16, a, tiny, 4, one, env) == 0x3F800002);
+}
+
+TEST_CASE("sequential models are chains of correctly rounded operations", "[accumulate]") {
+  std::mt19937_64 g(11);
+  uint64_t bad = 0;
+  const oracle::Fmt f32(formats::fp32), f16(formats::fp16);
+  for (int t = 0; t < 3000; ++t) {
+    const size_t n = 1 + g() % 40;
+    auto a = random_inputs(g, formats::fp16, n, 6), b = random_inputs(g, formats::fp16, n, 6);
+    // fp32 sequential fma: oracle chain
+    Env env;
+    const uint32_t got = dot(accumulation::fp32_sequential, formats::fp16, a.data(), b.data(),
+                             int(n), 0u, env);
+    uint64_t c = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const oracle::Decoded x = oracle::decode(f16, a[i]), y = oracle::decode(f16, b[i]);
+      const oracle::Decoded z = oracle::decode(f32, c);
+      // the fp16 inputs are exact in fp32: decode them as fp32 values
+      const uint64_t xa = oracle::deliver(f32, oracle::value_of(x), Rounding::near_even,
+                                          Tininess::after_rounding, 0).enc;
+      const uint64_t yb = oracle::deliver(f32, oracle::value_of(y), Rounding::near_even,
+                                          Tininess::after_rounding, 0).enc;
+      c = oracle::deliver(f32, oracle::fma(oracle::decode(f32, xa), oracle::decode(f32, yb), z),
+                          Rounding::near_even, Tininess::after_rounding, 0).enc;
+    }
+    if (got != c && ++bad < 5) FAIL_CHECK("fp32 sequential: got " << got << " want " << c);
+    // in-format fp16 accumulation with a rounding per multiply and per add
+    const AccumulationModel m16{AccumulationModel::Kind::sequential, formats::fp16,
+                                Rounding::near_even, 1, 10};
+    env = Env{};
+    const uint32_t got16 = dot(m16, formats::fp16, a.data(), b.data(), int(n), 0u, env);
+    uint64_t c16 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t p = oracle::deliver(f16, oracle::mul(oracle::decode(f16, a[i]),
+                                                          oracle::decode(f16, b[i])),
+                                         Rounding::near_even, Tininess::after_rounding, 0).enc;
+      c16 = oracle::deliver(f16, oracle::add(oracle::decode(f16, p), oracle::decode(f16, c16)),
+                            Rounding::near_even, Tininess::after_rounding, 0).enc;
+    }
+    const bool nan = ((got16 & 0x7FFF) > 0x7C00) && ((c16 & 0x7FFF) > 0x7C00);
+    if (got16 != c16 && !nan && ++bad < 5)
+      FAIL_CHECK("fp16 sequential: got " << got16 << " want " << c16);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("block-FMA special operands follow IEEE", "[accumulate]") {
+  const uint32_t one = 0x3C00, inf = 0x7C00, ninf = 0xFC00, qnan = 0x7E00, snan = 0x7D00,
+                 zero = 0x0000;
+  auto run = [](std::initializer_list<uint32_t> a, std::initializer_list<uint32_t> b, uint32_t c,
+                uint8_t& flags) {
+    Env env;
+    const uint32_t r = dot(accumulation::h100_fp32, formats::fp16, std::data(a), std::data(b),
+                           int(a.size()), c, env);
+    flags = env.flags;
+    return r;
+  };
+  uint8_t fl;
+  CHECK(run({one, inf}, {one, one}, 0, fl) == 0x7F800000);  // 1 + inf = inf, exact
+  CHECK(fl == 0);
+  CHECK((run({inf, ninf}, {one, one}, 0, fl) & 0x7FFFFFFF) > 0x7F800000);  // inf − inf
+  CHECK(fl == flag::invalid);
+  CHECK((run({inf}, {zero}, 0, fl) & 0x7FFFFFFF) > 0x7F800000);  // inf · 0
+  CHECK(fl == flag::invalid);
+  CHECK((run({qnan, one}, {one, one}, 0, fl) & 0x7FFFFFFF) > 0x7F800000);  // quiet NaN
+  CHECK(fl == 0);
+  CHECK((run({snan}, {one}, 0, fl) & 0x7FFFFFFF) > 0x7F800000);  // signalling NaN
+  CHECK(fl == flag::invalid);
+  CHECK(run({zero}, {one}, 0x80000000, fl) == 0x00000000);  // −0 + (+0·1) = +0
+  CHECK(run({0x8000}, {one}, 0x80000000, fl) == 0x80000000);  // −0 + (−0·1) = −0
+}
