@@ -1,0 +1,93 @@
+/// \file context.hpp
+/// The state an op consults: the precision policy (autocast), the runtime of the run (tracer,
+/// rounding options, accumulation model, fp8 scaling state, threads) and the name scope that
+/// gives traced tensors their stable names. Set with RAII guards, like `torch.autocast`:
+///
+///     Runtime rt;  rt.tracer = &tracer;
+///     ContextGuard g(&policy, &rt);
+///     { Scope s("0"); h = linear(x, w, b); }   // records "0.input", "0.weight", "0.output"
+#pragma once
+
+#include <string>
+
+#include "halfway/bulk.hpp"
+#include "halfway/sim/dtype.hpp"
+#include "halfway/sim/tensor.hpp"
+
+namespace halfway::sim {
+
+class Tracer;
+class Accumulator;
+struct Policy;
+class Fp8State;
+
+/// Mutable state shared by the forward and backward passes of a run. Backward closures keep a
+/// pointer to it, so it must outlive the graphs built under it.
+struct Runtime {
+  Tracer* tracer = nullptr;                  ///< null: nothing is recorded
+  BulkOptions rounding;                      ///< direction, tininess, stochastic-rounding seed
+  uint64_t sr_next = 0;                      ///< stream index of the next stochastic rounding
+  const Accumulator* accumulator = nullptr;  ///< null: fp32 sequential
+  Fp8State* fp8 = nullptr;                   ///< delayed-scaling state (fp8 policies)
+  int threads = 1;
+};
+
+/// The runtime used when no guard is active: no tracer, round-to-nearest-even.
+Runtime& default_runtime();
+
+struct Context {
+  const Policy* policy = nullptr;  ///< null: no autocast, ops run in their inputs' dtype
+  Runtime* rt = nullptr;
+  std::string scope;               ///< current name scope ("" outside any)
+};
+
+/// The calling thread's current context.
+Context& context();
+inline Runtime& runtime() {
+  Context& c = context();
+  return c.rt ? *c.rt : default_runtime();
+}
+
+class ContextGuard {
+ public:
+  ContextGuard(const Policy* policy, Runtime* rt);
+  ~ContextGuard();
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+ private:
+  Context saved_;
+};
+
+/// Sets the name scope (replacing, not nesting: scopes are full names such as "blocks.0.attn").
+class Scope {
+ public:
+  explicit Scope(std::string name);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+/// `scope + "." + suffix`, or the suffix alone outside any scope.
+std::string scoped(const std::string& suffix);
+
+/// What a traced rounding is recorded under.
+struct TraceTag {
+  std::string name;
+  const char* op = "";
+  TraceKind kind = TraceKind::activation;
+};
+
+/// Round values (results computed in binary64 or exactly) into `dt`: binary32 by a native
+/// conversion, low-precision formats by first rounding to binary32 (the op's "opmath" result,
+/// as PyTorch computes half/bf16 ops in float) and then `quantize_f32`, whose event counts and
+/// pre-rounding magnitudes go to the tracer under `tag`. No-op for fp64.
+void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTag* tag);
+inline void round_into(Runtime& rt, const DType& dt, std::vector<double>& v, const TraceTag* tag) {
+  round_into(rt, dt, v.data(), v.size(), tag);
+}
+
+}  // namespace halfway::sim

@@ -1,0 +1,70 @@
+/// \file policy.hpp
+/// Precision policies, autocast-style: each op is mapped to a cast rule, as PyTorch's
+/// `autocast_mode.cpp` does. A lowered op casts its floating inputs to the policy's low dtype;
+/// an fp32 op casts low-precision inputs up; "promote" runs in the widest input dtype; "input"
+/// leaves the inputs alone (binary ops still promote, as PyTorch's type promotion does). The
+/// backward of every cast rounds the gradient back into the source dtype.
+///
+///     Policy p = preset_policy("torch-cuda-fp16");
+///     p.rule(OpKind::softmax) == CastRule::fp32;   // softmax is on the fp32 list
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "halfway/sim/dtype.hpp"
+
+namespace halfway::sim {
+
+enum class OpKind : uint8_t {
+  matmul, linear, add, sub, mul, div, relu, gelu, tanh, sigmoid, exp, log, softmax,
+  log_softmax, cross_entropy, mse, layer_norm, sum, mean, reshape, transpose, embedding,
+  masked_fill,
+  count_
+};
+inline constexpr int kOpCount = static_cast<int>(OpKind::count_);
+const char* op_name(OpKind k);
+/// Throws InputError for an unknown op name.
+OpKind parse_op(std::string_view name);
+
+enum class CastRule : uint8_t { input, lower, fp32, promote };  // input = 0: the default
+const char* rule_name(CastRule r);
+CastRule parse_rule(std::string_view name);
+
+/// fp8 with per-tensor delayed scaling (Transformer Engine's recipe): lowered ops quantize
+/// their inputs to `fwd` (activations, weights) and their output gradient to `bwd`, each with
+/// scale = (max finite / amax over the history) / 2^margin.
+struct Fp8Config {
+  Format fwd;
+  Format bwd;
+  int amax_history_len = 1024;
+  int margin = 0;
+};
+
+struct Policy {
+  std::string name = "fp32";
+  DType low = DType::f32();        ///< target of the "lower" rule
+  std::array<CastRule, kOpCount> rules{};  ///< default: every op runs in its input dtype
+  DType param_dtype = DType::f32();  ///< dtype the parameters are kept in
+  DType input_dtype = DType::f32();  ///< data are cast to this before the model
+  /// Accumulation model of matmul/linear (see accumulate.hpp): "fp32" for the CUDA presets
+  /// (cuBLAS with an fp32 compute type), "torch-cpu" for torch-cpu-bf16.
+  std::string accumulation = "fp32";
+  bool fp8 = false;                  ///< lowered ops use fp8 with delayed scaling
+  Fp8Config fp8_config{};
+
+  CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }
+  void set(OpKind k, CastRule r) { rules[static_cast<size_t>(k)] = r; }
+  /// Master weights exist when the parameters are fp32 and some op lowers them.
+  bool master_weights() const;
+};
+
+/// Names of the presets: fp32 torch-cuda-fp16 torch-cuda-bf16 torch-cpu-bf16 pure-fp16
+/// pure-bf16 fp8-hybrid.
+const std::vector<std::string>& policy_names();
+/// A preset by name; throws InputError listing the presets for an unknown name.
+Policy preset_policy(std::string_view name);
+
+}  // namespace halfway::sim

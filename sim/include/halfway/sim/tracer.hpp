@@ -1,0 +1,110 @@
+/// \file tracer.hpp
+/// Counts every rounding of a tensor into a low-precision dtype: per step, per tensor (stable
+/// names like "0.weight", "1.output", "1.grad_input"), with the core's bulk event counts, a
+/// histogram of the pre-rounding magnitudes (one bin per power of two) and the extreme
+/// exponents. From the gradient histograms of a step it predicts, for every loss scale 2^k,
+/// how many gradient values would underflow and whether any would overflow.
+///
+///     Tracer tr;
+///     tr.begin_step(0, 65536.0);
+///     ... forward/backward under a ContextGuard whose Runtime points at tr ...
+///     StepTrace st = tr.end_step();     // st.records, st.window, st.k_low, st.k_high
+#pragma once
+
+#include <array>
+#include <climits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "halfway/bulk.hpp"
+#include "halfway/sim/context.hpp"
+#include "halfway/sim/dtype.hpp"
+#include "halfway/sim/tensor.hpp"
+
+namespace halfway::sim {
+
+struct TraceRecord {
+  static constexpr int kMinExp = -149;  ///< smallest binary32 exponent (subnormal 2^-149)
+  static constexpr int kMaxExp = 127;
+  static constexpr int kBins = kMaxExp - kMinExp + 1;
+
+  std::string name;
+  std::string op;
+  TraceKind kind = TraceKind::activation;
+  DType dtype;
+  EventCounts events;         ///< from quantize_f32: total, zero, underflow, subnormal, ...
+  uint64_t nonfinite_in = 0;  ///< inf/NaN before rounding
+  uint64_t vanished = 0;      ///< updates: w + Δw != w in fp32 but rounds back to w
+  uint64_t small_update = 0;  ///< updates: Δw != 0 and |w| >= 2^p·|Δw| (p: precision)
+  double max_abs = 0;         ///< largest finite pre-rounding magnitude
+  double min_abs = 0;         ///< smallest non-zero finite pre-rounding magnitude (0: none)
+  /// hist[e - kMinExp]: pre-rounding values with 2^e <= |v| < 2^(e+1) (finite, non-zero).
+  std::array<uint64_t, kBins> hist{};
+
+  bool has_values() const { return min_abs > 0; }
+  int min_exp() const;  ///< floor(log2 min_abs); INT_MIN when no non-zero value
+  int max_exp() const;  ///< floor(log2 max_abs); INT_MIN when no non-zero value
+  bool is_grad() const {
+    return kind == TraceKind::activation_grad || kind == TraceKind::weight_grad;
+  }
+};
+
+/// Prediction for one power-of-two loss scale.
+struct WindowRow {
+  int k = 0;
+  uint64_t underflow = 0;  ///< gradient values predicted to become zero
+  uint64_t values = 0;     ///< gradient values rounded into low precision
+  bool overflow = false;   ///< some gradient value predicted to overflow
+  double fraction() const { return values ? double(underflow) / double(values) : 0.0; }
+};
+
+struct StepTrace {
+  int step = 0;
+  double loss_scale = 1;
+  std::vector<TraceRecord> records;  ///< in the order the tensors were first rounded
+  std::vector<WindowRow> window;     ///< k = k_min .. k_max
+  int k_low = INT_MIN, k_high = INT_MIN;  ///< safe window; INT_MIN when no scale is safe
+};
+
+struct TracerOptions {
+  int k_min = -20, k_max = 40;
+  double underflow_tolerance = 0.0;  ///< a scale is safe when the fraction is at most this
+};
+
+/// Predict the scale window from the records of one step taken at `loss_scale`. A gradient
+/// value v at scale s becomes v·2^k/s at scale 2^k (exact for power-of-two ratios while it
+/// stays in the normal range); it underflows when that lands at or below half the smallest
+/// subnormal (RNE), and overflows when the largest one rounds past the largest finite value.
+std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, double loss_scale,
+                                      int k_min, int k_max);
+/// The safe window [k_low, k_high]: the smallest and largest k with no overflow and an
+/// underflow fraction at most `tolerance` (INT_MIN, INT_MIN when none).
+std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double tolerance);
+
+class Tracer {
+ public:
+  explicit Tracer(TracerOptions o = {}) : opt_(o) {}
+
+  void begin_step(int step, double loss_scale);
+  bool active() const { return active_; }
+  /// Record one rounding: `pre` are the binary32 values before rounding, `ev` the counts.
+  void record(const TraceTag& tag, const DType& dt, const float* pre, size_t n,
+              const EventCounts& ev);
+  /// Record vanished / tiny updates for a rounding of kind `update` already recorded.
+  void add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update);
+  /// Change the loss scale the step's gradients were computed at (before end_step).
+  void set_loss_scale(double s) { current_.loss_scale = s; }
+  /// Close the step: computes the scale window. The result stays valid until the next
+  /// begin_step (the storage is reused from step to step).
+  const StepTrace& end_step();
+  const TracerOptions& options() const { return opt_; }
+
+ private:
+  TracerOptions opt_;
+  bool active_ = false;
+  StepTrace current_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+}  // namespace halfway::sim

@@ -1,0 +1,115 @@
+/// \file trainer.hpp
+/// One training configuration from a TOML file to result files. A config names a model, data,
+/// a loss, an optimizer, a precision policy and a loss scaler; the trainer runs the steps
+/// (forward under the policy, scaled backward, unscale/check/skip, optimizer, scale update),
+/// the tracer counts every rounding, and the results land as plain files with a manifest:
+///
+///   steps.csv         one row per step (loss before the update, scale, found_inf, skipped, ...)
+///   trace.csv         the tracer's records, one row per (step, tensor)
+///   scale_window.csv  predicted gradient underflow / overflow for loss scales 2^k
+///   memory.csv        bytes per category and dtype
+///   manifest.json     config, seed, version, git revision, summary
+///
+/// Every file is written atomically; the same config and seed give byte-identical files
+/// whatever the thread count.
+///
+///     TrainConfig c = parse_config_file("run.toml");
+///     write_run(c, "out/", {});
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "halfway/sim/data.hpp"
+#include "halfway/sim/memory.hpp"
+#include "halfway/sim/model.hpp"
+#include "halfway/sim/optim.hpp"
+#include "halfway/sim/policy.hpp"
+#include "halfway/sim/scaler.hpp"
+#include "halfway/sim/tracer.hpp"
+
+namespace halfway::sim {
+
+struct TrainConfig {
+  std::string source_name = "config";  ///< file name of the config (manifest)
+  std::string base_dir = ".";          ///< relative paths are resolved against this
+  std::string config_json = "{}";      ///< the config as JSON (manifest)
+
+  std::string model_kind = "mlp";  ///< mlp | transformer
+  MlpConfig mlp;
+  TransformerConfig transformer;
+  std::string init_npz;  ///< "" or a path (resolved)
+
+  std::string data_npz;   ///< "" or a path (resolved)
+  std::string synthetic;  ///< regression | blobs | copy | reverse (when no npz)
+  int64_t data_n = 1024;
+  double noise = 0.1;
+  double spread = 3.0;
+  int64_t batch_size = 64;
+  bool shuffle = false;
+
+  std::string loss = "mse";  ///< mse | cross_entropy
+  OptimizerConfig optimizer;
+  Policy policy;  ///< includes the accumulation model
+  Rounding rounding = Rounding::near_even;
+  ScalerConfig scaler;
+  int64_t steps = 1;
+  uint64_t seed = 0;
+
+  bool trace = true;
+  int64_t trace_every = 1;
+  TracerOptions tracer;
+
+  bool save_weights = false;  ///< weights.npz at the end
+  bool save_grads = false;    ///< grads.npz: the unscaled fp32 gradients of every step
+};
+
+/// Parse a config; relative paths are taken relative to `base_dir`. Throws InputError with a
+/// one-line message for unknown tables/options/policies/ops, missing fields, wrong types and
+/// invalid values.
+TrainConfig parse_config(const std::string& toml_text, const std::string& base_dir,
+                         const std::string& source_name = "config");
+TrainConfig parse_config_file(const std::string& path);
+
+struct StepRow {
+  int64_t step = 0;
+  double loss = 0;          ///< forward loss of the step, before the update
+  float loss_scale = 1;     ///< the scale the backward used
+  bool found_inf = false;   ///< inf/NaN in the (scaled) gradients
+  bool skipped = false;     ///< optimizer step skipped
+  int64_t growth_tracker = 0;  ///< after the update
+  float next_scale = 1;        ///< after the update
+};
+
+struct TrainOptions {
+  int threads = 1;
+};
+
+struct TrainSummary {
+  std::vector<MemoryRow> memory;
+  std::vector<Param> final_params;
+  int64_t skipped = 0, found_inf = 0;
+  double final_loss = 0;
+  float final_scale = 1;
+  int k_low = INT_MIN, k_high = INT_MIN;  ///< intersection of the per-step safe windows
+  bool window_known = false;
+};
+
+/// Called after every step with the step's row, its trace (null on untraced steps) and the
+/// fp32 gradients the optimizer saw (unscaled, except in mistake mode).
+using StepCallback = std::function<void(const StepRow&, const StepTrace*,
+                                        const std::vector<Param>&,
+                                        const std::vector<std::vector<float>>&)>;
+
+/// Run the configuration. Throws InputError for bad data or initial weights.
+TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallback& cb);
+
+/// Run and write the result files into `out_dir` (created when missing).
+TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const TrainOptions& o);
+
+/// The build's version and git revision.
+const char* sim_version();
+const char* git_revision();
+
+}  // namespace halfway::sim

@@ -1,0 +1,383 @@
+// TOML configs → TrainConfig. Every table and key is checked against the known ones, so a
+// typo is an error rather than a silently ignored option.
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "halfway/names.hpp"
+#include "halfway/sim/accumulate.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/trainer.hpp"
+
+namespace halfway::sim {
+
+namespace {
+
+using Keys = std::initializer_list<const char*>;
+
+void check_keys(const toml::table& t, const std::string& where, Keys allowed) {
+  for (auto&& [k, v] : t) {
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || k.str() == a;
+    if (!ok) {
+      std::string list;
+      for (const char* a : allowed) list += (list.empty() ? "" : " ") + std::string(a);
+      throw InputError("unknown option '" + where + std::string(k.str()) + "' (" +
+                       (where.empty() ? "tables" : where.substr(0, where.size() - 1) + " options") +
+                       ": " + list + ")");
+    }
+  }
+}
+
+const toml::table* table(const toml::table& root, const char* name, bool required) {
+  const toml::node* n = root.get(name);
+  if (!n) {
+    if (required) throw InputError("missing table [" + std::string(name) + "] in the config");
+    return nullptr;
+  }
+  if (!n->is_table()) throw InputError("'" + std::string(name) + "' must be a table");
+  return n->as_table();
+}
+
+std::string path_of(const std::string& where, const char* key) { return where + key; }
+
+std::optional<std::string> get_str(const toml::table& t, const std::string& where, const char* key,
+                                   bool required) {
+  const toml::node* n = t.get(key);
+  if (!n) {
+    if (required) throw InputError("missing field '" + path_of(where, key) + "' in the config");
+    return std::nullopt;
+  }
+  if (!n->is_string()) throw InputError("'" + path_of(where, key) + "' must be a string");
+  return std::string(*n->value<std::string_view>());
+}
+
+std::optional<double> get_num(const toml::table& t, const std::string& where, const char* key,
+                              bool required) {
+  const toml::node* n = t.get(key);
+  if (!n) {
+    if (required) throw InputError("missing field '" + path_of(where, key) + "' in the config");
+    return std::nullopt;
+  }
+  if (n->is_integer()) return double(*n->value<int64_t>());
+  if (n->is_floating_point()) return *n->value<double>();
+  throw InputError("'" + path_of(where, key) + "' must be a number");
+}
+
+std::optional<int64_t> get_int(const toml::table& t, const std::string& where, const char* key,
+                               bool required) {
+  const toml::node* n = t.get(key);
+  if (!n) {
+    if (required) throw InputError("missing field '" + path_of(where, key) + "' in the config");
+    return std::nullopt;
+  }
+  if (!n->is_integer()) throw InputError("'" + path_of(where, key) + "' must be an integer");
+  return *n->value<int64_t>();
+}
+
+std::optional<bool> get_bool(const toml::table& t, const std::string& where, const char* key) {
+  const toml::node* n = t.get(key);
+  if (!n) return std::nullopt;
+  if (!n->is_boolean()) throw InputError("'" + path_of(where, key) + "' must be true or false");
+  return *n->value<bool>();
+}
+
+std::vector<double> get_num_array(const toml::table& t, const std::string& where, const char* key,
+                                  bool required, bool integers) {
+  const toml::node* n = t.get(key);
+  if (!n) {
+    if (required) throw InputError("missing field '" + path_of(where, key) + "' in the config");
+    return {};
+  }
+  const std::string what = "'" + path_of(where, key) + "'";
+  if (!n->is_array()) throw InputError(what + " must be an array");
+  std::vector<double> out;
+  for (const toml::node& e : *n->as_array()) {
+    if (e.is_integer())
+      out.push_back(double(*e.value<int64_t>()));
+    else if (!integers && e.is_floating_point())
+      out.push_back(*e.value<double>());
+    else
+      throw InputError(what + " must hold " + (integers ? "integers" : "numbers"));
+  }
+  return out;
+}
+
+int to_int(int64_t v, const std::string& what) {
+  if (v < -(int64_t(1) << 30) || v > (int64_t(1) << 30))
+    throw InputError("'" + what + "' is out of range");
+  return int(v);
+}
+
+std::string resolve(const std::string& base, const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  return (std::filesystem::path(base) / p).lexically_normal().string();
+}
+
+}  // namespace
+
+TrainConfig parse_config(const std::string& text, const std::string& base_dir,
+                         const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    std::string d(e.description());
+    for (char& c : d)
+      if (c == '\n') c = ' ';
+    throw InputError(source_name + ":" + std::to_string(e.source().begin.line) + ": " + d);
+  }
+  TrainConfig c;
+  c.base_dir = base_dir;
+  c.source_name = source_name;
+  {
+    std::ostringstream js;
+    js << toml::json_formatter{root};
+    c.config_json = js.str();
+  }
+  check_keys(root, "", {"model", "data", "loss", "optimizer", "precision", "scaler", "run",
+                        "trace", "output"});
+
+  // [model]
+  {
+    const toml::table& t = *table(root, "model", true);
+    const std::string w = "model.";
+    c.model_kind = *get_str(t, w, "kind", true);
+    if (c.model_kind == "mlp") {
+      check_keys(t, w, {"kind", "layers", "activation", "bias", "init"});
+      for (double v : get_num_array(t, w, "layers", true, true))
+        c.mlp.layers.push_back(to_int(int64_t(v), w + "layers"));
+      if (auto a = get_str(t, w, "activation", false)) c.mlp.activation = *a;
+      if (auto b = get_bool(t, w, "bias")) c.mlp.bias = *b;
+      check_activation(c.mlp.activation);
+      if (c.mlp.layers.size() < 2) throw InputError("'model.layers' needs at least two widths");
+      for (int v : c.mlp.layers)
+        if (v < 1) throw InputError("'model.layers' widths must be positive");
+    } else if (c.model_kind == "transformer") {
+      check_keys(t, w, {"kind", "vocab", "d_model", "heads", "blocks", "seq_len", "mlp_ratio",
+                        "activation", "causal", "init"});
+      auto& m = c.transformer;
+      m.vocab = to_int(*get_int(t, w, "vocab", true), w + "vocab");
+      m.seq_len = to_int(*get_int(t, w, "seq_len", true), w + "seq_len");
+      m.d_model = to_int(*get_int(t, w, "d_model", true), w + "d_model");
+      if (auto v = get_int(t, w, "heads", false)) m.heads = to_int(*v, w + "heads");
+      if (auto v = get_int(t, w, "blocks", false)) m.blocks = to_int(*v, w + "blocks");
+      if (auto v = get_int(t, w, "mlp_ratio", false)) m.mlp_ratio = to_int(*v, w + "mlp_ratio");
+      if (auto a = get_str(t, w, "activation", false)) m.activation = *a;
+      if (auto b = get_bool(t, w, "causal")) m.causal = *b;
+      check_activation(m.activation);
+      if (m.vocab < 2 || m.seq_len < 1 || m.d_model < 1 || m.heads < 1 || m.blocks < 1 ||
+          m.mlp_ratio < 1)
+        throw InputError("transformer sizes must be positive (vocab >= 2)");
+      if (m.d_model % m.heads) throw InputError("'model.d_model' must be a multiple of 'model.heads'");
+    } else {
+      throw InputError("unknown model kind '" + c.model_kind + "' (mlp transformer)");
+    }
+    if (auto p = get_str(t, w, "init", false)) c.init_npz = resolve(base_dir, *p);
+  }
+
+  // [data]
+  {
+    const toml::table& t = *table(root, "data", true);
+    const std::string w = "data.";
+    check_keys(t, w, {"npz", "synthetic", "n", "noise", "spread", "batch_size", "shuffle"});
+    auto npz = get_str(t, w, "npz", false);
+    auto syn = get_str(t, w, "synthetic", false);
+    if (npz && syn) throw InputError("'data.npz' and 'data.synthetic' exclude each other");
+    if (!npz && !syn) throw InputError("missing field 'data.npz' (or 'data.synthetic') in the config");
+    if (npz) c.data_npz = resolve(base_dir, *npz);
+    if (syn) {
+      c.synthetic = *syn;
+      if (c.synthetic != "regression" && c.synthetic != "blobs" && c.synthetic != "copy" &&
+          c.synthetic != "reverse")
+        throw InputError("unknown synthetic data '" + c.synthetic +
+                         "' (regression blobs copy reverse)");
+    }
+    if (auto v = get_int(t, w, "n", false)) c.data_n = *v;
+    if (auto v = get_num(t, w, "noise", false)) c.noise = *v;
+    if (auto v = get_num(t, w, "spread", false)) c.spread = *v;
+    c.batch_size = *get_int(t, w, "batch_size", true);
+    if (auto v = get_bool(t, w, "shuffle")) c.shuffle = *v;
+    if (c.batch_size < 1) throw InputError("'data.batch_size' must be >= 1");
+    if (c.data_n < 1 || c.data_n > (int64_t(1) << 26)) throw InputError("'data.n' is out of range");
+    if (!std::isfinite(c.noise) || !std::isfinite(c.spread))
+      throw InputError("'data.noise' and 'data.spread' must be finite");
+  }
+
+  // [loss]
+  {
+    const toml::table& t = *table(root, "loss", true);
+    check_keys(t, "loss.", {"kind"});
+    c.loss = *get_str(t, "loss.", "kind", true);
+    if (c.loss != "mse" && c.loss != "cross_entropy")
+      throw InputError("unknown loss '" + c.loss + "' (mse cross_entropy)");
+    if (c.model_kind == "transformer" && c.loss != "cross_entropy")
+      throw InputError("the transformer needs loss.kind = \"cross_entropy\"");
+  }
+
+  // [optimizer]
+  {
+    const toml::table& t = *table(root, "optimizer", true);
+    const std::string w = "optimizer.";
+    check_keys(t, w, {"kind", "lr", "momentum", "dampening", "nesterov", "weight_decay", "betas",
+                      "eps"});
+    auto& o = c.optimizer;
+    o.kind = *get_str(t, w, "kind", true);
+    if (o.kind != "sgd" && o.kind != "adam" && o.kind != "adamw")
+      throw InputError("unknown optimizer '" + o.kind + "' (sgd adam adamw)");
+    if (o.kind == "adamw") o.weight_decay = 1e-2;
+    o.lr = *get_num(t, w, "lr", true);
+    if (auto v = get_num(t, w, "momentum", false)) o.momentum = *v;
+    if (auto v = get_num(t, w, "dampening", false)) o.dampening = *v;
+    if (auto v = get_bool(t, w, "nesterov")) o.nesterov = *v;
+    if (auto v = get_num(t, w, "weight_decay", false)) o.weight_decay = *v;
+    if (auto v = get_num(t, w, "eps", false)) o.eps = *v;
+    const auto betas = get_num_array(t, w, "betas", false, false);
+    if (!betas.empty()) {
+      if (betas.size() != 2) throw InputError("'optimizer.betas' needs two numbers");
+      o.beta1 = betas[0];
+      o.beta2 = betas[1];
+    }
+    if (o.kind != "sgd" && (t.get("momentum") || t.get("dampening") || t.get("nesterov")))
+      throw InputError("momentum/dampening/nesterov are SGD options");
+    if (o.kind == "sgd" && (t.get("betas") || t.get("eps")))
+      throw InputError("betas/eps are Adam options");
+    std::vector<Param> none;
+    Optimizer probe(o, none);  // validates the values
+  }
+
+  // [precision]
+  {
+    const toml::table& t = *table(root, "precision", true);
+    const std::string w = "precision.";
+    check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
+                      "amax_history_len", "margin", "fp8_forward", "fp8_backward"});
+    const std::string name = *get_str(t, w, "policy", true);
+    if (name == "custom") {
+      c.policy = Policy{};
+      c.policy.name = "custom";
+      if (!t.get("low")) throw InputError("missing field 'precision.low' (needed by a custom policy)");
+    } else {
+      c.policy = preset_policy(name);
+    }
+    if (auto low = get_str(t, w, "low", false)) {
+      const DType d = parse_dtype(*low);
+      if (c.policy.fp8) {
+        throw InputError("'precision.low' does not apply to fp8-hybrid (use fp8_forward/fp8_backward)");
+      }
+      const bool pure = c.policy.param_dtype.is_low();
+      c.policy.low = d;
+      if (pure) c.policy.param_dtype = c.policy.input_dtype = d;
+    }
+    if (auto pd = get_str(t, w, "params", false)) {
+      if (*pd == "low") {
+        c.policy.param_dtype = c.policy.input_dtype = c.policy.low;
+      } else {
+        c.policy.param_dtype = parse_dtype(*pd);
+        if (c.policy.param_dtype.is_f64()) throw InputError("'precision.params' cannot be fp64");
+      }
+    }
+    if (auto a = get_str(t, w, "accumulation", false)) {
+      accumulator_by_name(*a);
+      c.policy.accumulation = *a;
+    }
+    if (auto r = get_str(t, w, "rounding", false)) c.rounding = parse_rounding(*r);
+    if (const toml::node* ops = t.get("ops")) {
+      if (!ops->is_table()) throw InputError("'precision.ops' must be a table");
+      for (auto&& [k, v] : *ops->as_table()) {
+        const OpKind op = parse_op(k.str());
+        if (!v.is_string())
+          throw InputError("'precision.ops." + std::string(k.str()) + "' must be a string");
+        c.policy.set(op, parse_rule(*v.value<std::string_view>()));
+      }
+    }
+    const bool fp8_keys = t.get("amax_history_len") || t.get("margin") ||
+                          t.get("fp8_forward") || t.get("fp8_backward");
+    if (fp8_keys && !c.policy.fp8)
+      throw InputError("amax_history_len/margin/fp8_forward/fp8_backward need policy fp8-hybrid");
+    if (auto v = get_int(t, w, "amax_history_len", false)) {
+      if (*v < 1 || *v > 1000000) throw InputError("'precision.amax_history_len' must be >= 1");
+      c.policy.fp8_config.amax_history_len = int(*v);
+    }
+    if (auto v = get_int(t, w, "margin", false)) c.policy.fp8_config.margin = to_int(*v, w + "margin");
+    if (auto f = get_str(t, w, "fp8_forward", false)) c.policy.fp8_config.fwd = parse_format(*f);
+    if (auto f = get_str(t, w, "fp8_backward", false)) c.policy.fp8_config.bwd = parse_format(*f);
+  }
+
+  // [scaler]
+  if (const toml::table* tp = table(root, "scaler", false)) {
+    const toml::table& t = *tp;
+    const std::string w = "scaler.";
+    const std::string kind = *get_str(t, w, "kind", true);
+    auto& s = c.scaler;
+    if (kind == "none") {
+      check_keys(t, w, {"kind"});
+      s.kind = ScalerConfig::Kind::none;
+    } else if (kind == "static") {
+      check_keys(t, w, {"kind", "scale", "mistake"});
+      s.kind = ScalerConfig::Kind::static_scale;
+      s.scale = *get_num(t, w, "scale", true);
+    } else if (kind == "dynamic") {
+      check_keys(t, w, {"kind", "init_scale", "growth_factor", "backoff_factor",
+                        "growth_interval", "mistake"});
+      s.kind = ScalerConfig::Kind::dynamic;
+      if (auto v = get_num(t, w, "init_scale", false)) s.init_scale = *v;
+      if (auto v = get_num(t, w, "growth_factor", false)) s.growth_factor = *v;
+      if (auto v = get_num(t, w, "backoff_factor", false)) s.backoff_factor = *v;
+      if (auto v = get_int(t, w, "growth_interval", false)) s.growth_interval = *v;
+    } else {
+      throw InputError("unknown scaler kind '" + kind + "' (none static dynamic)");
+    }
+    if (auto m = get_bool(t, w, "mistake")) s.mistake = *m;
+    validate(s);
+  }
+
+  // [run]
+  {
+    const toml::table& t = *table(root, "run", true);
+    check_keys(t, "run.", {"steps", "seed"});
+    c.steps = *get_int(t, "run.", "steps", true);
+    if (c.steps < 1) throw InputError("'run.steps' must be >= 1");
+    if (auto s = get_int(t, "run.", "seed", false)) {
+      if (*s < 0) throw InputError("'run.seed' must be >= 0");
+      c.seed = uint64_t(*s);
+    }
+  }
+
+  // [trace]
+  if (const toml::table* tp = table(root, "trace", false)) {
+    const std::string w = "trace.";
+    check_keys(*tp, w, {"enabled", "every", "underflow_tolerance", "k_min", "k_max"});
+    if (auto v = get_bool(*tp, w, "enabled")) c.trace = *v;
+    if (auto v = get_int(*tp, w, "every", false)) c.trace_every = *v;
+    if (auto v = get_num(*tp, w, "underflow_tolerance", false)) c.tracer.underflow_tolerance = *v;
+    if (auto v = get_int(*tp, w, "k_min", false)) c.tracer.k_min = to_int(*v, w + "k_min");
+    if (auto v = get_int(*tp, w, "k_max", false)) c.tracer.k_max = to_int(*v, w + "k_max");
+    if (c.trace_every < 1) throw InputError("'trace.every' must be >= 1");
+    if (c.tracer.k_min > c.tracer.k_max || c.tracer.k_min < -200 || c.tracer.k_max > 200)
+      throw InputError("'trace.k_min'..'trace.k_max' must be an increasing range within ±200");
+    if (!(c.tracer.underflow_tolerance >= 0 && c.tracer.underflow_tolerance <= 1))
+      throw InputError("'trace.underflow_tolerance' must be in [0, 1]");
+  }
+
+  // [output]
+  if (const toml::table* tp = table(root, "output", false)) {
+    check_keys(*tp, "output.", {"weights", "grads"});
+    if (auto v = get_bool(*tp, "output.", "weights")) c.save_weights = *v;
+    if (auto v = get_bool(*tp, "output.", "grads")) c.save_grads = *v;
+  }
+  return c;
+}
+
+TrainConfig parse_config_file(const std::string& path) {
+  const std::string text = read_file(path);
+  const std::filesystem::path p(path);
+  std::string base = p.parent_path().string();
+  if (base.empty()) base = ".";
+  return parse_config(text, base, p.filename().string());
+}
+
+}  // namespace halfway::sim

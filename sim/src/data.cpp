@@ -1,0 +1,112 @@
+#include "halfway/sim/data.hpp"
+
+#include <cmath>
+#include <numeric>
+
+#include "halfway/names.hpp"
+#include "halfway/sim/rng.hpp"
+
+namespace halfway::sim {
+
+Dataset synthetic_regression(int64_t n, int features, int outputs, double noise, uint64_t seed) {
+  Rng rng(seed ^ 0x5265677265737331ull);
+  Dataset d;
+  d.x_shape = {n, features};
+  d.y_shape = {n, outputs};
+  std::vector<double> w(size_t(features) * size_t(outputs));
+  for (double& v : w) v = rng.normal() / std::sqrt(double(features));
+  d.x.resize(size_t(n) * size_t(features));
+  d.y.resize(size_t(n) * size_t(outputs));
+  for (double& v : d.x) v = rng.normal();
+  for (int64_t i = 0; i < n; ++i)
+    for (int o = 0; o < outputs; ++o) {
+      double s = 0;
+      for (int f = 0; f < features; ++f)
+        s += d.x[size_t(i * features + f)] * w[size_t(f * outputs + o)];
+      d.y[size_t(i * outputs + o)] = s + noise * rng.normal();
+    }
+  return d;
+}
+
+Dataset synthetic_blobs(int64_t n, int features, int classes, double spread, uint64_t seed) {
+  Rng rng(seed ^ 0x426c6f6273424c42ull);
+  Dataset d;
+  d.x_shape = {n, features};
+  d.y_shape = {n};
+  d.y_labels = true;
+  std::vector<double> centers(size_t(classes) * size_t(features));
+  for (double& c : centers) c = spread * rng.normal();
+  d.x.resize(size_t(n) * size_t(features));
+  d.y.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = int(rng.below(uint64_t(classes)));
+    d.y[size_t(i)] = c;
+    for (int f = 0; f < features; ++f)
+      d.x[size_t(i * features + f)] = centers[size_t(c * features + f)] + rng.normal();
+  }
+  return d;
+}
+
+Dataset synthetic_sequence(int64_t n, int seq_len, int vocab, bool reverse, uint64_t seed) {
+  Rng rng(seed ^ 0x53657175656e6365ull);
+  Dataset d;
+  d.x_shape = {n, seq_len};
+  d.y_shape = {n, seq_len};
+  d.x_ids = d.y_labels = true;
+  d.x.resize(size_t(n) * size_t(seq_len));
+  d.y.resize(d.x.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int t = 0; t < seq_len; ++t) {
+      const double tok = double(rng.below(uint64_t(vocab)));
+      d.x[size_t(i * seq_len + t)] = tok;
+      d.y[size_t(i * seq_len + (reverse ? seq_len - 1 - t : t))] = tok;
+    }
+  return d;
+}
+
+Loader::Loader(const Dataset& d, int64_t batch_size, bool shuffle, uint64_t seed)
+    : d_(d), bs_(batch_size), shuffle_(shuffle), seed_(seed) {
+  if (batch_size < 1) throw InputError("data.batch_size must be >= 1");
+  if (d.n() < 1) throw InputError("the dataset is empty");
+}
+
+void Loader::new_epoch() {
+  ++epoch_;
+  pos_ = 0;
+  order_.resize(size_t(d_.n()));
+  std::iota(order_.begin(), order_.end(), int64_t(0));
+  if (shuffle_) {
+    Rng rng(seed_ * 0x9E3779B97F4A7C15ull + uint64_t(epoch_) + 1);
+    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);
+  }
+}
+
+Batch Loader::next() {
+  if (epoch_ < 0 || pos_ >= d_.n()) new_epoch();
+  const int64_t b = std::min(bs_, d_.n() - pos_);
+  Batch out;
+  out.size = b;
+  const int64_t xr = d_.x_shape.size() > 1 ? d_.x_shape[1] : 1;
+  const int64_t yr = d_.y_shape.size() > 1 ? d_.y_shape[1] : 1;
+  std::vector<double> xs(size_t(b * xr)), ys(size_t(b * yr));
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t r = order_[size_t(pos_ + i)];
+    std::copy_n(d_.x.begin() + r * xr, xr, xs.begin() + i * xr);
+    std::copy_n(d_.y.begin() + r * yr, yr, ys.begin() + i * yr);
+  }
+  pos_ += b;
+  if (d_.x_ids) {
+    out.ids.assign(xs.begin(), xs.end());
+    out.ids_shape = {b, xr};
+  } else {
+    out.x = Tensor::from({b, xr}, std::move(xs), DType::f32());
+  }
+  if (d_.y_labels) {
+    out.labels.assign(ys.begin(), ys.end());
+  } else {
+    out.y = Tensor::from({b, yr}, std::move(ys), DType::f32());
+  }
+  return out;
+}
+
+}  // namespace halfway::sim

@@ -1,0 +1,1121 @@
+// The ops. Each op: (1) the policy picks the compute dtype and casts the inputs (cast nodes),
+// (2) the forward values are computed exactly or in binary64 (matmul: the accumulation model)
+// and rounded once into the compute dtype, (3) the backward closure, beside it, computes each
+// input gradient the same way and rounds it once into that input's dtype.
+#include "halfway/sim/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+#include "halfway/sim/accumulate.hpp"
+#include "halfway/sim/context.hpp"
+#include "halfway/sim/fp8.hpp"
+
+namespace halfway::sim {
+
+namespace {
+
+using Ptr = std::shared_ptr<TensorImpl>;
+using Vec = std::vector<double>;
+
+TraceKind fwd_kind(const TensorImpl& t) {
+  return t.weight ? TraceKind::weight : TraceKind::activation;
+}
+TraceKind grad_kind(const TensorImpl& t) {
+  return t.weight ? TraceKind::weight_grad : TraceKind::activation_grad;
+}
+
+std::string grad_suffix(const std::string& role) {
+  if (role == "input" || role == "other" || role == "target") return "grad_" + role;
+  return role + ".grad";
+}
+
+Ptr make_node(const char* op, Shape shape, const DType& dt, Vec data, std::vector<Ptr> parents) {
+  auto p = std::make_shared<TensorImpl>();
+  p->op = op;
+  p->shape = std::move(shape);
+  p->dtype = dt;
+  p->data = std::move(data);
+  for (const auto& q : parents)
+    if (q->requires_grad) p->requires_grad = true;
+  p->parents = std::move(parents);
+  p->name = scoped("output");
+  return p;
+}
+
+/// Add a gradient contribution (already rounded into t's dtype) to t.grad; a second
+/// contribution is summed and rounded again, as PyTorch accumulates in the tensor's dtype.
+void accumulate(Runtime& rt, TensorImpl& t, Vec&& g) {
+  if (!t.requires_grad) return;
+  if (t.grad.empty()) {
+    t.grad = std::move(g);
+    return;
+  }
+  for (size_t i = 0; i < g.size(); ++i) t.grad[i] += g[i];
+  const TraceTag tag{t.name + ".grad_accum", "accumulate", grad_kind(t)};
+  round_into(rt, t.dtype, t.grad, &tag);
+}
+
+Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, TraceKind kind,
+                 const std::string& grad_name) {
+  if (x.dtype() == dt) return x;
+  Runtime& rt = runtime();
+  Vec y = x.data();
+  const TraceTag tag{name, "cast", kind};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("cast", x.shape(), dt, std::move(y), {x.ptr()});
+  out->name = name;
+  out->weight = x.impl()->weight;
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &rt;
+    const TraceTag gtag{grad_name, "cast", grad_kind(*xp)};
+    // The backward of a cast rounds the gradient back into the source dtype.
+    out->backward_fn = [o, xp, r, gtag]() {
+      Vec g = o->grad;
+      round_into(*r, xp->dtype, g, &gtag);
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+/// Apply the policy's rule for `op`: returns the compute dtype and replaces the inputs by
+/// their casts where needed. Empty tensors (an absent bias) are skipped.
+DType prepare(OpKind op, std::vector<Tensor>& ts, std::initializer_list<const char*> roles) {
+  const Policy* pol = context().policy;
+  const CastRule r = pol ? pol->rule(op) : CastRule::input;
+  DType dt;
+  bool first = true;
+  auto widen = [&](const DType& d) {
+    dt = first ? d : widest(dt, d);
+    first = false;
+  };
+  if (r == CastRule::lower) {
+    dt = pol->low;
+  } else {
+    for (const Tensor& t : ts)
+      if (t) widen(r == CastRule::fp32 && !t.dtype().is_f64() ? DType::f32() : t.dtype());
+  }
+  size_t i = 0;
+  for (const char* role : roles) {
+    Tensor& t = ts[i++];
+    if (!t || t.dtype() == dt) continue;
+    const std::string rs(role);
+    // The op's own backward records its gradient under `grad_suffix`; the cast's backward
+    // only gets that name when the op itself computes in a non-traced dtype.
+    t = cast_node(t, dt, scoped(rs), fwd_kind(*t.impl()),
+                  scoped(grad_suffix(rs)) + (dt.is_low() ? ".cast" : ""));
+  }
+  return dt;
+}
+
+Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
+  Vec t(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t[size_t(j * rows + i)] = x[i * cols + j];
+  return t;
+}
+
+/// C = A·B (+ bias) with `dt`'s arithmetic (binary64, or the runtime's accumulation model);
+/// C is not yet rounded into dt.
+void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, const double* A,
+             const double* B, const double* bias, double* C, Layout layout) {
+  if (dt.is_f64()) {
+    gemm_f64(m, n, k, A, B, bias, C);
+    return;
+  }
+  std::vector<float> fa(A, A + m * k), fb(B, B + k * n), fc(size_t(m * n)), fbias;
+  if (bias) fbias.assign(bias, bias + n);
+  const Accumulator& acc = rt.accumulator ? *rt.accumulator : fp32_sequential();
+  BulkOptions o = rt.rounding;
+  if (o.rounding == Rounding::stochastic) {
+    o.offset = rt.sr_next;
+    rt.sr_next += uint64_t(m * n * (k + 1));
+  }
+  acc.gemm(m, n, k, fa.data(), fb.data(), bias ? fbias.data() : nullptr, fc.data(), dt, o,
+           rt.threads, layout);
+  for (size_t i = 0; i < fc.size(); ++i) C[i] = fc[i];
+}
+
+// ---- broadcasting ----------------------------------------------------------------------------
+
+struct Bcast {
+  Shape out;
+  std::vector<int64_t> sa, sb;  // strides of a and b per output dimension (0: broadcast)
+};
+
+Bcast broadcast(const Shape& a, const Shape& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Bcast bc;
+  bc.out.assign(r, 1);
+  bc.sa.assign(r, 0);
+  bc.sb.assign(r, 0);
+  int64_t sta = 1, stb = 1;
+  for (size_t i = r; i-- > 0;) {
+    const size_t off_a = r - a.size(), off_b = r - b.size();
+    const int64_t da = i >= off_a ? a[i - off_a] : 1;
+    const int64_t db = i >= off_b ? b[i - off_b] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw InputError("shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    bc.out[i] = da == 1 ? db : da;
+    bc.sa[i] = da == 1 ? 0 : sta;
+    bc.sb[i] = db == 1 ? 0 : stb;
+    sta *= da;
+    stb *= db;
+  }
+  return bc;
+}
+
+template <class F>
+void bcast_loop(const Bcast& bc, F f) {
+  const size_t r = bc.out.size();
+  const int64_t n = numel(bc.out);
+  std::vector<int64_t> idx(r, 0);
+  int64_t ia = 0, ib = 0;
+  for (int64_t o = 0; o < n; ++o) {
+    f(o, ia, ib);
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      ia += bc.sa[d];
+      ib += bc.sb[d];
+      if (idx[d] < bc.out[d]) break;
+      ia -= bc.sa[d] * bc.out[d];
+      ib -= bc.sb[d] * bc.out[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// ---- generic elementwise ---------------------------------------------------------------------
+
+/// f(x) forward; bw(g, x, y) the input gradient.
+template <class F, class BW>
+Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
+  std::vector<Tensor> in{x0};
+  const DType dt = prepare(kind, in, {"input"});
+  const Tensor& x = in[0];
+  Runtime& rt = runtime();
+  const char* op = op_name(kind);
+  Vec y(x.data().size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = f(x.data()[i]);
+  const TraceTag tag{scoped("output"), op, TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node(op, x.shape(), dt, std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &rt;
+    const TraceTag gtag{scoped("grad_input"), op, grad_kind(*xp)};
+    if (saves_out)
+      out->saves_output = true;
+    else
+      out->saved = {xp};
+    out->backward_fn = [o, xp, r, gtag, bw]() {
+      Vec g(o->grad.size());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = bw(o->grad[i], xp->data[i], o->data[i]);
+      round_into(*r, xp->dtype, g, &gtag);
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+/// f(a, b) forward; ga(g, a, b, y), gb(g, a, b, y) the gradients, summed over broadcasting.
+template <class F, class GA, class GB>
+Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs, F f, GA ga,
+              GB gb) {
+  std::vector<Tensor> in{a0, b0};
+  const DType dt = prepare(kind, in, {"input", "other"});
+  const Tensor &a = in[0], &b = in[1];
+  Runtime& rt = runtime();
+  const char* op = op_name(kind);
+  const Bcast bc = broadcast(a.shape(), b.shape());
+  Vec y(static_cast<size_t>(numel(bc.out)));
+  const double *pa = a.data().data(), *pb = b.data().data();
+  bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) { y[size_t(o)] = f(pa[ia], pb[ib]); });
+  const TraceTag tag{scoped("output"), op, TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node(op, bc.out, dt, std::move(y), {a.ptr(), b.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr ap = a.ptr(), bp = b.ptr();
+    Runtime* r = &rt;
+    const TraceTag ta{scoped("grad_input"), op, grad_kind(*ap)};
+    const TraceTag tb{scoped("grad_other"), op, grad_kind(*bp)};
+    if (save_inputs) out->saved = {ap, bp};
+    out->backward_fn = [o, ap, bp, r, ta, tb, bc, ga, gb]() {
+      const double *xa = ap->data.data(), *xb = bp->data.data();
+      if (ap->requires_grad) {
+        Vec g(ap->data.size(), 0.0);
+        bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
+          g[size_t(ia)] += ga(o->grad[size_t(i)], xa[ia], xb[ib], o->data[size_t(i)]);
+        });
+        round_into(*r, ap->dtype, g, &ta);
+        accumulate(*r, *ap, std::move(g));
+      }
+      if (bp->requires_grad) {
+        Vec g(bp->data.size(), 0.0);
+        bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
+          g[size_t(ib)] += gb(o->grad[size_t(i)], xa[ia], xb[ib], o->data[size_t(i)]);
+        });
+        round_into(*r, bp->dtype, g, &tb);
+        accumulate(*r, *bp, std::move(g));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+/// Rows of the last dimension: (number of rows, row length).
+std::pair<int64_t, int64_t> rows_of(const Tensor& x, const char* op) {
+  if (x.rank() < 1) throw InputError(std::string(op) + " needs at least one dimension");
+  const int64_t d = x.dim(-1);
+  return {d ? x.numel() / d : 0, d};
+}
+
+double neg_fill(const DType& dt) {
+  if (!dt.is_low() || dt.fmt.has_inf()) return -std::numeric_limits<double>::infinity();
+  Env env;
+  return -to_f64(dt.fmt, dt.fmt.max_mag(), env);
+}
+
+constexpr double kSqrt2 = 1.41421356237309504880;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
+
+}  // namespace
+
+// ---- casts -----------------------------------------------------------------------------------
+
+Tensor cast(const Tensor& x, const DType& dt, const std::string& name, TraceKind kind) {
+  return cast_node(x, dt, name, kind,
+                   name + (kind == TraceKind::weight ? ".grad" : ".grad_input"));
+}
+
+// ---- matmul and linear -----------------------------------------------------------------------
+
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  if (a0.rank() < 2 || b0.rank() < 2)
+    throw InputError("matmul needs operands of rank >= 2, got " + shape_str(a0.shape()) +
+                     " and " + shape_str(b0.shape()));
+  std::vector<Tensor> in{a0, b0};
+  const DType dt = prepare(OpKind::matmul, in, {"input", "other"});
+  const Tensor &a = in[0], &b = in[1];
+  const int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
+  if (b.dim(-2) != k)
+    throw InputError("matmul shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                     " do not match");
+  const bool b2 = b.rank() == 2;
+  if (!b2 && (b.rank() != a.rank() ||
+              !std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin())))
+    throw InputError("matmul batch dimensions of " + shape_str(a.shape()) + " and " +
+                     shape_str(b.shape()) + " differ");
+  const int64_t batch = (m * k != 0) ? a.numel() / (m * k) : 0;
+  Runtime& rt = runtime();
+  Shape os = a.shape();
+  os.back() = n;
+  Vec y(size_t(batch * m * n));
+  if (b2) {
+    gemm_dt(rt, dt, batch * m, n, k, a.data().data(), b.data().data(), nullptr, y.data(),
+            Layout::nn);
+  } else {
+    for (int64_t i = 0; i < batch; ++i)
+      gemm_dt(rt, dt, m, n, k, a.data().data() + i * m * k, b.data().data() + i * k * n,
+              nullptr, y.data() + i * m * n, Layout::nn);
+  }
+  const TraceTag tag{scoped("output"), "matmul", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("matmul", os, dt, std::move(y), {a.ptr(), b.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr ap = a.ptr(), bp = b.ptr();
+    Runtime* r = &rt;
+    const TraceTag ta{scoped("grad_input"), "matmul", grad_kind(*ap)};
+    const TraceTag tb{scoped("grad_other"), "matmul", grad_kind(*bp)};
+    out->saved = {ap, bp};
+    out->backward_fn = [o, ap, bp, r, ta, tb, dt, batch, m, n, k, b2]() {
+      const double* G = o->grad.data();
+      if (ap->requires_grad) {
+        Vec g(ap->data.size());
+        if (b2) {
+          const Vec bt = transpose2d(bp->data.data(), k, n);
+          gemm_dt(*r, dt, batch * m, k, n, G, bt.data(), nullptr, g.data(), Layout::nt);
+        } else {
+          for (int64_t i = 0; i < batch; ++i) {
+            const Vec bt = transpose2d(bp->data.data() + i * k * n, k, n);
+            gemm_dt(*r, dt, m, k, n, G + i * m * n, bt.data(), nullptr, g.data() + i * m * k,
+                    Layout::nt);
+          }
+        }
+        round_into(*r, ap->dtype, g, &ta);
+        accumulate(*r, *ap, std::move(g));
+      }
+      if (bp->requires_grad) {
+        Vec g(bp->data.size());
+        if (b2) {
+          const Vec at = transpose2d(ap->data.data(), batch * m, k);
+          gemm_dt(*r, dt, k, n, batch * m, at.data(), G, nullptr, g.data(), Layout::tn);
+        } else {
+          for (int64_t i = 0; i < batch; ++i) {
+            const Vec at = transpose2d(ap->data.data() + i * m * k, m, k);
+            gemm_dt(*r, dt, k, n, m, at.data(), G + i * m * n, nullptr, g.data() + i * k * n,
+                    Layout::tn);
+          }
+        }
+        round_into(*r, bp->dtype, g, &tb);
+        accumulate(*r, *bp, std::move(g));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
+  if (w0.rank() != 2) throw InputError("linear weight must be 2-D, got " + shape_str(w0.shape()));
+  const int64_t nout = w0.dim(0), nin = w0.dim(1);
+  if (x0.rank() < 1 || x0.dim(-1) != nin)
+    throw InputError("linear input " + shape_str(x0.shape()) + " does not match weight " +
+                     shape_str(w0.shape()));
+  if (b0 && b0.numel() != nout)
+    throw InputError("linear bias " + shape_str(b0.shape()) + " does not match weight " +
+                     shape_str(w0.shape()));
+  const Policy* pol = context().policy;
+  if (pol && pol->fp8 && pol->rule(OpKind::linear) == CastRule::lower)
+    return linear_fp8(x0, w0, b0);
+  std::vector<Tensor> in{x0, w0, b0};
+  const DType dt = prepare(OpKind::linear, in, {"input", "weight", "bias"});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  const int64_t M = nin ? x.numel() / nin : 0;
+  Runtime& rt = runtime();
+  const Vec wt = transpose2d(w.data().data(), nout, nin);
+  Vec y(size_t(M * nout));
+  gemm_dt(rt, dt, M, nout, nin, x.data().data(), wt.data(), b ? b.data().data() : nullptr,
+          y.data(), Layout::nt);
+  const TraceTag tag{scoped("output"), "linear", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Shape os = x.shape();
+  os.back() = nout;
+  std::vector<Ptr> parents{x.ptr(), w.ptr()};
+  if (b) parents.push_back(b.ptr());
+  Ptr out = make_node("linear", os, dt, std::move(y), parents);
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
+    Runtime* r = &rt;
+    const TraceTag tx{scoped("grad_input"), "linear", grad_kind(*xp)};
+    const TraceTag tw{scoped("weight.grad"), "linear", grad_kind(*wp)};
+    const TraceTag tb{scoped("bias.grad"), "linear",
+                      bp ? grad_kind(*bp) : TraceKind::weight_grad};
+    out->saved = {xp, wp};
+    out->backward_fn = [o, xp, wp, bp, r, tx, tw, tb, dt, M, nin, nout]() {
+      const double* G = o->grad.data();
+      if (xp->requires_grad) {
+        Vec g(size_t(M * nin));
+        gemm_dt(*r, dt, M, nin, nout, G, wp->data.data(), nullptr, g.data(), Layout::nn);
+        round_into(*r, xp->dtype, g, &tx);
+        accumulate(*r, *xp, std::move(g));
+      }
+      if (wp->requires_grad) {
+        const Vec gt = transpose2d(G, M, nout);
+        Vec g(size_t(nout * nin));
+        gemm_dt(*r, dt, nout, nin, M, gt.data(), xp->data.data(), nullptr, g.data(), Layout::tn);
+        round_into(*r, wp->dtype, g, &tw);
+        accumulate(*r, *wp, std::move(g));
+      }
+      if (bp && bp->requires_grad) {
+        Vec g(size_t(nout), 0.0);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < nout; ++j) g[size_t(j)] += G[i * nout + j];
+        round_into(*r, bp->dtype, g, &tb);
+        accumulate(*r, *bp, std::move(g));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+namespace {
+
+// fp8 linear with delayed scaling: Y = (Xq·Wqᵀ)·(1/sx·1/sw) + b with an fp32 accumulator, the
+// gradients from Gq = fl_bwd(G·sg) likewise; everything outside the GEMM stays in fp32.
+Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Runtime& rt = runtime();
+  if (!rt.fp8) throw std::logic_error("fp8 policy without delayed-scaling state");
+  Fp8State& st = *rt.fp8;
+  const Fp8Config& cfg = st.config();
+  const int64_t nout = w.dim(0), nin = w.dim(1);
+  const int64_t M = nin ? x.numel() / nin : 0;
+  DType dt = widest(x.dtype(), w.dtype());
+  if (dt.is_low()) dt = DType::f32();
+  const std::string kx = scoped("input"), kw = scoped("weight"), kg = scoped("grad_output");
+  const TraceTag tx{kx, "linear", fwd_kind(*x.impl())};
+  const TraceTag tw{kw, "linear", TraceKind::weight};
+  Vec xq, wq;
+  const float sx = st.quantize(kx, cfg.fwd, x.data().data(), x.data().size(), xq, rt, &tx);
+  const float sw = st.quantize(kw, cfg.fwd, w.data().data(), w.data().size(), wq, rt, &tw);
+  const float inv_x = 1.0f / sx, inv_w = 1.0f / sw;
+  const Vec wqt = transpose2d(wq.data(), nout, nin);
+  Vec y(size_t(M * nout));
+  gemm_dt(rt, DType::f32(), M, nout, nin, xq.data(), wqt.data(), nullptr, y.data(), Layout::nt);
+  const float alpha = inv_x * inv_w;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < nout; ++j) {
+      float v = static_cast<float>(y[size_t(i * nout + j)]) * alpha;
+      if (b) v = v + static_cast<float>(b.data()[size_t(j)]);
+      y[size_t(i * nout + j)] = v;
+    }
+  const TraceTag tag{scoped("output"), "linear", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Shape os = x.shape();
+  os.back() = nout;
+  std::vector<Ptr> parents{x.ptr(), w.ptr()};
+  if (b) parents.push_back(b.ptr());
+  Ptr out = make_node("linear", os, dt, std::move(y), parents);
+  if (out->requires_grad) {
+    // The fp8 copies are what the backward keeps (memory accounting).
+    auto keep = [&](const Vec& q, const Shape& s) {
+      auto t = std::make_shared<TensorImpl>();
+      t->shape = s;
+      t->dtype = DType::low(cfg.fwd);
+      t->data = q;
+      return t;
+    };
+    auto xqt = keep(xq, x.shape());
+    auto wqt_keep = keep(wq, w.shape());
+    wqt_keep->weight = true;
+    out->saved = {xqt, wqt_keep};
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
+    Runtime* r = &rt;
+    Fp8State* stp = &st;
+    const TraceTag tg{kg, "linear", TraceKind::activation_grad};
+    const TraceTag tgx{scoped("grad_input"), "linear", grad_kind(*xp)};
+    const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
+    const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
+    out->backward_fn = [o, xp, wp, bp, r, stp, xq, wq, inv_x, inv_w, kg, tg, tgx, tgw, tgb, M,
+                        nin, nout]() {
+      Vec gq;
+      const float sg = stp->quantize(kg, stp->config().bwd, o->grad.data(), o->grad.size(), gq,
+                                     *r, &tg);
+      const float inv_g = 1.0f / sg;
+      if (xp->requires_grad) {
+        Vec g(size_t(M * nin));
+        gemm_dt(*r, DType::f32(), M, nin, nout, gq.data(), wq.data(), nullptr, g.data(),
+                Layout::nn);
+        const float a = inv_g * inv_w;
+        for (double& v : g) v = static_cast<float>(v) * a;
+        round_into(*r, xp->dtype, g, &tgx);
+        accumulate(*r, *xp, std::move(g));
+      }
+      if (wp->requires_grad) {
+        const Vec gt = transpose2d(gq.data(), M, nout);
+        Vec g(size_t(nout * nin));
+        gemm_dt(*r, DType::f32(), nout, nin, M, gt.data(), xq.data(), nullptr, g.data(),
+                Layout::tn);
+        const float a = inv_g * inv_x;
+        for (double& v : g) v = static_cast<float>(v) * a;
+        round_into(*r, wp->dtype, g, &tgw);
+        accumulate(*r, *wp, std::move(g));
+      }
+      if (bp && bp->requires_grad) {
+        Vec g(size_t(nout), 0.0);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < nout; ++j) g[size_t(j)] += o->grad[size_t(i * nout + j)];
+        round_into(*r, bp->dtype, g, &tgb);
+        accumulate(*r, *bp, std::move(g));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+}  // namespace
+
+// ---- elementwise -----------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary(
+      OpKind::add, a, b, false, [](double x, double y) { return x + y; },
+      [](double g, double, double, double) { return g; },
+      [](double g, double, double, double) { return g; });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary(
+      OpKind::sub, a, b, false, [](double x, double y) { return x - y; },
+      [](double g, double, double, double) { return g; },
+      [](double g, double, double, double) { return -g; });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary(
+      OpKind::mul, a, b, true, [](double x, double y) { return x * y; },
+      [](double g, double, double y, double) { return g * y; },
+      [](double g, double x, double, double) { return g * x; });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary(
+      OpKind::div, a, b, true, [](double x, double y) { return x / y; },
+      [](double g, double, double y, double) { return g / y; },
+      [](double g, double x, double y, double) { return -g * x / (y * y); });
+}
+
+Tensor mul_scalar(const Tensor& x, double c) {
+  return unary(
+      OpKind::mul, x, false, [c](double v) { return v * c; },
+      [c](double g, double, double) { return g * c; });
+}
+
+Tensor relu(const Tensor& x) {
+  // threshold_backward: the gradient passes where the output is positive (never g·0).
+  return unary(
+      OpKind::relu, x, true, [](double v) { return v > 0 ? v : 0.0; },
+      [](double g, double, double y) { return y > 0 ? g : 0.0; });
+}
+
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  if (approx == GeluApprox::tanh) {
+    return unary(
+        OpKind::gelu, x, false,
+        [](double v) {
+          return 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
+        },
+        [](double g, double v, double) {
+          const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
+          const double dt = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+          return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dt);
+        });
+  }
+  return unary(
+      OpKind::gelu, x, false, [](double v) { return 0.5 * v * (1.0 + std::erf(v / kSqrt2)); },
+      [](double g, double v, double) {
+        return g * (0.5 * (1.0 + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v));
+      });
+}
+
+Tensor tanh(const Tensor& x) {
+  return unary(
+      OpKind::tanh, x, true, [](double v) { return std::tanh(v); },
+      [](double g, double, double y) { return g * (1.0 - y * y); });
+}
+
+Tensor sigmoid(const Tensor& x) {
+  return unary(
+      OpKind::sigmoid, x, true, [](double v) { return 1.0 / (1.0 + std::exp(-v)); },
+      [](double g, double, double y) { return g * y * (1.0 - y); });
+}
+
+Tensor exp(const Tensor& x) {
+  return unary(
+      OpKind::exp, x, true, [](double v) { return std::exp(v); },
+      [](double g, double, double y) { return g * y; });
+}
+
+Tensor log(const Tensor& x) {
+  return unary(
+      OpKind::log, x, false, [](double v) { return std::log(v); },
+      [](double g, double v, double) { return g / v; });
+}
+
+// ---- softmax family and losses ---------------------------------------------------------------
+
+Tensor softmax(const Tensor& x0) {
+  std::vector<Tensor> in{x0};
+  const DType dt = prepare(OpKind::softmax, in, {"input"});
+  const Tensor& x = in[0];
+  const auto [R, D] = rows_of(x, "softmax");
+  Vec y(x.data().size());
+  for (int64_t r = 0; r < R; ++r) {
+    const double* xr = x.data().data() + r * D;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < D; ++j) mx = std::max(mx, xr[j]);
+    double s = 0;
+    for (int64_t j = 0; j < D; ++j) s += (y[size_t(r * D + j)] = std::exp(xr[j] - mx));
+    for (int64_t j = 0; j < D; ++j) y[size_t(r * D + j)] /= s;
+  }
+  Runtime& rt = runtime();
+  const TraceTag tag{scoped("output"), "softmax", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("softmax", x.shape(), dt, std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    out->saves_output = true;
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &rt;
+    const TraceTag gt{scoped("grad_input"), "softmax", grad_kind(*xp)};
+    out->backward_fn = [o, xp, r, gt, R = R, D = D]() {
+      Vec g(o->grad.size());
+      for (int64_t i = 0; i < R; ++i) {
+        const double *gr = o->grad.data() + i * D, *yr = o->data.data() + i * D;
+        double dot = 0;
+        for (int64_t j = 0; j < D; ++j) dot += gr[j] * yr[j];
+        for (int64_t j = 0; j < D; ++j) g[size_t(i * D + j)] = yr[j] * (gr[j] - dot);
+      }
+      round_into(*r, xp->dtype, g, &gt);
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor log_softmax(const Tensor& x0) {
+  std::vector<Tensor> in{x0};
+  const DType dt = prepare(OpKind::log_softmax, in, {"input"});
+  const Tensor& x = in[0];
+  const auto [R, D] = rows_of(x, "log_softmax");
+  Vec y(x.data().size());
+  for (int64_t r = 0; r < R; ++r) {
+    const double* xr = x.data().data() + r * D;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < D; ++j) mx = std::max(mx, xr[j]);
+    double s = 0;
+    for (int64_t j = 0; j < D; ++j) s += std::exp(xr[j] - mx);
+    const double lse = mx + std::log(s);
+    for (int64_t j = 0; j < D; ++j) y[size_t(r * D + j)] = xr[j] - lse;
+  }
+  Runtime& rt = runtime();
+  const TraceTag tag{scoped("output"), "log_softmax", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("log_softmax", x.shape(), dt, std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    out->saves_output = true;
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &rt;
+    const TraceTag gt{scoped("grad_input"), "log_softmax", grad_kind(*xp)};
+    out->backward_fn = [o, xp, r, gt, R = R, D = D]() {
+      Vec g(o->grad.size());
+      for (int64_t i = 0; i < R; ++i) {
+        const double *gr = o->grad.data() + i * D, *yr = o->data.data() + i * D;
+        double s = 0;
+        for (int64_t j = 0; j < D; ++j) s += gr[j];
+        for (int64_t j = 0; j < D; ++j) g[size_t(i * D + j)] = gr[j] - std::exp(yr[j]) * s;
+      }
+      round_into(*r, xp->dtype, g, &gt);
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) {
+  if (logits0.rank() != 2)
+    throw InputError("cross_entropy needs logits [N, C], got " + shape_str(logits0.shape()));
+  const int64_t N = logits0.dim(0), C = logits0.dim(1);
+  if (static_cast<int64_t>(target.size()) != N)
+    throw InputError("cross_entropy: " + std::to_string(target.size()) + " targets for " +
+                     std::to_string(N) + " rows");
+  for (int32_t t : target)
+    if (t < 0 || t >= C)
+      throw InputError("cross_entropy: class " + std::to_string(t) + " outside [0, " +
+                       std::to_string(C) + ")");
+  std::vector<Tensor> in{logits0};
+  const DType dt = prepare(OpKind::cross_entropy, in, {"input"});
+  const Tensor& x = in[0];
+  // Softmax probabilities kept for the backward (binary64, as an fp32 kernel keeps them in
+  // registers, not rounded into a low dtype).
+  Vec p(x.data().size());
+  double total = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    const double* xr = x.data().data() + r * C;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < C; ++j) mx = std::max(mx, xr[j]);
+    double s = 0;
+    for (int64_t j = 0; j < C; ++j) s += (p[size_t(r * C + j)] = std::exp(xr[j] - mx));
+    for (int64_t j = 0; j < C; ++j) p[size_t(r * C + j)] /= s;
+    total += mx + std::log(s) - xr[target[size_t(r)]];
+  }
+  Vec y{N ? total / double(N) : 0.0};
+  Runtime& rt = runtime();
+  const TraceTag tag{scoped("output"), "cross_entropy", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("cross_entropy", {}, dt, std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    out->saved = {xp};
+    Runtime* r = &rt;
+    const TraceTag gt{scoped("grad_input"), "cross_entropy", grad_kind(*xp)};
+    out->backward_fn = [o, xp, r, gt, p, target, N, C]() {
+      const double g0 = o->grad[0] / double(N);
+      Vec g(p.size());
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < C; ++j)
+          g[size_t(i * C + j)] = g0 * (p[size_t(i * C + j)] - (j == target[size_t(i)] ? 1.0 : 0.0));
+      round_into(*r, xp->dtype, g, &gt);
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor mse(const Tensor& p0, const Tensor& t0) {
+  if (p0.shape() != t0.shape())
+    throw InputError("mse: prediction " + shape_str(p0.shape()) + " and target " +
+                     shape_str(t0.shape()) + " differ in shape");
+  std::vector<Tensor> in{p0, t0};
+  const DType dt = prepare(OpKind::mse, in, {"input", "target"});
+  const Tensor &p = in[0], &t = in[1];
+  const size_t n = p.data().size();
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = p.data()[i] - t.data()[i];
+    s += d * d;
+  }
+  Vec y{n ? s / double(n) : 0.0};
+  Runtime& rt = runtime();
+  const TraceTag tag{scoped("output"), "mse", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("mse", {}, dt, std::move(y), {p.ptr(), t.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr pp = p.ptr(), tp = t.ptr();
+    out->saved = {pp, tp};
+    Runtime* r = &rt;
+    const TraceTag gp{scoped("grad_input"), "mse", grad_kind(*pp)};
+    const TraceTag gtt{scoped("grad_target"), "mse", grad_kind(*tp)};
+    out->backward_fn = [o, pp, tp, r, gp, gtt, n]() {
+      const double c = 2.0 * o->grad[0] / double(n);
+      Vec g(n);
+      for (size_t i = 0; i < n; ++i) g[i] = c * (pp->data[i] - tp->data[i]);
+      if (tp->requires_grad) {
+        Vec gt(n);
+        for (size_t i = 0; i < n; ++i) gt[i] = -g[i];
+        round_into(*r, tp->dtype, gt, &gtt);
+        accumulate(*r, *tp, std::move(gt));
+      }
+      if (pp->requires_grad) {
+        round_into(*r, pp->dtype, g, &gp);
+        accumulate(*r, *pp, std::move(g));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double eps) {
+  const auto [R0, D0] = rows_of(x0, "layer_norm");
+  (void)R0;
+  if ((w0 && w0.numel() != D0) || (b0 && b0.numel() != D0))
+    throw InputError("layer_norm weight/bias do not match the last dimension of " +
+                     shape_str(x0.shape()));
+  std::vector<Tensor> in{x0, w0, b0};
+  const DType dt = prepare(OpKind::layer_norm, in, {"input", "weight", "bias"});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  const int64_t R = R0, D = D0;
+  Vec y(x.data().size()), mean(static_cast<size_t>(R)), rstd(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    const double* xr = x.data().data() + r * D;
+    double s = 0;
+    for (int64_t j = 0; j < D; ++j) s += xr[j];
+    const double mu = s / double(D);
+    double v = 0;
+    for (int64_t j = 0; j < D; ++j) v += (xr[j] - mu) * (xr[j] - mu);
+    const double rs = 1.0 / std::sqrt(v / double(D) + eps);
+    mean[size_t(r)] = mu;
+    rstd[size_t(r)] = rs;
+    for (int64_t j = 0; j < D; ++j) {
+      double h = (xr[j] - mu) * rs;
+      if (w) h *= w.data()[size_t(j)];
+      if (b) h += b.data()[size_t(j)];
+      y[size_t(r * D + j)] = h;
+    }
+  }
+  Runtime& rt = runtime();
+  const TraceTag tag{scoped("output"), "layer_norm", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  std::vector<Ptr> parents{x.ptr()};
+  if (w) parents.push_back(w.ptr());
+  if (b) parents.push_back(b.ptr());
+  Ptr out = make_node("layer_norm", x.shape(), dt, std::move(y), parents);
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr(), wp = w ? w.ptr() : nullptr, bp = b ? b.ptr() : nullptr;
+    out->saved = {xp};
+    if (wp) out->saved.push_back(wp);
+    Runtime* r = &rt;
+    const TraceTag tx{scoped("grad_input"), "layer_norm", grad_kind(*xp)};
+    const TraceTag tw{scoped("weight.grad"), "layer_norm", TraceKind::weight_grad};
+    const TraceTag tb{scoped("bias.grad"), "layer_norm", TraceKind::weight_grad};
+    out->backward_fn = [o, xp, wp, bp, r, tx, tw, tb, mean, rstd, R, D]() {
+      const double* G = o->grad.data();
+      Vec gx(size_t(R * D)), gw(size_t(D), 0.0), gb(size_t(D), 0.0);
+      for (int64_t i = 0; i < R; ++i) {
+        const double* xr = xp->data.data() + i * D;
+        const double mu = mean[size_t(i)], rs = rstd[size_t(i)];
+        double m1 = 0, m2 = 0;
+        for (int64_t j = 0; j < D; ++j) {
+          const double xh = (xr[j] - mu) * rs;
+          const double g = G[i * D + j];
+          gw[size_t(j)] += g * xh;
+          gb[size_t(j)] += g;
+          const double gh = wp ? g * wp->data[size_t(j)] : g;
+          m1 += gh;
+          m2 += gh * xh;
+        }
+        m1 /= double(D);
+        m2 /= double(D);
+        for (int64_t j = 0; j < D; ++j) {
+          const double xh = (xr[j] - mu) * rs;
+          const double gh = wp ? G[i * D + j] * wp->data[size_t(j)] : G[i * D + j];
+          gx[size_t(i * D + j)] = rs * (gh - m1 - xh * m2);
+        }
+      }
+      if (xp->requires_grad) {
+        round_into(*r, xp->dtype, gx, &tx);
+        accumulate(*r, *xp, std::move(gx));
+      }
+      if (wp && wp->requires_grad) {
+        round_into(*r, wp->dtype, gw, &tw);
+        accumulate(*r, *wp, std::move(gw));
+      }
+      if (bp && bp->requires_grad) {
+        round_into(*r, bp->dtype, gb, &tb);
+        accumulate(*r, *bp, std::move(gb));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+// ---- reductions ------------------------------------------------------------------------------
+
+namespace {
+
+/// Sum (or mean) over dimension `dim`, or over everything when dim is out of range (-99).
+Tensor reduce(OpKind kind, const Tensor& x0, int dim, bool all) {
+  std::vector<Tensor> in{x0};
+  const DType dt = prepare(kind, in, {"input"});
+  const Tensor& x = in[0];
+  const bool is_mean = kind == OpKind::mean;
+  int64_t outer = 1, len = x.numel(), inner = 1;
+  Shape os;
+  if (!all) {
+    const int r = x.rank();
+    if (dim < 0) dim += r;
+    if (dim < 0 || dim >= r)
+      throw InputError(std::string(op_name(kind)) + ": dimension out of range for " +
+                       shape_str(x.shape()));
+    len = x.shape()[size_t(dim)];
+    for (int i = 0; i < dim; ++i) outer *= x.shape()[size_t(i)];
+    for (int i = dim + 1; i < r; ++i) inner *= x.shape()[size_t(i)];
+    for (int i = 0; i < r; ++i)
+      if (i != dim) os.push_back(x.shape()[size_t(i)]);
+  }
+  Vec y(size_t(outer * inner), 0.0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t l = 0; l < len; ++l)
+      for (int64_t i = 0; i < inner; ++i)
+        y[size_t(o * inner + i)] += x.data()[size_t((o * len + l) * inner + i)];
+  if (is_mean)
+    for (double& v : y) v /= double(len);
+  Runtime& rt = runtime();
+  const char* op = op_name(kind);
+  const TraceTag tag{scoped("output"), op, TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node(op, os, dt, std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &rt;
+    const TraceTag gt{scoped("grad_input"), op, grad_kind(*xp)};
+    out->backward_fn = [o, xp, r, gt, outer, len, inner, is_mean]() {
+      Vec g(xp->data.size());
+      for (int64_t a = 0; a < outer; ++a)
+        for (int64_t l = 0; l < len; ++l)
+          for (int64_t i = 0; i < inner; ++i) {
+            const double v = o->grad[size_t(a * inner + i)];
+            g[size_t((a * len + l) * inner + i)] = is_mean ? v / double(len) : v;
+          }
+      round_into(*r, xp->dtype, g, &gt);
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) { return reduce(OpKind::sum, x, 0, true); }
+Tensor sum(const Tensor& x, int dim) { return reduce(OpKind::sum, x, dim, false); }
+Tensor mean(const Tensor& x) { return reduce(OpKind::mean, x, 0, true); }
+Tensor mean(const Tensor& x, int dim) { return reduce(OpKind::mean, x, dim, false); }
+
+// ---- data movement (no rounding) -------------------------------------------------------------
+
+Tensor reshape(const Tensor& x, Shape shape) {
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) throw InputError("reshape: more than one -1");
+      infer = int(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0 && known) shape[size_t(infer)] = x.numel() / known;
+  if (numel(shape) != x.numel())
+    throw InputError("reshape " + shape_str(x.shape()) + " to " + shape_str(shape) +
+                     ": element counts differ");
+  Ptr out = make_node("reshape", shape, x.dtype(), x.data(), {x.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &runtime();
+    out->backward_fn = [o, xp, r]() { accumulate(*r, *xp, Vec(o->grad)); };
+  }
+  return Tensor(out);
+}
+
+namespace {
+
+Vec permute_swap(const Vec& v, const Shape& s, int d0, int d1, Shape& os) {
+  const int r = static_cast<int>(s.size());
+  os = s;
+  std::swap(os[size_t(d0)], os[size_t(d1)]);
+  std::vector<int64_t> st(size_t(r), 1), ost(size_t(r), 1);
+  for (int i = r - 2; i >= 0; --i) {
+    st[size_t(i)] = st[size_t(i + 1)] * s[size_t(i + 1)];
+    ost[size_t(i)] = ost[size_t(i + 1)] * os[size_t(i + 1)];
+  }
+  Vec out(v.size());
+  std::vector<int64_t> idx(size_t(r), 0);
+  for (size_t n = 0; n < v.size(); ++n) {
+    // idx: index in the source; the destination swaps d0 and d1.
+    int64_t dst = 0;
+    for (int i = 0; i < r; ++i) {
+      const int j = i == d0 ? d1 : i == d1 ? d0 : i;
+      dst += idx[size_t(j)] * ost[size_t(i)];
+    }
+    out[size_t(dst)] = v[n];
+    for (int i = r - 1; i >= 0; --i) {
+      if (++idx[size_t(i)] < s[size_t(i)]) break;
+      idx[size_t(i)] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor transpose(const Tensor& x, int d0, int d1) {
+  const int r = x.rank();
+  if (d0 < 0) d0 += r;
+  if (d1 < 0) d1 += r;
+  if (d0 < 0 || d1 < 0 || d0 >= r || d1 >= r)
+    throw InputError("transpose: dimension out of range for " + shape_str(x.shape()));
+  Shape os;
+  Vec y = permute_swap(x.data(), x.shape(), d0, d1, os);
+  Ptr out = make_node("transpose", os, x.dtype(), std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r2 = &runtime();
+    out->backward_fn = [o, xp, r2, d0, d1]() {
+      Shape back;
+      accumulate(*r2, *xp, permute_swap(o->grad, o->shape, d0, d1, back));
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor embedding(const std::vector<int32_t>& ids, const Shape& ids_shape, const Tensor& w0) {
+  if (w0.rank() != 2) throw InputError("embedding weight must be 2-D");
+  if (numel(ids_shape) != static_cast<int64_t>(ids.size()))
+    throw InputError("embedding: ids do not match their shape " + shape_str(ids_shape));
+  const int64_t V = w0.dim(0), D = w0.dim(1);
+  for (int32_t id : ids)
+    if (id < 0 || id >= V)
+      throw InputError("embedding: index " + std::to_string(id) + " outside [0, " +
+                       std::to_string(V) + ")");
+  std::vector<Tensor> in{w0};
+  const DType dt = prepare(OpKind::embedding, in, {"weight"});
+  const Tensor& w = in[0];
+  Vec y(ids.size() * size_t(D));
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::copy_n(w.data().begin() + ids[i] * D, D, y.begin() + int64_t(i) * D);
+  Shape os = ids_shape;
+  os.push_back(D);
+  Ptr out = make_node("embedding", os, dt, std::move(y), {w.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr wp = w.ptr();
+    Runtime* r = &runtime();
+    const TraceTag gt{scoped("weight.grad"), "embedding", TraceKind::weight_grad};
+    out->backward_fn = [o, wp, r, gt, ids, D]() {
+      Vec g(wp->data.size(), 0.0);
+      for (size_t i = 0; i < ids.size(); ++i)
+        for (int64_t j = 0; j < D; ++j) g[size_t(ids[i] * D + j)] += o->grad[i * size_t(D) + size_t(j)];
+      round_into(*r, wp->dtype, g, &gt);
+      accumulate(*r, *wp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor masked_fill_causal(const Tensor& x0) {
+  if (x0.rank() < 2) throw InputError("causal mask needs at least 2 dimensions");
+  std::vector<Tensor> in{x0};
+  const DType dt = prepare(OpKind::masked_fill, in, {"input"});
+  const Tensor& x = in[0];
+  const int64_t T = x.dim(-2), S = x.dim(-1);
+  const double fill = neg_fill(dt);
+  Vec y = x.data();
+  for (size_t n = 0; n < y.size(); ++n) {
+    const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
+    if (j > i) y[n] = fill;
+  }
+  Ptr out = make_node("masked_fill", x.shape(), dt, std::move(y), {x.ptr()});
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &runtime();
+    out->backward_fn = [o, xp, r, T, S]() {
+      Vec g = o->grad;
+      for (size_t n = 0; n < g.size(); ++n) {
+        const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
+        if (j > i) g[n] = 0.0;
+      }
+      accumulate(*r, *xp, std::move(g));
+    };
+  }
+  return Tensor(out);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal) {
+  const std::string base = context().scope;
+  auto sub = [&](const char* s) { return base.empty() ? std::string(s) : base + "." + s; };
+  const double scale = 1.0 / std::sqrt(double(q.dim(-1)));
+  Tensor s;
+  {
+    Scope sc(sub("scores"));
+    s = matmul(q, transpose(k, -2, -1));
+  }
+  {
+    Scope sc(sub("scale"));
+    s = mul_scalar(s, scale);
+  }
+  if (causal) {
+    Scope sc(sub("mask"));
+    s = masked_fill_causal(s);
+  }
+  {
+    Scope sc(sub("softmax"));
+    s = softmax(s);
+  }
+  Scope sc(sub("context"));
+  return matmul(s, v);
+}
+
+}  // namespace halfway::sim

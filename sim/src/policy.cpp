@@ -1,0 +1,126 @@
+#include "halfway/sim/policy.hpp"
+
+#include "halfway/names.hpp"
+
+namespace halfway::sim {
+
+namespace {
+
+const char* const kOpNames[kOpCount] = {
+    "matmul", "linear", "add", "sub", "mul", "div", "relu", "gelu", "tanh", "sigmoid", "exp",
+    "log", "softmax", "log_softmax", "cross_entropy", "mse", "layer_norm", "sum", "mean",
+    "reshape", "transpose", "embedding", "masked_fill"};
+
+std::string all_op_names() {
+  std::string s;
+  for (const char* n : kOpNames) s += (s.empty() ? "" : " ") + std::string(n);
+  return s;
+}
+
+// PyTorch's lists (aten/src/ATen/autocast_mode.cpp), restricted to the ops simulated here.
+// CUDA: lower_precision_fp = mm/matmul/linear/...; fp32 = exp, log, layer_norm, the losses;
+// fp32_set_opt_dtype = softmax, log_softmax, sum (they run in fp32 too); everything else runs
+// in its input dtype (binary ops with PyTorch type promotion).
+Policy cuda_policy(const std::string& name, const Format& low) {
+  Policy p;
+  p.name = name;
+  p.low = DType::low(low);
+  for (OpKind k : {OpKind::matmul, OpKind::linear}) p.set(k, CastRule::lower);
+  for (OpKind k : {OpKind::exp, OpKind::log, OpKind::softmax, OpKind::log_softmax,
+                   OpKind::cross_entropy, OpKind::mse, OpKind::layer_norm, OpKind::sum})
+    p.set(k, CastRule::fp32);
+  return p;
+}
+
+}  // namespace
+
+const char* op_name(OpKind k) { return kOpNames[static_cast<size_t>(k)]; }
+
+OpKind parse_op(std::string_view name) {
+  for (int i = 0; i < kOpCount; ++i)
+    if (name == kOpNames[i]) return static_cast<OpKind>(i);
+  throw InputError("unknown op '" + std::string(name) + "' (ops: " + all_op_names() + ")");
+}
+
+const char* rule_name(CastRule r) {
+  switch (r) {
+    case CastRule::lower: return "lower";
+    case CastRule::fp32: return "fp32";
+    case CastRule::promote: return "promote";
+    default: return "input";
+  }
+}
+
+CastRule parse_rule(std::string_view name) {
+  if (name == "lower") return CastRule::lower;
+  if (name == "fp32") return CastRule::fp32;
+  if (name == "promote") return CastRule::promote;
+  if (name == "input") return CastRule::input;
+  throw InputError("unknown cast rule '" + std::string(name) +
+                   "' (rules: lower fp32 promote input)");
+}
+
+bool Policy::master_weights() const {
+  if (param_dtype != DType::f32()) return false;
+  if (fp8) return true;
+  if (!low.is_low()) return false;
+  for (CastRule r : rules)
+    if (r == CastRule::lower) return true;
+  return false;
+}
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = {
+      "fp32", "torch-cuda-fp16", "torch-cuda-bf16", "torch-cpu-bf16",
+      "pure-fp16", "pure-bf16", "fp8-hybrid"};
+  return names;
+}
+
+Policy preset_policy(std::string_view name) {
+  const std::string n(name);
+  if (n == "fp32") {
+    Policy p;
+    p.name = n;
+    return p;
+  }
+  if (n == "torch-cuda-fp16") return cuda_policy(n, formats::fp16);
+  if (n == "torch-cuda-bf16") return cuda_policy(n, formats::bf16);
+  if (n == "torch-cpu-bf16") {
+    // CPU autocast lowers only the matmul family and forces the losses to fp32; softmax,
+    // exp, layer_norm and sum run in their input dtype (checked against torch 1.13's CPU
+    // autocast: cross_entropy and mse_loss return fp32 for bf16 inputs).
+    Policy p;
+    p.name = n;
+    p.low = DType::low(formats::bf16);
+    p.accumulation = "torch-cpu";
+    for (OpKind k : {OpKind::matmul, OpKind::linear}) p.set(k, CastRule::lower);
+    for (OpKind k : {OpKind::cross_entropy, OpKind::mse}) p.set(k, CastRule::fp32);
+    return p;
+  }
+  if (n == "pure-fp16" || n == "pure-bf16") {
+    // `model.half()`: parameters, data and every op in the low dtype, no master copy.
+    Policy p;
+    p.name = n;
+    p.low = DType::low(n == "pure-fp16" ? formats::fp16 : formats::bf16);
+    p.param_dtype = p.low;
+    p.input_dtype = p.low;
+    return p;
+  }
+  if (n == "fp8-hybrid") {
+    // Transformer Engine's HYBRID recipe: e4m3 forward, e5m2 gradients, saturating casts
+    // (__NV_SATFINITE), fp32 everywhere else.
+    Policy p;
+    p.name = n;
+    p.fp8 = true;
+    p.fp8_config.fwd = parse_format("e4m3:sat");
+    p.fp8_config.bwd = parse_format("e5m2:sat");
+    p.low = DType::low(p.fp8_config.fwd);
+    for (OpKind k : {OpKind::matmul, OpKind::linear}) p.set(k, CastRule::lower);
+    return p;
+  }
+  std::string list;
+  for (const auto& s : policy_names()) list += (list.empty() ? "" : " ") + s;
+  throw InputError("unknown policy '" + n + "' (presets: " + list + "; or 'custom')");
+}
+
+}  // namespace halfway::sim

@@ -1,0 +1,155 @@
+#include "halfway/sim/tracer.hpp"
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+
+#include "halfway/softfloat.hpp"
+
+namespace halfway::sim {
+
+int TraceRecord::min_exp() const {
+  for (int i = 0; i < kBins; ++i)
+    if (hist[static_cast<size_t>(i)]) return i + kMinExp;
+  return INT_MIN;
+}
+
+int TraceRecord::max_exp() const {
+  for (int i = kBins - 1; i >= 0; --i)
+    if (hist[static_cast<size_t>(i)]) return i + kMinExp;
+  return INT_MIN;
+}
+
+void Tracer::begin_step(int step, double loss_scale) {
+  current_.records.clear();  // keeps the capacity: no reallocation in the steady state
+  current_.window.clear();
+  current_.k_low = current_.k_high = INT_MIN;
+  current_.step = step;
+  current_.loss_scale = loss_scale;
+  index_.clear();
+  active_ = true;
+}
+
+void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size_t n,
+                    const EventCounts& ev) {
+  if (!active_) return;
+  auto [it, fresh] = index_.try_emplace(tag.name, current_.records.size());
+  if (fresh) {
+    TraceRecord r;
+    r.name = tag.name;
+    r.op = tag.op;
+    r.kind = tag.kind;
+    r.dtype = dt;
+    current_.records.push_back(std::move(r));
+  }
+  TraceRecord& r = current_.records[it->second];
+  r.events += ev;
+  // One pass over the bit patterns (magnitudes order like them): the exponent bin of each
+  // non-zero finite value, the extremes, the non-finite inputs. Bin index e - kMinExp is the
+  // biased exponent + 22 for normals, 31 - clz for subnormals; bin 277 collects zeros and
+  // non-finite values. Branch-free apart from the counter increments.
+  constexpr size_t kSlots = TraceRecord::kBins + 1;
+  uint64_t h[kSlots] = {};
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(pre);
+  uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
+  uint64_t nonfinite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = bits[i] & 0x7FFFFFFFu;
+    const bool finite_nonzero = b - 1u < 0x7F7FFFFFu;  // 0 < b < 0x7F800000
+    const uint32_t field = b >> 23;
+    const uint32_t bin = field ? field + 22 : uint32_t(31 - __builtin_clz(b | 1));
+    h[finite_nonzero ? bin : TraceRecord::kBins]++;
+    nonfinite += b >= 0x7F800000u;
+    max_bits = std::max(max_bits, finite_nonzero ? b : 0u);
+    min_bits = std::min(min_bits, finite_nonzero ? b : 0xFFFFFFFFu);
+  }
+  for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j)
+    r.hist[j] += h[j];
+  r.nonfinite_in += nonfinite;
+  if (min_bits == 0xFFFFFFFFu) max_bits = 0;
+  if (max_bits) {
+    float mx, mn;
+    std::memcpy(&mx, &max_bits, 4);
+    std::memcpy(&mn, &min_bits, 4);
+    if (double(mx) > r.max_abs) r.max_abs = mx;
+    if (r.min_abs == 0 || double(mn) < r.min_abs) r.min_abs = mn;
+  }
+}
+
+void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update) {
+  if (!active_) return;
+  auto it = index_.find(name);
+  if (it == index_.end()) return;
+  current_.records[it->second].vanished += vanished;
+  current_.records[it->second].small_update += small_update;
+}
+
+const StepTrace& Tracer::end_step() {
+  active_ = false;
+  current_.window = predict_window(current_.records, current_.loss_scale, opt_.k_min, opt_.k_max);
+  auto [lo, hi] = safe_window(current_.window, opt_.underflow_tolerance);
+  current_.k_low = lo;
+  current_.k_high = hi;
+  index_.clear();
+  return current_;
+}
+
+std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, double loss_scale,
+                                      int k_min, int k_max) {
+  std::vector<WindowRow> rows;
+  for (int k = k_min; k <= k_max; ++k) rows.push_back(WindowRow{k, 0, 0, false});
+  // A scale backed off to zero (or a non-finite one) leaves nothing to extrapolate from.
+  if (!(loss_scale > 0 && std::isfinite(loss_scale))) return rows;
+  const double log2s = std::log2(loss_scale);
+  std::vector<uint64_t> cum(TraceRecord::kBins + 1);
+  for (const TraceRecord& r : records) {
+    if (!r.is_grad() || !r.dtype.is_low()) continue;
+    const Format& f = r.dtype.fmt;
+    // Overflow threshold under RNE: the midpoint between the largest finite value and the
+    // next binade step; whether the midpoint itself overflows depends on the tie rule.
+    Env e0;
+    const double fmax = to_f64(f, f.max_mag(), e0);
+    const double mid = fmax + std::ldexp(1.0, f.emax() - f.frac_bits - 1);
+    Env e1;
+    from_f64(f, mid, e1);
+    const bool mid_overflows = (e1.flags & flag::overflow) != 0;
+    // cum[i]: values in bins below i.
+    cum[0] = 0;
+    for (int i = 0; i < TraceRecord::kBins; ++i) cum[size_t(i + 1)] = cum[size_t(i)] + r.hist[size_t(i)];
+    for (WindowRow& row : rows) {
+      row.values += r.events.total;
+      // Shift of the exponent bins when going from scale s to 2^k (an integer when s is a
+      // power of two; otherwise only whole bins below the threshold are counted).
+      const double t = double(row.k) - log2s;
+      if (f.has_zero) {
+        // Values at or below 2^u round to zero: half the smallest subnormal under RNE (the tie
+        // goes to the even zero), or anything below the smallest normal when flushing. Bin e
+        // ([2^e, 2^(e+1)) before scaling) lies wholly below when e + 1 + t <= u.
+        const int u = f.ftz ? f.emin() : f.emin() - f.frac_bits - 1;
+        const double last = std::floor(double(u) - 1.0 - t + 1e-9);  // highest such e
+        const double idx = last - double(TraceRecord::kMinExp) + 1.0;  // bins below e + 1
+        if (idx > 0) row.underflow += cum[size_t(std::min(idx, double(TraceRecord::kBins)))];
+      }
+      if (r.max_abs > 0 && !row.overflow) {
+        const double v = std::ldexp(r.max_abs, row.k) / loss_scale;  // exact for 2^j scales
+        if (v > mid || (v == mid && mid_overflows)) row.overflow = true;
+      }
+      // A value already infinite before this rounding came from an overflow upstream at the
+      // current scale: every scale at least as large overflows too.
+      if (r.nonfinite_in > 0 && row.k >= log2s - 1e-9) row.overflow = true;
+    }
+  }
+  return rows;
+}
+
+std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double tolerance) {
+  int lo = INT_MIN, hi = INT_MIN;
+  for (const WindowRow& r : rows) {
+    if (r.overflow || r.fraction() > tolerance) continue;
+    if (lo == INT_MIN) lo = r.k;
+    hi = r.k;
+  }
+  return {lo, hi};
+}
+
+}  // namespace halfway::sim

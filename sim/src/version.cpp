@@ -1,0 +1,5 @@
+#include "halfway/sim/trainer.hpp"
+
+namespace halfway::sim {
+const char* sim_version() { return HALFWAY_SIM_VERSION; }
+}  // namespace halfway::sim

@@ -1,0 +1,112 @@
+"""Shared helpers for the simulator's end-to-end tests (run by CTest with Debian's python3)."""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77  # CTest SKIP_RETURN_CODE
+
+ISSUE_CONFIG = """\
+[model]
+kind = "mlp"
+layers = [10, 32, 1]
+activation = "relu"
+init = "init.npz"          # optional: PyTorch state_dict names
+[data]
+npz = "data.npz"           # arrays x and y
+batch_size = 64
+[loss]
+kind = "mse"
+[optimizer]
+kind = "adam"
+lr = 0.01
+[precision]
+policy = "torch-cpu-bf16"
+[scaler]
+kind = "dynamic"           # none | static | dynamic
+init_scale = 65536.0
+growth_factor = 2.0
+backoff_factor = 0.5
+growth_interval = 2000
+[run]
+steps = 5
+seed = 0
+"""
+
+
+def need_torch():
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the machine
+        print(f"SKIP: PyTorch is not importable ({e.__class__.__name__}: {e}); "
+              "install Debian's python3-torch to run this cross-check")
+        sys.exit(SKIP)
+
+
+class Workdir:
+    def __init__(self, name):
+        self.path = tempfile.mkdtemp(prefix=f"halfway_{name}_")
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    def write(self, name, text):
+        with open(self.file(name), "w") as f:
+            f.write(text)
+        return self.file(name)
+
+    def cleanup(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def run(halfway, *args):
+    return subprocess.run([halfway, *args], capture_output=True, text=True)
+
+
+def train(halfway, config_path, out_dir, *extra):
+    r = run(halfway, "train", config_path, "--out", out_dir, *extra)
+    if r.returncode != 0:
+        raise AssertionError(f"halfway train failed ({r.returncode}): {r.stderr.strip()}")
+    return read_csv(os.path.join(out_dir, "steps.csv"))
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def mlp_export(np, torch, widths, n, seed, wdir, act="relu", compressed=False):
+    """A PyTorch nn.Sequential MLP and data, saved as init.npz / data.npz."""
+    torch.manual_seed(seed)
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(torch.nn.ReLU() if act == "relu" else torch.nn.GELU())
+    model = torch.nn.Sequential(*layers)
+    g = np.random.default_rng(seed)
+    x = g.standard_normal((n, widths[0])).astype(np.float32)
+    w = g.standard_normal((widths[0], widths[-1])).astype(np.float32) / np.sqrt(widths[0])
+    y = (x @ w + 0.1 * g.standard_normal((n, widths[-1]))).astype(np.float32)
+    np.savez(wdir.file("init.npz"), **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+    (np.savez_compressed if compressed else np.savez)(wdir.file("data.npz"), x=x, y=y)
+    return model, torch.from_numpy(x), torch.from_numpy(y)
+
+
+def batches(x, y, batch_size, steps):
+    """DataLoader(shuffle=False, drop_last=False) order, epoch after epoch."""
+    n = x.shape[0]
+    pos = 0
+    for _ in range(steps):
+        if pos >= n:
+            pos = 0
+        b = min(batch_size, n - pos)
+        yield x[pos:pos + b], y[pos:pos + b]
+        pos += b
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)

@@ -1,0 +1,83 @@
+"""PyTorch cross-check in fp32: the same MLP (PyTorch's initial weights exported to .npz with
+state_dict names), the same data and the same optimizer in halfway and in PyTorch on the CPU.
+Per-step losses and the first steps' gradients agree to fp32 rounding: the only differences
+are summation orders (halfway accumulates sequentially, oneDNN/MKL in blocks)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from simtest import Workdir, batches, check, mlp_export, need_torch, train  # noqa: E402
+
+need_torch()
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+CONFIG = """
+[model]
+kind = "mlp"
+layers = [10, 32, 32, 1]
+activation = "relu"
+init = "init.npz"
+[data]
+npz = "data.npz"
+batch_size = 64
+[loss]
+kind = "mse"
+[optimizer]
+{optimizer}
+[precision]
+policy = "fp32"
+[run]
+steps = {steps}
+seed = 0
+[output]
+grads = true
+"""
+
+OPTIMIZERS = {
+    "sgd": ('kind = "sgd"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 0.01',
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01)),
+    "adam": ('kind = "adam"\nlr = 0.01', lambda p: torch.optim.Adam(p, lr=0.01)),
+    "adamw": ('kind = "adamw"\nlr = 0.01\nweight_decay = 0.1',
+              lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
+}
+
+
+def main(halfway):
+    torch.set_num_threads(1)
+    steps = 8
+    worst_loss = worst_grad = 0.0
+    w = Workdir("torch_fp32")
+    try:
+        for name, (opt_toml, make_opt) in OPTIMIZERS.items():
+            model, x, y = mlp_export(np, torch, [10, 32, 32, 1], 256, 7, w)
+            cfg = w.write("run.toml", CONFIG.format(optimizer=opt_toml, steps=steps))
+            out = w.file("out_" + name)
+            rows = train(halfway, cfg, out)
+            grads = np.load(os.path.join(out, "grads.npz"))
+            opt = make_opt(model.parameters())
+            for step, (xb, yb) in enumerate(batches(x, y, 64, steps)):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(xb), yb)
+                loss.backward()
+                ours = float(rows[step]["loss"])
+                rel = abs(ours - loss.item()) / abs(loss.item())
+                worst_loss = max(worst_loss, rel)
+                check(rel < 1e-6, f"{name} step {step}: loss {ours} vs PyTorch {loss.item()}")
+                if step < 3:
+                    for pname, p in model.named_parameters():
+                        g = grads[f"step{step}.{pname}"]
+                        ref = p.grad.numpy()
+                        err = np.max(np.abs(g - ref)) / np.max(np.abs(ref))
+                        worst_grad = max(worst_grad, err)
+                        check(err < 1e-6, f"{name} step {step} {pname}: gradient error {err:.3g}")
+                opt.step()
+        print(f"ok: worst relative loss difference {worst_loss:.3g}, "
+              f"worst gradient difference {worst_grad:.3g} (of max |g|)")
+        return 0
+    finally:
+        w.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

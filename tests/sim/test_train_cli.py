@@ -1,0 +1,146 @@
+"""`halfway train` from the command line: the issue's config verbatim (numpy-written .npz,
+deflated and stored), the output files, byte-identical reruns at any thread count, and the
+bad inputs that must give one line on stderr and exit code 2. Needs numpy, not torch."""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from simtest import ISSUE_CONFIG, Workdir, check, read_csv, run  # noqa: E402
+
+
+def write_inputs(w, x=None, y=None, compressed=True):
+    g = np.random.default_rng(0)
+    if x is None:
+        x = g.standard_normal((256, 10)).astype(np.float32)
+    if y is None:
+        y = (x[:, :1] * 0.5).astype(np.float32)
+    (np.savez_compressed if compressed else np.savez)(w.file("data.npz"), x=x, y=y)
+    init = {"0.weight": g.uniform(-0.3, 0.3, (32, 10)), "0.bias": g.uniform(-0.3, 0.3, 32),
+            "2.weight": g.uniform(-0.17, 0.17, (1, 32)), "2.bias": g.uniform(-0.17, 0.17, 1)}
+    np.savez(w.file("init.npz"), **{k: v.astype(np.float32) for k, v in init.items()})
+
+
+def expect_bad(halfway, w, config_text, what, fragment, args=None):
+    cfg = w.write("bad.toml", config_text)
+    r = run(halfway, "train", *(args if args is not None else [cfg, "--out", w.file("bad_out")]))
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2, f"{what}: exit code {r.returncode}, stderr {r.stderr!r}")
+    check(len(lines) == 1 and lines[0].startswith("halfway train: error:"),
+          f"{what}: expected one error line, got {r.stderr!r}")
+    check(fragment in lines[0], f"{what}: {fragment!r} not in {lines[0]!r}")
+    check(not os.path.exists(w.file("bad_out")), f"{what}: left an output directory behind")
+    return lines[0]
+
+
+def main(halfway):
+    w = Workdir("train_cli")
+    try:
+        write_inputs(w)
+        cfg = w.write("run.toml", ISSUE_CONFIG)
+        out = w.file("out")
+        r = run(halfway, "train", cfg, "--out", out)
+        check(r.returncode == 0, f"issue config failed: {r.stderr}")
+        for f in ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "manifest.json"):
+            check(os.path.isfile(os.path.join(out, f)), f"{f} missing")
+        check(not [f for f in os.listdir(out) if ".tmp" in f], "temporary files left behind")
+        steps = read_csv(os.path.join(out, "steps.csv"))
+        check(len(steps) == 5, "5 steps expected")
+        for col in ("step", "loss", "loss_scale", "found_inf", "skipped", "growth_tracker"):
+            check(col in steps[0], f"steps.csv lacks column {col}")
+        check([int(s["step"]) for s in steps] == list(range(5)), "step numbers")
+        check(all(float(s["loss_scale"]) == 65536.0 for s in steps), "bf16 never overflows here")
+        check([int(s["growth_tracker"]) for s in steps] == [1, 2, 3, 4, 5], "growth tracker")
+        trace = read_csv(os.path.join(out, "trace.csv"))
+        names = {t["name"] for t in trace if t["step"] == "0"}
+        for n in ("0.input", "0.weight", "0.output", "1.output", "1.grad_input", "0.weight.grad",
+                  "2.weight.grad", "loss.grad_input"):
+            check(n in names, f"trace.csv lacks {n}: {sorted(names)}")
+        check(all(t["dtype"] == "bf16" for t in trace), "torch-cpu-bf16 rounds into bf16 only")
+        window = read_csv(os.path.join(out, "scale_window.csv"))
+        check(len(window) == 5 * 61, "61 scales per step")
+        m = json.load(open(os.path.join(out, "manifest.json")))
+        for k in ("config", "seed", "halfway_version", "git_revision"):
+            check(k in m, f"manifest lacks {k}")
+        check(m["config"]["precision"]["policy"] == "torch-cpu-bf16", "config in manifest")
+        check(m["seed"] == 0, "seed in manifest")
+
+        # Same config, same seed: byte-identical files, whatever the thread count.
+        out2 = w.file("out2")
+        r = run(halfway, "train", cfg, "--out", out2, "--threads", "2")
+        check(r.returncode == 0, r.stderr)
+        for f in ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "manifest.json"):
+            a = open(os.path.join(out, f), "rb").read()
+            b = open(os.path.join(out2, f), "rb").read()
+            check(a == b, f"{f} differs between runs")
+
+        # Stored (numpy.savez) data load the same as deflated (savez_compressed).
+        write_inputs(w, compressed=False)
+        out3 = w.file("out3")
+        r = run(halfway, "train", cfg, "--out", out3)
+        check(r.returncode == 0, r.stderr)
+        check(open(os.path.join(out, "steps.csv")).read() ==
+              open(os.path.join(out3, "steps.csv")).read(), "savez vs savez_compressed")
+
+        # Bad input: one line, exit code 2.
+        base = ISSUE_CONFIG
+        scaler = base[base.index("[scaler]"):base.index("[run]")]
+        expect_bad(halfway, w, base.replace("torch-cpu-bf16", "torch-cpu-fp15"), "unknown policy",
+                   "unknown policy 'torch-cpu-fp15'")
+        expect_bad(halfway, w, base.replace('policy = "torch-cpu-bf16"',
+                                            'policy = "torch-cpu-bf16"\n[precision.ops]\nconv = "lower"'),
+                   "unknown op", "unknown op 'conv'")
+        expect_bad(halfway, w, base.replace("lr = 0.01", "lr = 0.01\nlearning_rate = 1"),
+                   "unknown option", "unknown option 'optimizer.learning_rate'")
+        expect_bad(halfway, w, base.replace("lr = 0.01", ""), "missing field",
+                   "missing field 'optimizer.lr'")
+        expect_bad(halfway, w, base.replace('kind = "mse"', ""), "missing loss kind",
+                   "missing field 'loss.kind'")
+        for v in ("0.0", "-1.0", "inf", "nan"):
+            expect_bad(halfway, w, base.replace(scaler, f'[scaler]\nkind = "static"\nscale = {v}\n'),
+                       f"static scale {v}", "scaler.scale must be positive and finite")
+        expect_bad(halfway, w, base.replace("growth_factor = 2.0", "growth_factor = 1.0"), "growth 1",
+                   "growth_factor must be > 1")
+        expect_bad(halfway, w, base.replace("growth_factor = 2.0", "growth_factor = 0.5"), "growth<1",
+                   "growth_factor must be > 1")
+        expect_bad(halfway, w, base.replace("backoff_factor = 0.5", "backoff_factor = 1.0"),
+                   "backoff 1", "backoff_factor must be in (0, 1)")
+        expect_bad(halfway, w, base.replace("backoff_factor = 0.5", "backoff_factor = 2.0"),
+                   "backoff 2", "backoff_factor must be in (0, 1)")
+        expect_bad(halfway, w, base, "missing config file", "cannot read", [w.file("nope.toml")])
+        expect_bad(halfway, w, base, "unknown CLI option", "frobnicate", [cfg, "--frobnicate"])
+        # .npz problems
+        g = np.random.default_rng(1)
+        x = g.standard_normal((64, 10)).astype(np.float32)
+        np.savez(w.file("data.npz"), x=x)
+        expect_bad(halfway, w, base, "missing array y", "array 'y' is missing")
+        np.savez(w.file("data.npz"), x=x[:, :9], y=x[:, :1])
+        expect_bad(halfway, w, base, "wrong x shape", "array 'x' has shape [64, 9]")
+        np.savez(w.file("data.npz"), x=x, y=x[:, :2])
+        expect_bad(halfway, w, base, "wrong y shape", "array 'y' has shape [64, 2]")
+        bad = x.copy()
+        bad[3, 4] = np.nan
+        np.savez(w.file("data.npz"), x=bad, y=x[:, :1])
+        expect_bad(halfway, w, base, "NaN in data", "array 'x' has NaN or inf")
+        bad[3, 4] = np.inf
+        np.savez(w.file("data.npz"), x=bad, y=x[:, :1])
+        expect_bad(halfway, w, base, "inf in data", "array 'x' has NaN or inf")
+        np.savez(w.file("data.npz"), x=x, y=x[:, :1])
+        np.savez(w.file("init.npz"), **{"0.weight": np.zeros((32, 10), np.float32)})
+        expect_bad(halfway, w, base, "init arrays missing", "array '0.bias' is missing")
+        np.savez(w.file("init.npz"), **{"0.weight": np.zeros((10, 32), np.float32)})
+        expect_bad(halfway, w, base, "init wrong shape", "array '0.weight' has shape [10, 32]")
+        write_inputs(w)
+        with open(w.file("data.npz"), "wb") as f:
+            f.write(b"PK\x03\x04 not really a zip")
+        expect_bad(halfway, w, base, "corrupt npz", "not an .npz")
+        print("ok")
+        return 0
+    finally:
+        w.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

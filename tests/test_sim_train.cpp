@@ -1,0 +1,335 @@
+// The trainer end to end: config errors, data errors, determinism (seed, thread count), the
+// atomic outputs, mistake mode, pure low precision, fp8 and the transformer.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/npz.hpp"
+#include "halfway/sim/trainer.hpp"
+
+using namespace halfway;
+using namespace halfway::sim;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kMlp = R"(
+[model]
+kind = "mlp"
+layers = [10, 32, 1]
+activation = "relu"
+[data]
+synthetic = "regression"
+batch_size = 64
+[loss]
+kind = "mse"
+[optimizer]
+kind = "adam"
+lr = 0.01
+[precision]
+policy = "torch-cuda-fp16"
+[scaler]
+kind = "dynamic"
+[run]
+steps = 4
+seed = 0
+)";
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto p = s.find(from);
+  REQUIRE(p != std::string::npos);
+  return s.replace(p, from.size(), to);
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("halfway_test_sim_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<StepRow> rows_of(const TrainConfig& c, std::vector<StepTrace>* traces = nullptr,
+                             std::vector<Param>* final_params = nullptr) {
+  std::vector<StepRow> rows;
+  auto s = train(c, {}, [&](const StepRow& r, const StepTrace* st, const std::vector<Param>&,
+                            const std::vector<std::vector<float>>&) {
+    rows.push_back(r);
+    if (traces && st) traces->push_back(*st);
+  });
+  if (final_params) *final_params = s.final_params;
+  return rows;
+}
+
+void expect_error(const std::string& toml, const std::string& fragment) {
+  INFO("expecting an error mentioning: " << fragment);
+  try {
+    parse_config(toml, ".");
+    FAIL("no error");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find(fragment) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("config errors are one-line input errors", "[sim][train]") {
+  CHECK_NOTHROW(parse_config(kMlp, "."));
+  expect_error(replace(kMlp, "torch-cuda-fp16", "torch-tpu-fp16"), "unknown policy 'torch-tpu-fp16'");
+  expect_error(replace(kMlp, "policy = \"torch-cuda-fp16\"",
+                       "policy = \"torch-cuda-fp16\"\n[precision.ops]\nconv9d = \"lower\""),
+               "unknown op 'conv9d'");
+  expect_error(replace(kMlp, "policy = \"torch-cuda-fp16\"",
+                       "policy = \"torch-cuda-fp16\"\n[precision.ops]\nmatmul = \"lowest\""),
+               "unknown cast rule 'lowest'");
+  expect_error(replace(kMlp, "lr = 0.01", "lr = 0.01\nmomentun = 0.9"), "unknown option 'optimizer.momentun'");
+  expect_error(replace(kMlp, "[run]", "[runn]"), "unknown option 'runn'");
+  expect_error(replace(kMlp, "lr = 0.01", ""), "missing field 'optimizer.lr'");
+  expect_error(replace(kMlp, "batch_size = 64", ""), "missing field 'data.batch_size'");
+  expect_error(replace(kMlp, "steps = 4", ""), "missing field 'run.steps'");
+  expect_error(replace(kMlp, "kind = \"dynamic\"", "kind = \"static\""), "missing field 'scaler.scale'");
+  for (const char* bad : {"0.0", "-8.0", "inf", "nan", "-inf"})
+    expect_error(replace(kMlp, "kind = \"dynamic\"", std::string("kind = \"static\"\nscale = ") + bad),
+                 "scaler.scale");
+  expect_error(replace(kMlp, "kind = \"dynamic\"", "kind = \"dynamic\"\ngrowth_factor = 1.0"),
+               "growth_factor");
+  expect_error(replace(kMlp, "kind = \"dynamic\"", "kind = \"dynamic\"\nbackoff_factor = 1.0"),
+               "backoff_factor");
+  expect_error(replace(kMlp, "kind = \"dynamic\"", "kind = \"dynamic\"\nbackoff_factor = 2"),
+               "backoff_factor");
+  expect_error(replace(kMlp, "\"relu\"", "\"swish\""), "unknown activation");
+  expect_error(replace(kMlp, "steps = 4", "steps = \"4\""), "'run.steps' must be an integer");
+  expect_error(replace(kMlp, "[model]", "[model"), "config:");
+}
+
+TEST_CASE("data and initial-weight errors", "[sim][train]") {
+  const fs::path dir = scratch("data");
+  auto arr = [](Shape s, double fill) {
+    NpyArray a;
+    a.dtype = "f4";
+    a.shape = s;
+    a.values.assign(size_t(numel(s)), fill);
+    return a;
+  };
+  const std::string cfg = replace(kMlp, "synthetic = \"regression\"", "npz = \"data.npz\"");
+  auto run_with = [&](std::vector<std::pair<std::string, NpyArray>> arrays) {
+    write_npz((dir / "data.npz").string(), arrays);
+    TrainConfig c = parse_config(cfg, dir.string());
+    c.steps = 1;
+    rows_of(c);
+  };
+  auto expect = [&](std::vector<std::pair<std::string, NpyArray>> arrays, const std::string& frag) {
+    INFO(frag);
+    try {
+      run_with(arrays);
+      FAIL("no error");
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find(frag) != std::string::npos);
+    }
+  };
+  CHECK_NOTHROW(run_with({{"x", arr({8, 10}, 0.5)}, {"y", arr({8, 1}, 1.0)}}));
+  CHECK_NOTHROW(run_with({{"x", arr({8, 10}, 0.5)}, {"y", arr({8}, 1.0)}}));
+  expect({{"x", arr({8, 10}, 0.5)}}, "array 'y' is missing");
+  expect({{"x", arr({8, 9}, 0.5)}, {"y", arr({8, 1}, 1.0)}}, "array 'x' has shape [8, 9]");
+  expect({{"x", arr({8, 10}, 0.5)}, {"y", arr({7, 1}, 1.0)}}, "array 'y' has shape [7, 1]");
+  expect({{"x", arr({8, 10}, std::nan(""))}, {"y", arr({8, 1}, 1.0)}}, "NaN or inf");
+  expect({{"x", arr({8, 10}, 0.5)}, {"y", arr({8, 1}, INFINITY)}}, "NaN or inf");
+  // initial weights with PyTorch state_dict names
+  write_npz((dir / "data.npz").string(), {{"x", arr({8, 10}, 0.5)}, {"y", arr({8, 1}, 1.0)}});
+  const std::string icfg = replace(cfg, "activation = \"relu\"", "activation = \"relu\"\ninit = \"init.npz\"");
+  auto init_with = [&](std::vector<std::pair<std::string, NpyArray>> arrays) {
+    write_npz((dir / "init.npz").string(), arrays);
+    TrainConfig c = parse_config(icfg, dir.string());
+    c.steps = 1;
+    std::vector<Param> fp;
+    rows_of(c, nullptr, &fp);
+    return fp;
+  };
+  std::vector<std::pair<std::string, NpyArray>> good{{"0.weight", arr({32, 10}, 0.01)},
+                                                     {"0.bias", arr({32}, 0.0)},
+                                                     {"2.weight", arr({1, 32}, 0.02)},
+                                                     {"2.bias", arr({1}, 0.0)}};
+  CHECK_NOTHROW(init_with(good));
+  auto bad = good;
+  bad[2].second = arr({32, 1}, 0.02);
+  CHECK_THROWS_WITH(init_with(bad), Catch::Contains("'2.weight' has shape [32, 1]"));
+  bad = good;
+  bad.pop_back();
+  CHECK_THROWS_WITH(init_with(bad), Catch::Contains("'2.bias' is missing"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("outputs are byte-identical for the same seed, whatever the thread count", "[sim][train]") {
+  // Big enough that the matrix products really split across threads.
+  std::string cfg = replace(kMlp, "layers = [10, 32, 1]", "layers = [64, 128, 128, 8]");
+  cfg = replace(cfg, "batch_size = 64", "batch_size = 256");
+  cfg = replace(cfg, "steps = 4", "steps = 2");
+  const TrainConfig c = parse_config(cfg, ".");
+  const fs::path a = scratch("t1"), b = scratch("t3");
+  TrainOptions one, three;
+  three.threads = 3;
+  write_run(c, a.string(), one);
+  write_run(c, b.string(), three);
+  for (const char* f : {"steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "manifest.json"}) {
+    INFO(f);
+    const std::string x = slurp(a / f);
+    CHECK(!x.empty());
+    CHECK(x == slurp(b / f));
+  }
+  // Nothing temporary is left behind.
+  for (const auto& e : fs::directory_iterator(a))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST_CASE("a different seed gives different data and weights", "[sim][train]") {
+  const auto r0 = rows_of(parse_config(kMlp, "."));
+  const auto r1 = rows_of(parse_config(replace(kMlp, "seed = 0", "seed = 1"), "."));
+  CHECK(r0[0].loss != r1[0].loss);
+  const auto r0b = rows_of(parse_config(kMlp, "."));
+  for (size_t i = 0; i < r0.size(); ++i) CHECK(r0[i].loss == r0b[i].loss);
+}
+
+TEST_CASE("mistake mode: the optimizer sees scaled gradients", "[sim][train]") {
+  // SGD from the same start: with the bug the first update is scale times larger.
+  std::string cfg = replace(kMlp, "kind = \"adam\"", "kind = \"sgd\"");
+  cfg = replace(cfg, "kind = \"dynamic\"", "kind = \"static\"\nscale = 1024.0");
+  cfg = replace(cfg, "steps = 4", "steps = 1");
+  std::vector<Param> ok, bug, start;
+  TrainConfig c0 = parse_config(cfg, ".");
+  c0.optimizer.lr = 0;
+  rows_of(c0, nullptr, &start);
+  rows_of(parse_config(cfg, "."), nullptr, &ok);
+  rows_of(parse_config(replace(cfg, "scale = 1024.0", "scale = 1024.0\nmistake = true"), "."), nullptr,
+          &bug);
+  double ratio_min = 1e9, ratio_max = 0;
+  for (size_t i = 0; i < ok.size(); ++i)
+    for (size_t j = 0; j < ok[i].t.data().size(); ++j) {
+      const double d_ok = ok[i].t.data()[j] - start[i].t.data()[j];
+      const double d_bug = bug[i].t.data()[j] - start[i].t.data()[j];
+      if (std::fabs(d_ok) < 1e-6) continue;
+      ratio_min = std::min(ratio_min, d_bug / d_ok);
+      ratio_max = std::max(ratio_max, d_bug / d_ok);
+    }
+  CHECK(ratio_min > 1000);
+  CHECK(ratio_max < 1050);
+}
+
+TEST_CASE("dynamic scaling recovers from overflow; skipped steps keep the weights", "[sim][train]") {
+  // pure-fp16 with the default 2^16 scale: the very first gradient (the scaled loss's seed,
+  // 65536, rounded into the fp16 loss) overflows, so the first step is skipped and backs off.
+  std::string cfg = replace(kMlp, "torch-cuda-fp16", "pure-fp16");
+  cfg = replace(cfg, "batch_size = 64", "batch_size = 1024");  // one batch: same data each step
+  cfg = replace(cfg, "kind = \"dynamic\"", "kind = \"dynamic\"\ngrowth_interval = 2");
+  cfg = replace(cfg, "steps = 4", "steps = 6");
+  const auto rows = rows_of(parse_config(cfg, "."));
+  CHECK(rows[0].found_inf);
+  CHECK(rows[0].skipped);
+  CHECK(rows[0].next_scale == 32768.0f);
+  CHECK(rows[1].loss == rows[0].loss);  // the skipped step did not move the weights
+  CHECK(!rows[1].found_inf);
+  CHECK(rows[2].loss < rows[1].loss);
+  CHECK(rows[2].next_scale == 65536.0f);  // grew back after growth_interval clean steps
+}
+
+TEST_CASE("pure-fp16 SGD with a tiny learning rate: updates vanish", "[sim][train]") {
+  std::string cfg = replace(kMlp, "torch-cuda-fp16", "pure-fp16");
+  cfg = replace(cfg, "kind = \"adam\"\nlr = 0.01", "kind = \"sgd\"\nlr = 1e-5");
+  cfg = replace(cfg, "kind = \"dynamic\"", "kind = \"none\"");
+  cfg = replace(cfg, "steps = 4", "steps = 1");
+  std::vector<StepTrace> tr;
+  rows_of(parse_config(cfg, "."), &tr);
+  REQUIRE(tr.size() == 1);
+  uint64_t vanished = 0, updates = 0;
+  for (const TraceRecord& r : tr[0].records)
+    if (r.kind == TraceKind::update) {
+      vanished += r.vanished;
+      updates += r.events.total;
+    }
+  CHECK(updates == 385);
+  CHECK(vanished > 300);
+}
+
+TEST_CASE("memory: mixed precision halves activations, pure halves everything", "[sim][train]") {
+  std::string cfg = replace(kMlp, "layers = [10, 32, 1]", "layers = [64, 256, 256, 1]");
+  cfg = replace(cfg, "steps = 4", "steps = 1");
+  auto mem = [&](const char* policy) {
+    TrainConfig c = parse_config(replace(cfg, "torch-cuda-fp16", policy), ".");
+    return train(c, {}, nullptr).memory;
+  };
+  auto bytes = [](const std::vector<MemoryRow>& rows, const std::string& cat) {
+    uint64_t b = 0;
+    for (const auto& r : rows)
+      if (r.category == cat) b += r.bytes;
+    return b;
+  };
+  const auto f32 = mem("fp32"), amp = mem("torch-cuda-fp16"), pure = mem("pure-fp16");
+  CHECK(bytes(amp, "activations") * 10 < bytes(f32, "activations") * 6);
+  CHECK(bytes(amp, "master_weights") == bytes(f32, "weights"));
+  CHECK(bytes(pure, "weights") * 2 == bytes(f32, "weights"));
+  CHECK(bytes(pure, "gradients") * 2 == bytes(f32, "gradients"));
+  CHECK(total_bytes(pure) < total_bytes(f32));
+}
+
+TEST_CASE("fp8-hybrid and the transformer train", "[sim][train]") {
+  {
+    TrainConfig c = parse_config(replace(replace(kMlp, "torch-cuda-fp16", "fp8-hybrid"),
+                                         "steps = 4", "steps = 30"), ".");
+    std::vector<StepTrace> tr;
+    const auto rows = rows_of(c, &tr);
+    CHECK(rows.back().loss < 0.5 * rows.front().loss);
+    bool e4m3 = false, e5m2 = false;
+    for (const auto& r : tr[1].records) {
+      e4m3 = e4m3 || (r.name == "0.input" && r.dtype.fmt.exp_bits == 4);
+      e5m2 = e5m2 || (r.name == "2.grad_output" && r.dtype.fmt.exp_bits == 5);
+    }
+    CHECK(e4m3);
+    CHECK(e5m2);
+  }
+  const std::string tf = R"(
+[model]
+kind = "transformer"
+vocab = 8
+seq_len = 6
+d_model = 16
+heads = 2
+blocks = 1
+[data]
+synthetic = "copy"
+n = 64
+batch_size = 16
+[loss]
+kind = "cross_entropy"
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[precision]
+policy = "torch-cuda-bf16"
+[run]
+steps = 25
+seed = 1
+)";
+  std::vector<StepTrace> tr;
+  const auto rows = rows_of(parse_config(tf, "."), &tr);
+  CHECK(rows.back().loss < 0.7 * rows.front().loss);
+  bool has_attn = false;
+  for (const auto& r : tr[0].records) has_attn = has_attn || r.name == "blocks.0.attn.scores.output";
+  CHECK(has_attn);
+}
