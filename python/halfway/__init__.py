@@ -1,0 +1,315 @@
+"""halfway: bit-exact low-precision floating point for numpy.
+
+Round float32/float64 arrays into fp16, bf16, fp8, MX and custom formats, convert to and from
+their encodings, do correctly rounded arithmetic on encodings, and count what happened
+(underflows, overflows, subnormals, inexact results) -- all bit-identical to the C++ library.
+
+    >>> import numpy as np, halfway
+    >>> halfway.round(np.float32([0.1, 1e-8, 70000.0]), "fp16")
+    array([0.09997559, 0.        ,        inf], dtype=float32)
+    >>> halfway.encode(np.float32([1.0, 448.0]), "e4m3")
+    array([ 56, 126], dtype=uint8)
+    >>> halfway.finfo("bf16").max
+    3.3895314e+38
+
+Rounding directions are named as in Berkeley TestFloat: near_even, near_maxMag, minMag, min,
+max, odd, stochastic (short names rne rna rtz rd ru rto sr). Errors in arguments raise
+ValueError (unknown format or rounding) or TypeError (wrong dtype). See docs/python.md.
+"""
+
+from . import _halfway
+from ._halfway import Counts, Format, flag_names, formats, roundings
+from ._halfway import INEXACT, UNDERFLOW, OVERFLOW, INFINITE, INVALID
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
+    "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
+    "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
+]
+
+_COMMON = """
+    fmt: a format name ('fp16', 'bf16', 'e4m3', 'e5m2', 'e2m1', 'e5m10:bias=14', ...) or a
+        halfway.Format. halfway.formats() lists the presets.
+    rounding: 'near_even' (default), 'near_maxMag', 'minMag', 'min', 'max', 'odd' or
+        'stochastic' (or rne, rna, rtz, rd, ru, rto, sr).
+    saturate: True makes overflow give the largest finite value (NVIDIA's SATFINITE);
+        False keeps the format's own overflow behaviour ('e4m3:sat' is saturating anyway).
+    subnormals: False flushes tiny results to zero and reads subnormal inputs as zero
+        (ftz + daz); True keeps the format's own setting ('fp16:ftz' flushes anyway).
+    seed: required for stochastic rounding; element i uses the random bits of stream
+        position offset + i, so a result never depends on how an array is split.
+    offset: stream position of element 0 (stochastic rounding), to continue a stream.
+    tininess: 'after' (x86, default) or 'before' (ARM) rounding, for the underflow flag.
+    flags: also return the IEEE flags of every element as a uint8 array of the result's shape
+        (bits INEXACT=0x01, UNDERFLOW=0x02, OVERFLOW=0x04, INFINITE=0x08, INVALID=0x10).
+    counts: also return a halfway.Counts (total, inexact, zero, underflow, subnormal,
+        overflow, nan, and flags = the OR of all elements' flags).
+
+    Returns the result alone, or a tuple (result, flags), (result, counts) or
+    (result, flags, counts). A Python or numpy scalar argument gives scalar results.
+"""
+
+
+def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+          offset=0, tininess="after", flags=False, counts=False):
+    """Round values into `fmt`; return them as float32 values exactly representable in it.
+
+    a: float32 or float64 values (array, scalar or sequence of numbers). float64 values are
+        rounded in one step from binary64, never through float32 (no double rounding).
+    """
+    return _halfway.round(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
+                          offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+           offset=0, tininess="after", flags=False, counts=False):
+    """Round values into `fmt` and return their encodings: uint8 for formats of up to 8 bits,
+    uint16 up to 16 bits, uint32 beyond (the encoding is in the low bits).
+
+    a: float32 or float64 values, as for halfway.round.
+    """
+    return _halfway.encode(a, fmt, rounding, saturate=saturate, subnormals=subnormals,
+                           seed=seed, offset=offset, tininess=tininess, flags=flags,
+                           counts=counts)
+
+
+def decode(bits, fmt, *, subnormals=True):
+    """Encodings of `fmt` -> float32 values (exact: every format value is a float32).
+
+    bits: unsigned (or non-negative signed) integers below 2**fmt.nbits; anything else is a
+        ValueError, a non-integer dtype a TypeError.
+    subnormals: False reads subnormal encodings as zero (daz).
+    """
+    return _halfway.decode(bits, fmt, subnormals=subnormals)
+
+
+def add(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+        offset=0, tininess="after", flags=False, counts=False):
+    """a + b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    return _halfway.add(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
+                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+def sub(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+        offset=0, tininess="after", flags=False, counts=False):
+    """a - b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    return _halfway.sub(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
+                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+def mul(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+        offset=0, tininess="after", flags=False, counts=False):
+    """a * b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    return _halfway.mul(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
+                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+def div(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+        offset=0, tininess="after", flags=False, counts=False):
+    """a / b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    return _halfway.div(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
+                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+def fma(a, b, c, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
+        offset=0, tininess="after", flags=False, counts=False):
+    """a * b + c on encodings of `fmt` with a single rounding; numpy broadcasting applies."""
+    return _halfway.fma(a, b, c, fmt, rounding, saturate=saturate, subnormals=subnormals,
+                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+def sqrt(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None, offset=0,
+         tininess="after", flags=False, counts=False):
+    """Square root on encodings of `fmt`, correctly rounded."""
+    return _halfway.sqrt(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
+                         offset=offset, tininess=tininess, flags=flags, counts=counts)
+
+
+for _f in (round, encode, add, sub, mul, div, fma, sqrt):
+    _f.__doc__ += _COMMON
+del _f
+
+
+def format(fmt):
+    """The halfway.Format named by `fmt` ('fp16', 'e4m3:sat', 'e5m10:bias=14:ftz', ...)."""
+    return _halfway.format(fmt)
+
+
+class finfo:
+    """Machine limits of a format, with numpy.finfo's fields and the special encodings.
+
+    numpy.finfo fields (values are float32 scalars, all exact): bits, eps, epsneg, max, min,
+    tiny, smallest_normal, smallest_subnormal (None without subnormals), nmant, nexp, iexp,
+    machep, negep, maxexp, minexp, precision, resolution, dtype (float32, the type of the
+    values).
+
+    Format fields: name, encoding_dtype (what halfway.encode returns), bias, emin, emax,
+    specials ('ieee', 'fn', 'fnuz', 'none'), overflow ('inf', 'saturate', 'nan'), ftz, daz,
+    signed, has_zero, has_inf, has_nan.
+
+    Encodings (int, or None where the format has none): inf_bits, neg_inf_bits, nan_bits (the
+    NaN of an invalid operation), max_bits, min_bits (most negative finite value; the
+    smallest value for unsigned formats), smallest_normal_bits, smallest_subnormal_bits,
+    zero_bits, neg_zero_bits, one_bits.
+
+    For a format without a sign bit, min is its smallest value. eps is 2**-nmant and epsneg
+    2**-(nmant+1), as numpy defines them. Subnormal fields describe the encodings even for a
+    format that flushes them (ftz/daz).
+    """
+
+    _numpy_fields = ("bits", "dtype", "eps", "epsneg", "iexp", "machep", "max", "maxexp", "min",
+                     "minexp", "negep", "nexp", "nmant", "precision", "resolution",
+                     "smallest_normal", "smallest_subnormal", "tiny")
+
+    def __init__(self, fmt):
+        for key, value in _halfway._finfo_fields(fmt).items():
+            setattr(self, key, value)
+
+    def __repr__(self):
+        return (f"halfway.finfo(name={self.name}, bits={self.bits}, eps={self.eps}, "
+                f"max={self.max}, smallest_normal={self.smallest_normal}, "
+                f"smallest_subnormal={self.smallest_subnormal})")
+
+    def __str__(self):
+        def enc(v):
+            return "-" if v is None else f"0x{v:0{(self.bits + 3) // 4}X}"
+        lines = [
+            f"Machine parameters for {self.name} ({self.bits} bits: sign "
+            f"{int(self.signed)}, exponent {self.nexp}, fraction {self.nmant}; bias {self.bias})",
+            "-" * 76,
+            f"precision = {self.precision:3d}   resolution = {self.resolution}",
+            f"machep = {self.machep:6d}   eps = {self.eps}",
+            f"negep = {self.negep:7d}   epsneg = {self.epsneg}",
+            f"minexp = {self.minexp:6d}   tiny = {self.tiny}",
+            f"maxexp = {self.maxexp:6d}   max = {self.max}",
+            f"nexp = {self.nexp:8d}   min = {self.min}",
+            f"smallest_normal = {self.smallest_normal}   "
+            f"smallest_subnormal = {self.smallest_subnormal}",
+            f"specials = {self.specials}   overflow = {self.overflow}   ftz = {self.ftz}   "
+            f"daz = {self.daz}",
+            f"encodings: inf {enc(self.inf_bits)}  nan {enc(self.nan_bits)}  "
+            f"max {enc(self.max_bits)}  min {enc(self.min_bits)}  "
+            f"smallest_normal {enc(self.smallest_normal_bits)}  "
+            f"smallest_subnormal {enc(self.smallest_subnormal_bits)}",
+            "-" * 76,
+        ]
+        return "\n".join(lines)
+
+
+class TrainResult:
+    """What halfway.train returns: the run's result files as pandas DataFrames.
+
+    steps: one row per step (loss, loss_scale, found_inf, skipped, growth_tracker,
+        next_scale, grad_values, grad_underflow, grad_overflow, k_low, k_high).
+    trace: the tracer's records, one row per (step, tensor): event counts of every rounding.
+    scale_window: predicted gradient underflow/overflow per step for loss scales 2^k.
+    memory: bytes per category and dtype.
+    manifest: the run's manifest (config, seed, version, summary) as a dict.
+    out_dir: where the files are, or None when they were written to a temporary directory.
+    """
+
+    def __init__(self, steps, trace, scale_window, memory, manifest, out_dir):
+        self.steps, self.trace, self.scale_window = steps, trace, scale_window
+        self.memory, self.manifest, self.out_dir = memory, manifest, out_dir
+
+    def __repr__(self):
+        return (f"halfway.TrainResult(steps={len(self.steps)} rows, trace={len(self.trace)} rows, "
+                f"scale_window={len(self.scale_window)} rows, out_dir={self.out_dir!r})")
+
+
+def _toml_value(v):
+    import json
+    import math
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"halfway.train: cannot write {type(v).__name__} value {v!r} to a config")
+
+
+def _toml(config, prefix=""):
+    """A config dict {table: {key: value or sub-table}} as TOML text."""
+    lines = []
+    for name, table in config.items():
+        if not isinstance(table, dict):
+            raise TypeError(f"halfway.train: config entry '{prefix}{name}' must be a table (dict)")
+        lines.append(f"[{prefix}{name}]")
+        subtables = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                subtables[key] = value
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
+        if subtables:
+            lines.append(_toml(subtables, f"{prefix}{name}."))
+    return "\n".join(lines) + "\n"
+
+
+def train(config, out_dir=None, *, threads=1):
+    """Run one simulator configuration and return its results as pandas DataFrames.
+
+    config: a path to a TOML config file, the TOML text itself, or a dict of tables
+        ({"model": {"kind": "mlp", ...}, "run": {"steps": 10}, ...}).
+    out_dir: also keep the result files (steps.csv, trace.csv, scale_window.csv,
+        memory.csv, manifest.json) there; by default they go to a temporary directory.
+    threads: worker threads; results do not depend on it.
+
+    Returns a halfway.TrainResult (steps, trace, scale_window, memory, manifest, out_dir).
+    Errors in the config raise ValueError with a one-line message.
+    """
+    import json
+    import os
+    import tempfile
+
+    import pandas as pd
+
+    if not hasattr(_halfway, "_train_to_dir"):
+        raise RuntimeError("halfway.train: this build of halfway has no simulator (sim/)")
+    if isinstance(config, dict):
+        text, is_text = _toml(config), True
+    elif isinstance(config, (str, os.PathLike)):
+        text = os.fspath(config)
+        is_text = not os.path.isfile(text)
+        if is_text and "[" not in text:
+            raise ValueError(f"halfway.train: no such config file: '{text}'")
+    else:
+        raise TypeError("halfway.train: config must be a path, TOML text or a dict, not "
+                        f"{type(config).__name__}")
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="halfway-train-")
+        directory = tmp.name
+    else:
+        directory = os.fspath(out_dir)
+    try:
+        _halfway._train_to_dir(text, is_text, os.getcwd(), directory, threads)
+
+        def read(name):
+            return pd.read_csv(os.path.join(directory, name))
+
+        with open(os.path.join(directory, "manifest.json")) as f:
+            manifest = json.load(f)
+        return TrainResult(read("steps.csv"), read("trace.csv"), read("scale_window.csv"),
+                           read("memory.csv"), manifest, None if tmp else directory)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def bench(n=1 << 20, repeats=7, threads=1):
+    """Time halfway.round on n float32 values against numpy's astype(float16) round trip and
+    PyTorch's bfloat16 round trip, in one run; print and return the median ratios."""
+    from . import benchmark
+    return benchmark.run(n=n, repeats=repeats, threads=threads)

@@ -1,0 +1,638 @@
+// The extension module `halfway._halfway`: numpy arrays in, numpy arrays out. Values are
+// rounded by the bulk kernels (bulk.hpp) where they offer the call, otherwise element by
+// element with the scalar routines (softfloat.hpp), which the bulk kernels equal bit for bit.
+// Every loop runs without the GIL. The user-facing documentation is docs/python.md.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "halfway/bulk.hpp"
+#include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+#if HALFWAY_PY_SIM
+#include "halfway/sim/trainer.hpp"
+#endif
+
+namespace py = pybind11;
+using namespace halfway;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+
+py::module_& np() {
+  // Never destroyed: a static py::object would be released after the interpreter is gone.
+  static py::module_* m = new py::module_(py::module_::import("numpy"));
+  return *m;
+}
+
+std::string type_name(py::handle h) { return py::str(py::type::of(h).attr("__name__")); }
+
+Format to_format(py::handle fmt) {
+  if (py::isinstance<Format>(fmt)) return fmt.cast<Format>();
+  if (py::isinstance<py::str>(fmt)) return parse_format(fmt.cast<std::string>());
+  throw py::type_error("format must be a name such as 'fp16' or a halfway.Format, not " +
+                       type_name(fmt));
+}
+
+/// A non-negative integer below 2^64 (Python int or numpy integer).
+uint64_t to_u64(py::handle v, const char* what) {
+  PyObject* idx = PyNumber_Index(v.ptr());
+  if (!idx) {
+    PyErr_Clear();
+    throw py::type_error(std::string(what) + " must be an integer, not " + type_name(v));
+  }
+  const unsigned long long x = PyLong_AsUnsignedLongLong(idx);
+  Py_DECREF(idx);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error(std::string(what) + " must be an integer in [0, 2**64), got " +
+                          std::string(py::str(v)));
+  }
+  return x;
+}
+
+/// The format with the keyword overrides applied, and the rounding options.
+struct Spec {
+  Format f;
+  BulkOptions o;
+};
+
+Spec make_spec(py::handle fmt, const std::string& rounding, bool saturate, bool subnormals,
+               py::handle seed, py::handle offset, const std::string& tininess) {
+  Spec s;
+  s.f = to_format(fmt);
+  if (saturate) s.f.overflow = Overflow::saturate;
+  if (!subnormals) s.f.ftz = s.f.daz = true;
+  validate(s.f);
+  s.o.rounding = parse_rounding(rounding);
+  if (tininess == "after" || tininess == "after_rounding") {
+    s.o.tininess = Tininess::after_rounding;
+  } else if (tininess == "before" || tininess == "before_rounding") {
+    s.o.tininess = Tininess::before_rounding;
+  } else {
+    throw InputError("unknown tininess '" + tininess + "' (after, before)");
+  }
+  if (seed.is_none()) {
+    if (s.o.rounding == Rounding::stochastic)
+      throw InputError("stochastic rounding needs seed=<int>, so that results can be reproduced");
+  } else {
+    s.o.seed = to_u64(seed, "seed");
+  }
+  s.o.offset = to_u64(offset, "offset");
+  return s;
+}
+
+/// Element i's environment: the same as the bulk kernels give it.
+Env env_for(const BulkOptions& o, size_t i) {
+  Env e{o.rounding, o.seed};
+  e.tininess = o.tininess;
+  e.sr_counter = o.offset + i;
+  return e;
+}
+
+/// The input as an ndarray; `scalar` says it was a Python or numpy scalar (results are then
+/// scalars too). Python numbers and sequences become arrays of `default_dtype`.
+py::array as_array(py::handle a, const char* default_dtype, bool& scalar) {
+  if (py::isinstance<py::array>(a)) {
+    scalar = false;
+    return py::reinterpret_borrow<py::array>(a);
+  }
+  py::array arr = py::isinstance(a, np().attr("generic"))
+                      ? np().attr("asarray")(a)
+                      : np().attr("asarray")(a, py::arg("dtype") = default_dtype);
+  scalar = arr.ndim() == 0;
+  return arr;
+}
+
+std::vector<py::ssize_t> shape_of(const py::array& a) {
+  return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
+}
+
+std::string dtype_name(const py::array& a) { return py::str(a.dtype()); }
+
+/// float32 or float64 values; anything else is a TypeError.
+struct FloatInput {
+  py::array arr;
+  bool f64 = false;
+  bool scalar = false;
+};
+
+FloatInput float_input(py::handle a, const char* fn) {
+  FloatInput in;
+  py::array arr = as_array(a, "float64", in.scalar);
+  const char kind = arr.dtype().kind();
+  const auto size = arr.dtype().itemsize();
+  if (kind != 'f' || (size != 4 && size != 8))
+    throw py::type_error(std::string("halfway.") + fn +
+                         ": expected float32 or float64 values, got " + dtype_name(arr) +
+                         " (convert with .astype(np.float32))");
+  in.f64 = size == 8;
+  if (in.f64)
+    in.arr = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(arr);
+  else
+    in.arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(arr);
+  return in;
+}
+
+/// Integer encodings of `f`: values must fit in f.nbits() bits (a ValueError names the first
+/// that does not). Returned C-contiguous, as T.
+template <class T>
+py::array_t<T> enc_input(py::handle a, const Format& f, const char* fn, const char* name,
+                         bool& scalar) {
+  py::array arr = as_array(a, "int64", scalar);
+  const char kind = arr.dtype().kind();
+  if (kind != 'u' && kind != 'i')
+    throw py::type_error(std::string("halfway.") + fn + ": expected integer encodings for " +
+                         name + ", got " + dtype_name(arr) +
+                         " (use halfway.encode to turn values into encodings)");
+  const bool fits = kind == 'u' && arr.dtype().itemsize() * 8 <= f.nbits();
+  if (!fits && arr.size() > 0) {
+    py::object bad = arr.attr("__lt__")(0).attr("__or__")(arr.attr("__gt__")(f.enc_mask()));
+    if (bad.attr("any")().cast<bool>()) {
+      const py::ssize_t i = np().attr("flatnonzero")(bad).attr("__getitem__")(0).cast<py::ssize_t>();
+      py::object v = arr.attr("flat").attr("__getitem__")(i);
+      const std::string index =
+          arr.ndim() == 0 ? std::string(name) : std::string(name) + "[" + std::to_string(i) + "]";
+      throw py::value_error(std::string("halfway.") + fn + ": " + index + " = " +
+                            std::string(py::str(v)) + " is not an encoding of " +
+                            format_name(f) + " (" + std::to_string(f.nbits()) + " bits)");
+    }
+  }
+  return py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(arr);
+}
+
+/// Call `body` with a value of the unsigned type that holds f's encodings.
+template <class Body>
+py::object with_enc_type(const Format& f, Body&& body) {
+  if (f.nbits() <= 8) return body(uint8_t{});
+  if (f.nbits() <= 16) return body(uint16_t{});
+  return body(uint32_t{});
+}
+
+py::object scalar_or_array(py::array a, bool scalar) {
+  if (scalar) return a.attr("__getitem__")(py::tuple());
+  return a;
+}
+
+/// result; (result, flags); (result, counts); (result, flags, counts).
+py::object finish(py::array result, std::optional<py::array> flags,
+                  std::optional<EventCounts> counts, bool scalar) {
+  py::object r = scalar_or_array(std::move(result), scalar);
+  if (!flags && !counts) return r;
+  py::list out;
+  out.append(r);
+  if (flags) out.append(scalar_or_array(*flags, scalar));
+  if (counts) out.append(py::cast(*counts));
+  return py::tuple(out);
+}
+
+bool finite_nonzero_f32(uint32_t b) {
+  return (b & 0x7FFFFFFFu) != 0 && (b & 0x7F800000u) != 0x7F800000u;
+}
+bool finite_nonzero_f64(uint64_t b) {
+  return (b & 0x7FFFFFFFFFFFFFFFull) != 0 &&
+         (b & 0x7FF0000000000000ull) != 0x7FF0000000000000ull;
+}
+
+// ---------------------------------------------------------------------------------------------
+// round / encode / decode
+
+/// Values → encodings (Out = encoding type) or → float32 values exactly representable
+/// (Out = float). float32 input without per-element flags takes the bulk kernels.
+template <class Out>
+py::object convert(const char* fn, py::handle a, py::handle fmt, const std::string& rounding,
+                   bool saturate, bool subnormals, py::handle seed, py::handle offset,
+                   const std::string& tininess, bool want_flags, bool want_counts) {
+  const Spec s = make_spec(fmt, rounding, saturate, subnormals, seed, offset, tininess);
+  const FloatInput in = float_input(a, fn);
+  const auto shape = shape_of(in.arr);
+  py::array_t<Out> out(shape);
+  std::optional<py::array> flags;
+  if (want_flags) flags = py::array_t<uint8_t>(shape);
+  EventCounts counts;
+  const size_t n = static_cast<size_t>(in.arr.size());
+  Out* po = out.mutable_data();
+  uint8_t* pf = flags ? static_cast<uint8_t*>(flags->mutable_data()) : nullptr;
+  EventCounts* pc = want_counts ? &counts : nullptr;
+  const Format& f = s.f;
+  const void* pin = in.arr.data();
+  {
+    py::gil_scoped_release release;
+    if (!in.f64 && !pf) {
+      const float* pi = static_cast<const float*>(pin);
+      if constexpr (std::is_same_v<Out, float>)
+        quantize_f32(f, pi, po, n, s.o, pc);
+      else
+        round_f32(f, pi, po, n, s.o, pc);
+    } else {
+      // float64 input is rounded in one step from binary64 (never through binary32, which
+      // would round twice); per-element flags need the scalar routines.
+      for (size_t i = 0; i < n; ++i) {
+        Env e = env_for(s.o, i);
+        uint32_t r;
+        bool exact_nonzero;
+        if (in.f64) {
+          const uint64_t b = f64_bits(static_cast<const double*>(pin)[i]);
+          r = from_f64(f, bits_f64(b), e);
+          exact_nonzero = finite_nonzero_f64(b);
+        } else {
+          const uint32_t b = f32_bits(static_cast<const float*>(pin)[i]);
+          r = from_f32_bits(f, b, e);
+          exact_nonzero = finite_nonzero_f32(b);
+        }
+        if constexpr (std::is_same_v<Out, float>) {
+          Env d;
+          po[i] = to_f32(f, r, d);
+        } else {
+          po[i] = static_cast<Out>(r);
+        }
+        if (pf) pf[i] = e.flags;
+        if (pc) count_event(f, r, exact_nonzero, e.flags, *pc);
+      }
+    }
+  }
+  return finish(out, flags, want_counts ? std::optional<EventCounts>(counts) : std::nullopt,
+                in.scalar);
+}
+
+py::object round_values(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
+                        bool subnormals, py::handle seed, py::handle offset,
+                        const std::string& tininess, bool flags, bool counts) {
+  return convert<float>("round", a, fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                        flags, counts);
+}
+
+py::object encode(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
+                  bool subnormals, py::handle seed, py::handle offset, const std::string& tininess,
+                  bool flags, bool counts) {
+  const Format f = to_format(fmt);
+  return with_enc_type(f, [&](auto t) {
+    return convert<decltype(t)>("encode", a, fmt, rounding, saturate, subnormals, seed, offset,
+                                tininess, flags, counts);
+  });
+}
+
+py::object decode(py::handle bits, py::handle fmt, bool subnormals) {
+  Format f = to_format(fmt);
+  if (!subnormals) f.daz = f.ftz = true;
+  validate(f);
+  return with_enc_type(f, [&](auto t) -> py::object {
+    using T = decltype(t);
+    bool scalar = false;
+    const py::array_t<T> in = enc_input<T>(bits, f, "decode", "bits", scalar);
+    py::array_t<float> out(shape_of(in));
+    const T* pi = in.data();
+    float* po = out.mutable_data();
+    const size_t n = static_cast<size_t>(in.size());
+    {
+      py::gil_scoped_release release;
+      decode_f32(f, pi, po, n);
+    }
+    return scalar_or_array(out, scalar);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic on encodings
+
+enum class Op { add, sub, mul, div, fma, sqrt };
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::add: return "add";
+    case Op::sub: return "sub";
+    case Op::mul: return "mul";
+    case Op::div: return "div";
+    case Op::fma: return "fma";
+    default: return "sqrt";
+  }
+}
+
+template <class T>
+uint32_t apply(Op op, const Format& f, const T* const* in, size_t i, Env& e) {
+  switch (op) {
+    case Op::add: return halfway::add(f, in[0][i], in[1][i], e);
+    case Op::sub: return halfway::sub(f, in[0][i], in[1][i], e);
+    case Op::mul: return halfway::mul(f, in[0][i], in[1][i], e);
+    case Op::div: return halfway::div(f, in[0][i], in[1][i], e);
+    case Op::fma: return halfway::fma(f, in[0][i], in[1][i], in[2][i], e);
+    default: return halfway::sqrt(f, in[0][i], e);
+  }
+}
+
+py::object arith(Op op, const std::vector<py::handle>& operands, py::handle fmt,
+                 const std::string& rounding, bool saturate, bool subnormals, py::handle seed,
+                 py::handle offset, const std::string& tininess, bool want_flags,
+                 bool want_counts) {
+  const Spec s = make_spec(fmt, rounding, saturate, subnormals, seed, offset, tininess);
+  const Format& f = s.f;
+  return with_enc_type(f, [&](auto t) -> py::object {
+    using T = decltype(t);
+    static const char* names[] = {"a", "b", "c"};
+    bool all_scalar = true;
+    py::list arrays;
+    for (size_t k = 0; k < operands.size(); ++k) {
+      bool scalar = false;
+      arrays.append(enc_input<T>(operands[k], f, op_name(op), names[k], scalar));
+      all_scalar = all_scalar && scalar;
+    }
+    if (operands.size() > 1) {
+      try {
+        arrays = py::list(np().attr("broadcast_arrays")(*arrays));
+      } catch (py::error_already_set& e) {
+        if (!e.matches(PyExc_ValueError)) throw;
+        std::string shapes;
+        for (auto a : arrays) shapes += (shapes.empty() ? "" : ", ") + std::string(py::str(a.attr("shape")));
+        throw py::value_error(std::string("halfway.") + op_name(op) +
+                              ": operands could not be broadcast together with shapes " + shapes);
+      }
+    }
+    std::vector<py::array_t<T>> in;
+    for (auto a : arrays)
+      in.push_back(py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a));
+    const auto shape = shape_of(in[0]);
+    py::array_t<T> out(shape);
+    std::optional<py::array> flags;
+    if (want_flags) flags = py::array_t<uint8_t>(shape);
+    EventCounts counts;
+    const T* ptrs[3] = {nullptr, nullptr, nullptr};
+    for (size_t k = 0; k < in.size(); ++k) ptrs[k] = in[k].data();
+    T* po = out.mutable_data();
+    uint8_t* pf = flags ? static_cast<uint8_t*>(flags->mutable_data()) : nullptr;
+    EventCounts* pc = want_counts ? &counts : nullptr;
+    const size_t n = static_cast<size_t>(in[0].size());
+    {
+      py::gil_scoped_release release;
+      if (!pf && op != Op::sqrt) {
+        if (op == Op::fma) {
+          halfway::fma(f, ptrs[0], ptrs[1], ptrs[2], po, n, s.o, pc);
+        } else {
+          const BinaryOp b = op == Op::add   ? BinaryOp::add
+                             : op == Op::sub ? BinaryOp::sub
+                             : op == Op::mul ? BinaryOp::mul
+                                             : BinaryOp::div;
+          binary(b, f, ptrs[0], ptrs[1], po, n, s.o, pc);
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          Env e = env_for(s.o, i);
+          const uint32_t r = apply(op, f, ptrs, i, e);
+          po[i] = static_cast<T>(r);
+          if (pf) pf[i] = e.flags;
+          // A zero result of a non-zero exact value is always inexact: the inexact flag tells
+          // count_event what it needs (as in the bulk kernels).
+          if (pc) count_event(f, r, (e.flags & flag::inexact) != 0, e.flags, *pc);
+        }
+      }
+    }
+    return finish(out, flags, want_counts ? std::optional<EventCounts>(counts) : std::nullopt,
+                  all_scalar);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// finfo
+
+py::dict finfo_fields(py::handle fmt) {
+  const Format f = to_format(fmt);
+  // Values of the encodings, read without the flush/DAZ modes (a DAZ format still has its
+  // subnormal encodings; finfo describes the encodings).
+  Format plain = f;
+  plain.ftz = plain.daz = false;
+  auto value = [&](uint32_t enc) -> py::object {
+    Env e;
+    return np().attr("float32")(to_f32(plain, enc, e));
+  };
+  auto opt = [](bool has, uint32_t enc) -> py::object {
+    return has ? py::object(py::int_(enc)) : py::object(py::none());
+  };
+  const int m = f.frac_bits;
+  const uint32_t smallest_normal = f.has_zero ? (uint32_t(1) << m) : 0;
+  const bool has_subnormals = f.has_zero && m > 0;
+  const uint32_t min_enc = f.is_signed ? (f.sign_bit() | f.max_mag()) : 0;
+  // numpy: precision = int(-log10(eps)), resolution = 10**-precision in the format.
+  const int precision = static_cast<int>(std::floor(m * std::log10(2.0)));
+  Env re;
+  const uint32_t resolution = from_f64(plain, std::pow(10.0, -precision), re);
+  Env oe;
+  const uint32_t one = from_f64(plain, 1.0, oe);
+  const char* enc_dtype = f.nbits() <= 8 ? "uint8" : f.nbits() <= 16 ? "uint16" : "uint32";
+
+  py::dict d;
+  d["name"] = format_name(f);
+  d["dtype"] = np().attr("dtype")("float32");
+  d["encoding_dtype"] = np().attr("dtype")(enc_dtype);
+  d["bits"] = f.nbits();
+  d["nexp"] = int(f.exp_bits);
+  d["iexp"] = int(f.exp_bits);
+  d["nmant"] = m;
+  d["machep"] = -m;
+  d["negep"] = -(m + 1);
+  d["eps"] = np().attr("float32")(std::ldexp(1.0, -m));
+  d["epsneg"] = np().attr("float32")(std::ldexp(1.0, -(m + 1)));
+  d["max"] = value(f.max_mag());
+  d["min"] = value(min_enc);
+  d["tiny"] = value(smallest_normal);
+  d["smallest_normal"] = value(smallest_normal);
+  d["smallest_subnormal"] = has_subnormals ? value(1) : py::object(py::none());
+  d["maxexp"] = f.emax() + 1;
+  d["minexp"] = f.emin();
+  d["precision"] = precision;
+  d["resolution"] = value(resolution);
+  d["bias"] = int(f.bias);
+  d["emin"] = f.emin();
+  d["emax"] = f.emax();
+  d["specials"] = specials_name(f.specials);
+  d["overflow"] = overflow_name(f.overflow);
+  d["ftz"] = f.ftz;
+  d["daz"] = f.daz;
+  d["signed"] = f.is_signed;
+  d["has_zero"] = f.has_zero;
+  d["has_inf"] = f.has_inf();
+  d["has_nan"] = f.has_nan();
+  d["inf_bits"] = opt(f.has_inf(), f.inf_mag());
+  d["neg_inf_bits"] = opt(f.has_inf(), f.sign_bit() | f.inf_mag());
+  d["nan_bits"] = opt(f.has_nan(), f.default_nan());
+  d["max_bits"] = py::int_(f.max_mag());
+  d["min_bits"] = py::int_(min_enc);
+  d["smallest_normal_bits"] = py::int_(smallest_normal);
+  d["smallest_subnormal_bits"] = opt(has_subnormals, 1);
+  d["zero_bits"] = opt(f.has_zero, 0);
+  d["neg_zero_bits"] = opt(f.has_zero && f.has_neg_zero(), f.sign_bit());
+  d["one_bits"] = opt(oe.flags == 0, one);
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulator: one configuration to result files (the Python side reads them into pandas).
+
+#if HALFWAY_PY_SIM
+void train_to_dir(const std::string& config, bool is_text, const std::string& base_dir,
+                  const std::string& out_dir, int threads) {
+  if (threads < 1) throw InputError("threads must be at least 1");
+  const sim::TrainConfig c = is_text ? sim::parse_config(config, base_dir, "config")
+                                     : sim::parse_config_file(config);
+  sim::TrainOptions o;
+  o.threads = threads;
+  py::gil_scoped_release release;
+  sim::write_run(c, out_dir, o);
+}
+#endif
+
+}  // namespace
+
+PYBIND11_MODULE(_halfway, m) {
+  m.doc() = "Bit-exact low-precision floating point (the compiled core of the halfway package)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  py::class_<Format>(m, "Format",
+                     "A floating-point format: parsed from a name such as 'fp16', 'e4m3:sat' "
+                     "or 'e5m10:bias=14:ftz'.")
+      .def(py::init([](const std::string& name) { return parse_format(name); }), py::arg("name"))
+      .def_property_readonly("name", [](const Format& f) { return format_name(f); })
+      .def_property_readonly("exp_bits", [](const Format& f) { return int(f.exp_bits); })
+      .def_property_readonly("frac_bits", [](const Format& f) { return int(f.frac_bits); })
+      .def_property_readonly("bias", [](const Format& f) { return int(f.bias); })
+      .def_property_readonly("nbits", &Format::nbits)
+      .def_property_readonly("specials", [](const Format& f) { return specials_name(f.specials); })
+      .def_property_readonly("overflow", [](const Format& f) { return overflow_name(f.overflow); })
+      .def_property_readonly("ftz", [](const Format& f) { return f.ftz; })
+      .def_property_readonly("daz", [](const Format& f) { return f.daz; })
+      .def_property_readonly("signed", [](const Format& f) { return f.is_signed; })
+      .def_property_readonly("has_zero", [](const Format& f) { return f.has_zero; })
+      .def("__eq__", [](const Format& a, const Format& b) { return a == b; })
+      .def("__hash__", [](const Format& f) { return py::hash(py::str(format_name(f))); })
+      .def("__str__", [](const Format& f) { return format_name(f); })
+      .def("__repr__", [](const Format& f) { return "halfway.Format('" + format_name(f) + "')"; })
+      .def(py::pickle([](const Format& f) { return format_name(f); },
+                      [](const std::string& name) { return parse_format(name); }));
+
+  py::class_<EventCounts>(m, "Counts",
+                          "What happened to the results of a call; an element is counted in "
+                          "every class it meets. flags is the OR of the IEEE flags.")
+      .def(py::init<>())
+      .def_readonly("total", &EventCounts::total)
+      .def_readonly("inexact", &EventCounts::inexact)
+      .def_readonly("zero", &EventCounts::zero)
+      .def_readonly("underflow", &EventCounts::underflow)
+      .def_readonly("subnormal", &EventCounts::subnormal)
+      .def_readonly("overflow", &EventCounts::overflow)
+      .def_readonly("nan", &EventCounts::nan)
+      .def_readonly("flags", &EventCounts::flags)
+      .def_property_readonly("flag_names",
+                             [](const EventCounts& c) { return flags_name(c.flags); })
+      .def("as_dict",
+           [](const EventCounts& c) {
+             py::dict d;
+             d["total"] = c.total;
+             d["inexact"] = c.inexact;
+             d["zero"] = c.zero;
+             d["underflow"] = c.underflow;
+             d["subnormal"] = c.subnormal;
+             d["overflow"] = c.overflow;
+             d["nan"] = c.nan;
+             d["flags"] = c.flags;
+             return d;
+           })
+      .def("__eq__", [](const EventCounts& a, const EventCounts& b) { return a == b; })
+      .def("__add__",
+           [](const EventCounts& a, const EventCounts& b) {
+             EventCounts c = a;
+             c += b;
+             return c;
+           })
+      .def("__repr__", [](const EventCounts& c) {
+        return "Counts(total=" + std::to_string(c.total) + ", inexact=" +
+               std::to_string(c.inexact) + ", zero=" + std::to_string(c.zero) + ", underflow=" +
+               std::to_string(c.underflow) + ", subnormal=" + std::to_string(c.subnormal) +
+               ", overflow=" + std::to_string(c.overflow) + ", nan=" + std::to_string(c.nan) +
+               ", flags='" + flags_name(c.flags) + "')";
+      });
+
+  m.def("round", &round_values, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
+        py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
+        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
+        py::arg("flags") = false, py::arg("counts") = false);
+  m.def("encode", &encode, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
+        py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
+        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
+        py::arg("flags") = false, py::arg("counts") = false);
+  m.def("decode", &decode, py::arg("bits"), py::arg("fmt"), py::kw_only(),
+        py::arg("subnormals") = true);
+
+  auto def_binary = [&](const char* name, Op op) {
+    m.def(
+        name,
+        [op](py::handle a, py::handle b, py::handle fmt, const std::string& rounding,
+             bool saturate, bool subnormals, py::handle seed, py::handle offset,
+             const std::string& tininess, bool flags, bool counts) {
+          return arith(op, {a, b}, fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                       flags, counts);
+        },
+        py::arg("a"), py::arg("b"), py::arg("fmt"), py::arg("rounding") = "near_even",
+        py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
+        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
+        py::arg("flags") = false, py::arg("counts") = false);
+  };
+  def_binary("add", Op::add);
+  def_binary("sub", Op::sub);
+  def_binary("mul", Op::mul);
+  def_binary("div", Op::div);
+  m.def(
+      "fma",
+      [](py::handle a, py::handle b, py::handle c, py::handle fmt, const std::string& rounding,
+         bool saturate, bool subnormals, py::handle seed, py::handle offset,
+         const std::string& tininess, bool flags, bool counts) {
+        return arith(Op::fma, {a, b, c}, fmt, rounding, saturate, subnormals, seed, offset,
+                     tininess, flags, counts);
+      },
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("fmt"), py::arg("rounding") = "near_even",
+      py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
+      py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
+      py::arg("flags") = false, py::arg("counts") = false);
+  m.def(
+      "sqrt",
+      [](py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
+         bool subnormals, py::handle seed, py::handle offset, const std::string& tininess,
+         bool flags, bool counts) {
+        return arith(Op::sqrt, {a}, fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                     flags, counts);
+      },
+      py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even", py::kw_only(),
+      py::arg("saturate") = false, py::arg("subnormals") = true, py::arg("seed") = py::none(),
+      py::arg("offset") = 0, py::arg("tininess") = "after", py::arg("flags") = false,
+      py::arg("counts") = false);
+
+  m.def("_finfo_fields", &finfo_fields, py::arg("fmt"));
+#if HALFWAY_PY_SIM
+  m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
+        py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"));
+#endif
+  m.def("format", [](py::handle fmt) { return to_format(fmt); }, py::arg("fmt"),
+        "The Format named by a string (or the Format itself).");
+  m.def("formats", &preset_names, "Names of the preset formats.");
+  m.def("flag_names", [](int flags) { return flags_name(static_cast<uint8_t>(flags)); },
+        py::arg("flags"), "'inexact|underflow' style names of IEEE flag bits, '-' for none.");
+  m.attr("roundings") = py::make_tuple("near_even", "near_maxMag", "minMag", "min", "max", "odd",
+                                       "stochastic");
+  m.attr("INEXACT") = int(flag::inexact);
+  m.attr("UNDERFLOW") = int(flag::underflow);
+  m.attr("OVERFLOW") = int(flag::overflow);
+  m.attr("INFINITE") = int(flag::infinite);
+  m.attr("INVALID") = int(flag::invalid);
+}

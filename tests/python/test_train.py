@@ -1,0 +1,96 @@
+"""halfway.train: a simulator configuration in, its result files as pandas DataFrames out.
+The same run given as TOML text, as a file and as a dict gives identical frames; the frames are
+the files' contents; the thread count changes nothing; config errors are ValueErrors."""
+
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hwtest  # noqa: E402
+
+pd = hwtest.require("pandas", "halfway.train's DataFrames")
+import halfway  # noqa: E402
+
+if not hasattr(halfway._halfway, "_train_to_dir"):
+    print("skipped: this build of the Python module has no simulator (sim/)")
+    sys.exit(hwtest.SKIP)
+
+TEXT = """
+[model]
+kind = "mlp"
+layers = [6, 16, 1]
+activation = "relu"
+[data]
+synthetic = "regression"
+n = 256
+batch_size = 32
+[loss]
+kind = "mse"
+[optimizer]
+kind = "adam"
+lr = 0.01
+[precision]
+policy = "torch-cuda-fp16"
+[scaler]
+kind = "dynamic"
+[run]
+steps = 3
+seed = 7
+"""
+DICT = {
+    "model": {"kind": "mlp", "layers": [6, 16, 1], "activation": "relu"},
+    "data": {"synthetic": "regression", "n": 256, "batch_size": 32},
+    "loss": {"kind": "mse"},
+    "optimizer": {"kind": "adam", "lr": 0.01},
+    "precision": {"policy": "torch-cuda-fp16"},
+    "scaler": {"kind": "dynamic"},
+    "run": {"steps": 3, "seed": 7},
+}
+FRAMES = ("steps", "trace", "scale_window", "memory")
+
+
+class Train(hwtest.unittest.TestCase):
+    def assertSameRun(self, a, b):
+        for name in FRAMES:
+            pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
+
+    def test_text_file_and_dict_agree(self):
+        a = halfway.train(TEXT)
+        self.assertEqual(len(a.steps), 3)
+        self.assertEqual(list(a.steps.step), [0, 1, 2])
+        self.assertEqual(float(a.steps.loss_scale[0]), 65536.0)  # GradScaler's initial scale
+        self.assertGreater(len(a.trace), 0)
+        self.assertTrue({"name", "dtype", "underflow", "subnormal"} <= set(a.trace.columns))
+        self.assertEqual(set(a.scale_window.step), {0, 1, 2})
+        self.assertIsNone(a.out_dir)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "run.toml")
+            with open(path, "w") as f:
+                f.write(TEXT)
+            self.assertSameRun(a, halfway.train(path))
+        self.assertSameRun(a, halfway.train(DICT))
+        self.assertSameRun(a, halfway.train(TEXT, threads=2))
+
+    def test_out_dir_keeps_the_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = halfway.train(DICT, out_dir=d)
+            self.assertEqual(r.out_dir, d)
+            for name in FRAMES:
+                pd.testing.assert_frame_equal(getattr(r, name),
+                                              pd.read_csv(os.path.join(d, name + ".csv")))
+            self.assertEqual(r.manifest["seed"], 7)
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, "unknown"):
+            halfway.train(dict(DICT, model={"kind": "mlpx", "layers": [6, 1]}))
+        with self.assertRaisesRegex(ValueError, "no such config file"):
+            halfway.train("does-not-exist.toml")
+        with self.assertRaises(TypeError):
+            halfway.train(42)
+        with self.assertRaisesRegex(ValueError, "threads"):
+            halfway.train(TEXT, threads=0)
+
+
+if __name__ == "__main__":
+    hwtest.main()
