@@ -1,0 +1,118 @@
+// Shared by the GPU validation programs: checked CUDA calls (the failing call, file and line are
+// reported, and the partial report is written before exiting), "skipped: no CUDA device" with
+// exit code 77, a small JSON report that is rewritten after every finished check (so a run
+// killed by a timeout still leaves everything it finished), and a wall-clock deadline.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "halfway/hw/json_out.hpp"
+
+namespace halfway::gpu {
+
+using hw::hex64;
+using hw::Report;
+using hw::report;
+using hw::strf;
+
+[[noreturn]] inline void cuda_fail(const char* call, cudaError_t e, const char* file, int line) {
+  const std::string msg = strf("CUDA error: %s returned %s (%s) at %s:%d", call,
+                               cudaGetErrorName(e), cudaGetErrorString(e), file, line);
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  report().set("status", Report::quote("error"));
+  report().set("error", Report::quote(msg));
+  report().save();
+  std::exit(3);
+}
+
+#define HW_CUDA_CHECK(call)                                                       \
+  do {                                                                            \
+    const cudaError_t hw_err_ = (call);                                           \
+    if (hw_err_ != cudaSuccess) ::halfway::gpu::cuda_fail(#call, hw_err_, __FILE__, __LINE__); \
+  } while (0)
+
+/// Checks a kernel launch (configuration errors) and, with `sync`, its execution.
+#define HW_CUDA_CHECK_LAUNCH(what)                                                 \
+  do {                                                                             \
+    HW_CUDA_CHECK(cudaGetLastError());                                             \
+    HW_CUDA_CHECK(cudaDeviceSynchronize());                                        \
+  } while (0)
+
+/// Exit 77 with "skipped: no CUDA device" when there is no usable GPU (CTest SKIP_RETURN_CODE).
+inline void require_device_or_skip() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    std::printf("skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    std::exit(77);
+  }
+}
+
+struct DeviceInfo {
+  cudaDeviceProp prop{};
+  int driver = 0, runtime = 0;
+  int sms = 0;
+};
+
+inline DeviceInfo device_info() {
+  DeviceInfo d;
+  HW_CUDA_CHECK(cudaGetDeviceProperties(&d.prop, 0));
+  HW_CUDA_CHECK(cudaDriverGetVersion(&d.driver));
+  HW_CUDA_CHECK(cudaRuntimeGetVersion(&d.runtime));
+  d.sms = d.prop.multiProcessorCount;
+  return d;
+}
+
+inline std::string device_json(const DeviceInfo& d) {
+  return strf("{\"name\": %s, \"compute_capability\": \"%d.%d\", \"sms\": %d, "
+              "\"memory_gib\": %.1f, \"driver\": %d, \"runtime\": %d}",
+              Report::quote(d.prop.name).c_str(), d.prop.major, d.prop.minor, d.sms,
+              double(d.prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), d.driver, d.runtime);
+}
+
+/// Seconds since `start`, and a deadline that checks can consult between kernel launches.
+class Clock {
+ public:
+  explicit Clock(double budget_s) : t0_(std::chrono::steady_clock::now()), budget_(budget_s) {}
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  bool expired() const { return elapsed() > budget_; }
+  double left() const { return budget_ - elapsed(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+  double budget_;
+};
+
+/// `--name value` from argv, or `def`.
+inline std::string arg(int argc, char** argv, const char* name, const char* def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == name) return argv[i + 1];
+  return def;
+}
+
+/// Device buffer with checked allocation, freed on scope exit.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { HW_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T) + 1)); }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+  void upload(const T* h, size_t n) { HW_CUDA_CHECK(cudaMemcpy(p_, h, n * sizeof(T), cudaMemcpyHostToDevice)); }
+  void download(T* h, size_t n) const { HW_CUDA_CHECK(cudaMemcpy(h, p_, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+}  // namespace halfway::gpu

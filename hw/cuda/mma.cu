@@ -1,0 +1,204 @@
+// Tensor-core MMA on the GPU (PTX mma.sync through inline assembly) against the library's
+// block-FMA accumulation models, and the search for the model parameters that reproduce the
+// hardware bit for bit (mma_cases.hpp, mma_search.hpp).
+//
+//   halfway_gpu_mma --out FILE [--budget SECONDS] [--seed S] [--threads N]
+//
+// For each variant (fp16 -> fp32, fp16 -> fp16, bf16 -> fp32, e4m3 -> fp32, e5m2 -> fp32):
+//  1. multiply every probe case on the tensor cores (one warp per m16n8kK case), twice;
+//  2. check the layout probe (small integers: every model is exact) before trusting anything;
+//  3. fingerprint the outputs of each family (the CPU replay recomputes them from a model);
+//  4. search the candidate models; report every exact match, else the closest, and how the
+//     published V100/A100/H100 parameter sets fare.
+// Exit status: 0 when every variant ran, 1 when the budget cut the run short, 2 on bad
+// arguments, 3 on a CUDA error, 77 without a GPU.
+#include <cstring>
+#include <thread>
+
+#include "gpu_common.cuh"
+#include "halfway/hw/mma_report.hpp"
+
+using namespace halfway;
+using namespace halfway::hw;
+using namespace halfway::hw::mma;
+using namespace halfway::gpu;
+
+namespace {
+
+template <int V>
+__global__ void mma_kernel(const uint32_t* A, const uint32_t* B, const uint32_t* C, uint32_t* D,
+                           int ncases) {
+  constexpr Variant v = static_cast<Variant>(V);
+  constexpr int K = (v == Variant::e4m3_f32 || v == Variant::e5m2_f32) ? 32 : 16;
+  const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if (warp >= ncases) return;  // whole warps only: blockDim.x is a multiple of 32
+  const uint32_t* a = A + size_t(warp) * kM * K;
+  const uint32_t* b = B + size_t(warp) * K * kN;
+  const uint32_t* c = C + size_t(warp) * kM * kN;
+  uint32_t* d = D + size_t(warp) * kM * kN;
+  auto at_a = [&](RowCol p) { return a[p.row * K + p.col]; };
+  auto at_b = [&](RowCol p) { return b[p.row * kN + p.col]; };
+  auto at_c = [&](RowCol p) { return c[p.row * kN + p.col]; };
+  uint32_t ra[4], rb[2];
+  if constexpr (K == 16) {
+    for (int r = 0; r < 4; ++r)
+      ra[r] = (at_a(frag_a_k16(lane, 2 * r)) & 0xFFFFu) | (at_a(frag_a_k16(lane, 2 * r + 1)) << 16);
+    for (int r = 0; r < 2; ++r)
+      rb[r] = (at_b(frag_b_k16(lane, 2 * r)) & 0xFFFFu) | (at_b(frag_b_k16(lane, 2 * r + 1)) << 16);
+  } else {
+    for (int r = 0; r < 4; ++r) {
+      ra[r] = 0;
+      for (int j = 0; j < 4; ++j) ra[r] |= (at_a(frag_a_k32(lane, 4 * r + j)) & 0xFFu) << (8 * j);
+    }
+    for (int r = 0; r < 2; ++r) {
+      rb[r] = 0;
+      for (int j = 0; j < 4; ++j) rb[r] |= (at_b(frag_b_k32(lane, 4 * r + j)) & 0xFFu) << (8 * j);
+    }
+  }
+  if constexpr (v == Variant::f16_f16) {
+    uint32_t rc[2], rd[2];
+    rc[0] = (at_c(frag_c(lane, 0)) & 0xFFFFu) | (at_c(frag_c(lane, 1)) << 16);
+    rc[1] = (at_c(frag_c(lane, 2)) & 0xFFFFu) | (at_c(frag_c(lane, 3)) << 16);
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, "
+        "{%8,%9};\n"
+        : "=r"(rd[0]), "=r"(rd[1])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "r"(rc[0]),
+          "r"(rc[1]));
+    for (int i = 0; i < 4; ++i) {
+      const RowCol p = frag_c(lane, i);
+      d[p.row * kN + p.col] = (rd[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+    }
+  } else {
+    float rc[4], rd[4];
+    for (int i = 0; i < 4; ++i) rc[i] = __uint_as_float(at_c(frag_c(lane, i)));
+    if constexpr (v == Variant::f16_f32) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%10,%11,%12,%13};\n"
+          : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
+          : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
+            "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+    } else if constexpr (v == Variant::bf16_f32) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%10,%11,%12,%13};\n"
+          : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
+          : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
+            "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+    } else if constexpr (v == Variant::e4m3_f32) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+      // No fp8 MMA before sm_89 (the host skips these variants there); keeps other targets building.
+      for (int i = 0; i < 4; ++i) rd[i] = __uint_as_float(0x7FFFFFFFu);
+#else
+      asm volatile(
+          "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%10,%11,%12,%13};\n"
+          : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
+          : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
+            "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+#endif
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+      for (int i = 0; i < 4; ++i) rd[i] = __uint_as_float(0x7FFFFFFFu);
+#else
+      asm volatile(
+          "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%10,%11,%12,%13};\n"
+          : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
+          : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
+            "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+#endif
+    }
+    for (int i = 0; i < 4; ++i) {
+      const RowCol p = frag_c(lane, i);
+      d[p.row * kN + p.col] = __float_as_uint(rd[i]);
+    }
+  }
+}
+
+template <int V>
+bool run_variant(const Clock& clock, uint64_t seed, unsigned threads) {
+  const Variant v = static_cast<Variant>(V);
+  const CaseSet cs = make_cases(v, seed);
+  const Clock t(1e9);
+  const size_t n = cs.cases(), outs = n * kM * kN;
+  DeviceBuffer<uint32_t> da(cs.a.size()), db(cs.b.size()), dc(cs.c.size()), dd(outs);
+  da.upload(cs.a.data(), cs.a.size());
+  db.upload(cs.b.data(), cs.b.size());
+  dc.upload(cs.c.data(), cs.c.size());
+  const int threads_per_block = 128;
+  const int blocks = int((n * 32 + threads_per_block - 1) / threads_per_block);
+  std::vector<uint32_t> hw(outs), hw2(outs);
+  for (int rep = 0; rep < 2; ++rep) {
+    HW_CUDA_CHECK(cudaMemset(dd.get(), 0xFF, outs * sizeof(uint32_t)));
+    mma_kernel<V><<<blocks, threads_per_block>>>(da.get(), db.get(), dc.get(), dd.get(), int(n));
+    HW_CUDA_CHECK_LAUNCH(mma_kernel);
+    dd.download((rep ? hw2 : hw).data(), outs);
+  }
+  const bool repeatable = hw == hw2;
+  const VariantRun run = analyze_variant(cs, hw, repeatable, threads, std::max(1.0, clock.left()),
+                                         [&](const std::string& provisional) {
+                                           report().append("variants", provisional);
+                                           report().save();
+                                         });
+  if (run.layout_ok) report().pop("variants");  // replace the provisional entry
+  std::string entry = run.json;
+  entry.insert(entry.size() - 1, strf(", \"seed\": %llu, \"seconds\": %.2f", (unsigned long long)seed, t.elapsed()));
+  report().append("variants", entry);
+  report().save();
+  std::printf("  %-28s layout %s, repeatable %s, %zu candidates match%s (%.1f s)\n", cs.info.name,
+              run.layout_ok ? "ok" : "WRONG (search skipped)", repeatable ? "yes" : "NO",
+              run.matched, run.complete ? "" : " (search cut short)", t.elapsed());
+  return run.complete;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a != "--out" && a != "--budget" && a != "--seed" && a != "--threads") {
+      std::fprintf(stderr, "usage: halfway_gpu_mma --out FILE [--budget SECONDS] [--seed S] [--threads N]\n");
+      return 2;
+    }
+    ++i;
+  }
+  const std::string out = arg(argc, argv, "--out", "");
+  const double budget = std::atof(arg(argc, argv, "--budget", "1e9").c_str());
+  const uint64_t seed = std::strtoull(arg(argc, argv, "--seed", "20240601").c_str(), nullptr, 10);
+  unsigned threads = unsigned(std::atoi(arg(argc, argv, "--threads", "0").c_str()));
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  require_device_or_skip();
+  report().open(out, "mma");
+  const DeviceInfo dev = device_info();
+  report().set("device", device_json(dev));
+  report().save();
+  std::printf("mma.sync on %s\n", dev.prop.name);
+  const Clock clock(budget);
+  bool complete = true;
+  // Each variant needs the previous one's time; later ones are skipped when the budget is gone.
+  auto guard = [&](auto fn, const char* name) {
+    if (clock.expired()) {
+      report().append("variants", strf("{\"variant\": \"%s\", \"skipped\": \"time budget\"}", name));
+      report().save();
+      complete = false;
+      return;
+    }
+    complete = fn() && complete;
+  };
+  guard([&] { return run_variant<int(Variant::f16_f32)>(clock, seed, threads); }, variant_info(Variant::f16_f32).name);
+  guard([&] { return run_variant<int(Variant::bf16_f32)>(clock, seed, threads); }, variant_info(Variant::bf16_f32).name);
+  guard([&] { return run_variant<int(Variant::f16_f16)>(clock, seed, threads); }, variant_info(Variant::f16_f16).name);
+  if (dev.prop.major > 8 || (dev.prop.major == 8 && dev.prop.minor >= 9)) {
+    guard([&] { return run_variant<int(Variant::e4m3_f32)>(clock, seed, threads); }, variant_info(Variant::e4m3_f32).name);
+    guard([&] { return run_variant<int(Variant::e5m2_f32)>(clock, seed, threads); }, variant_info(Variant::e5m2_f32).name);
+  } else {
+    report().append("variants", "{\"variant\": \"fp8\", \"skipped\": \"needs compute capability 8.9 or higher\"}");
+  }
+  report().set("status", Report::quote(complete ? "complete" : "partial"));
+  report().set("seconds", strf("%.2f", clock.elapsed()));
+  report().save();
+  return complete ? 0 : 1;
+}

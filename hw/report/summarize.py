@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Write results/gpu/summary.md and results/gpu/plots/*.png from results/gpu/report.json.
+
+Reads only the report. Plots need matplotlib; without it the summary is still written and says
+so.
+
+    summarize.py REPORT.json --out DIR
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def fmt_int(n):
+    return f"{n:,}".replace(",", " ") if isinstance(n, int) else str(n)
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def device_of(report):
+    for part in report.get("parts", {}).values():
+        if isinstance(part, dict) and "device" in part:
+            return part["device"]
+    return None
+
+
+def elementwise_section(report):
+    rows, notes = [], []
+    for name in ("conversions", "arith", "fma"):
+        part = report["parts"].get(name, {})
+        for c in part.get("checks", []):
+            if "skipped" in c:
+                rows.append([c["op"], c["source"], "0 / " + fmt_int(c["domain"]), "—", "not run: " + c["skipped"]])
+                continue
+            cov = fmt_int(c["covered"]) + (" (all)" if c["complete"] else " / " + fmt_int(c["domain"]))
+            classes = "; ".join(
+                f'{fmt_int(cl["count"])} × {cl["description"]} (e.g. {cl["example"]["a"]}'
+                + (f' {cl["example"]["b"]}' if c["op"].split("_")[1] in ("add", "sub", "mul", "div", "fma") else "")
+                + (f' {cl["example"]["c"]}' if c["op"].endswith("fma") else "")
+                + f' → {cl["example"]["hw"]}, library {cl["example"]["ref"]})'
+                for cl in c.get("classes", [])) or "identical"
+            rows.append([c["op"], c["source"], cov, fmt_int(c["mismatches"]), classes])
+    if not rows:
+        return "No elementwise results.\n"
+    return table(["operation", "inputs", "covered", "mismatches", "differences (count × class, example)"], rows) + "\n"
+
+
+def math_section(report):
+    part = report["parts"].get("math", {})
+    rows = []
+    for m in part.get("math", []):
+        if "skipped" in m:
+            rows.append([f'h{m["fn"]}', m["format"], "not run", "", "", ""])
+            continue
+        h = m["ulp_histogram"]
+        rows.append([f'h{m["fn"]}', m["format"],
+                     f'{m["correctly_rounded"] / m["inputs"]:.4%}',
+                     f'{m["max_ulp_error"]:.3g} (at {m["max_ulp_input"]})',
+                     " / ".join(fmt_int(x) for x in h),
+                     fmt_int(m["special_mismatch"]) + (f', {m["unresolved"]} unresolved' if m["unresolved"] else "")])
+    if not rows:
+        return "No math-function results.\n"
+    return (table(["function", "format", "correctly rounded", "max ulp error",
+                   "inputs by ulp distance 0 / 1 / 2 / 3-4 / 5-8 / 9-16 / >16",
+                   "NaN vs number"], rows) + "\n")
+
+
+def mma_section(report):
+    part = report["parts"].get("mma", {})
+    out = []
+    for v in part.get("variants", []):
+        name = v.get("variant")
+        if "skipped" in v:
+            out.append(f"- `{name}`: not run ({v['skipped']})")
+            continue
+        if not v.get("layout_ok"):
+            out.append(f"- `{name}`: **fragment layout probe failed** ({v.get('layout_failure')}); "
+                       "no model comparison is meaningful")
+            continue
+        s = v.get("search") or {}
+        pres = ", ".join(f'{p["name"]}: {fmt_int(p["mismatches"])}' for p in v.get("presets", []))
+        line = f"- `{name}` ({fmt_int(v['outputs'])} outputs, repeatable: {v['repeatable']}). "
+        if not s:
+            line += "Search not finished. "
+        elif s.get("matched_count"):
+            line += (f"**{s['matched_count']} model(s) reproduce every required output bit for bit**"
+                     + ("" if s.get("complete") else " (search cut short)") + ": "
+                     + "; ".join(m["model"]["description"] for m in s["matched"][:4]) + ". ")
+            sub = s["matched"][0]["family_mismatches"].get("subnormal", 0)
+            line += f"On subnormal inputs the first match differs in {fmt_int(sub)} outputs. "
+        else:
+            line += "**No candidate model matches.** Closest: " + "; ".join(
+                f'{m["model"]["description"]} ({fmt_int(m["mismatches"])} mismatches)' for m in s.get("closest", [])[:3]) + ". "
+        line += f"Published parameters, mismatching outputs: {pres}."
+        out.append(line)
+    return ("\n".join(out) + "\n") if out else "No tensor-core results.\n"
+
+
+def cublas_section(report):
+    part = report["parts"].get("cublas", {})
+    rows = []
+    for g in part.get("gemms", []):
+        if "error" in g:
+            rows.append([g["config"], g["compute"], g["k"], "error: " + g["error"], "", "", ""])
+            continue
+        rows.append([g["config"], g["compute"], g["k"], g["best_model"], f'{g["best_identical"]}/{g["outputs"]}',
+                     "yes" if g["repeatable"] else "**no**", f'{g["max_rel_err_vs_fp64"]:.2e}'])
+    if not rows:
+        return "No cuBLAS results.\n"
+    return table(["inputs -> output", "compute type", "k", "closest model", "identical outputs", "repeatable",
+                  "max rel. error vs fp64"], rows) + "\n"
+
+
+def plots(report, outdir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not available: no plots.\n", []
+    os.makedirs(outdir, exist_ok=True)
+    made = []
+    math = [m for m in report["parts"].get("math", {}).get("math", []) if "ulp_histogram" in m]
+    if math:
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        labels = [f'h{m["fn"]}\n{m["format"]}' for m in math]
+        bottom = [0] * len(math)
+        names = ["0", "1", "2", "3-4", "5-8", "9-16", ">16"]
+        for b in range(7):
+            vals = [m["ulp_histogram"][b] for m in math]
+            ax.bar(range(len(math)), vals, bottom=bottom, label=f"{names[b]} ulp")
+            bottom = [x + y for x, y in zip(bottom, vals)]
+        ax.set_xticks(range(len(math)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_ylabel("inputs (of 65,536)")
+        ax.set_yscale("symlog", linthresh=10)
+        ax.set_title("Half-precision math functions: distance from the correctly rounded result")
+        ax.legend(fontsize=7, ncol=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "math_ulp.png"), dpi=120)
+        plt.close(fig)
+        made.append("plots/math_ulp.png")
+    checks = [c for n in ("conversions", "arith", "fma") for c in report["parts"].get(n, {}).get("checks", [])
+              if "mismatches" in c]
+    if checks:
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        ax.bar(range(len(checks)), [max(c["mismatches"], 0.5) for c in checks])
+        ax.set_xticks(range(len(checks)))
+        ax.set_xticklabels([f'{c["op"]}\n{c["source"]}' for c in checks], rotation=90, fontsize=6)
+        ax.set_yscale("log")
+        ax.set_ylabel("mismatches against the library")
+        ax.set_title("CUDA intrinsics vs halfway (0 drawn at 0.5)")
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "elementwise_mismatches.png"), dpi=120)
+        plt.close(fig)
+        made.append("plots/elementwise_mismatches.png")
+    gemms = [g for g in report["parts"].get("cublas", {}).get("gemms", []) if "models" in g]
+    if gemms:
+        models = [m["model"] for m in gemms[0]["models"]]
+        fig, ax = plt.subplots(figsize=(11, 5))
+        for g in gemms:
+            ax.plot([m["mean_ulp"] + 1e-3 for m in g["models"]], marker="o", linewidth=0.8,
+                    label=f'{g["config"]}, {g["compute"].replace("CUBLAS_COMPUTE_", "")}, k={g["k"]}')
+        ax.set_yscale("log")
+        ax.set_ylabel("mean |ulp| distance (+0.001)")
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels(models, rotation=90, fontsize=6)
+        ax.set_title("cuBLAS GEMM vs accumulation models")
+        ax.legend(fontsize=5)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "cublas_models.png"), dpi=120)
+        plt.close(fig)
+        made.append("plots/cublas_models.png")
+    return "", made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("report")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    with open(a.report) as f:
+        report = json.load(f)
+    dev = device_of(report)
+    s = report.get("summary", {})
+    lines = ["# GPU validation report", ""]
+    lines.append(f"Device: {dev['name']} (compute capability {dev['compute_capability']}, {dev['sms']} SMs, "
+                 f"driver {dev['driver']}, runtime {dev['runtime']})." if dev else "Device: unknown (no part ran).")
+    git = report.get("git") or {}
+    lines.append(f"Date (UTC): {report.get('date_utc')}; commit {git.get('commit')}"
+                 + (" with local changes" if git.get("dirty") else "") + f"; overall status: **{s.get('status')}**.")
+    lines.append("")
+    rows = []
+    for name, part in report.get("parts", {}).items():
+        run = part.get("run") or {}
+        rows.append([name, part.get("status"), run.get("seconds", ""), run.get("limit", ""), run.get("exit", "")])
+    lines += [table(["part", "status", "seconds", "limit", "exit"], rows), ""]
+    for prog, b in report.get("build", {}).items():
+        st = b.get("status") or {}
+        if st.get("exit") != 0:
+            lines += [f"Build of `{prog}` failed:", "", "```"] + b.get("log_tail", []) + ["```", ""]
+    lines += ["## CUDA intrinsics against the library", "",
+              "Every difference is classified; NaN encodings are compared bit for bit.", "",
+              elementwise_section(report), "## Half-precision math functions", "",
+              "Ulp distance from the correctly rounded result (no bound is published for these).", "",
+              math_section(report), "## Tensor cores (mma.sync) and the block-FMA model", "",
+              mma_section(report), "## cuBLAS GEMM against the models", "", cublas_section(report)]
+    note, made = plots(report, os.path.join(a.out, "plots"))
+    lines += ["## Plots", ""] + ([note] if note else []) + [f"![{p}]({p})" for p in made] + [""]
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
+        f.write("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""`halfway hw-report` end to end: bad input and absent backends exit 2 with one line on stderr;
+a present backend gives a JSON report whose numbers follow from the hardware's documented
+behaviour. Usage: test_hw_report_cli.py PATH_TO_HALFWAY"""
+import json
+import os
+import subprocess
+import sys
+
+HALFWAY = sys.argv[1]
+failures = []
+
+
+def run(args, env_extra=None):
+    env = dict(os.environ)
+    env.pop("HALFWAY_HW_DISABLE", None)
+    env.update(env_extra or {})
+    p = subprocess.run([HALFWAY, "hw-report"] + args, capture_output=True, text=True, env=env,
+                       timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def expect_exit2(args, needle, env_extra=None):
+    rc, out, err = run(args, env_extra)
+    lines = err.strip().splitlines()
+    check(rc == 2, f"{args}: exit {rc}, want 2")
+    check(len(lines) == 1, f"{args}: want one line on stderr, got {lines!r}")
+    check(needle in err, f"{args}: stderr {err!r} lacks {needle!r}")
+    check(out == "", f"{args}: nothing on stdout, got {out[:200]!r}")
+
+
+expect_exit2(["--backend", "no-such-backend"], "unknown backend 'no-such-backend'")
+expect_exit2(["--backend"], "--backend needs a value")
+expect_exit2(["--op", "f32_to_f17_rn"], "unknown operation")
+expect_exit2(["--threads", "0"], "--threads needs")
+expect_exit2(["--frobnicate"], "unknown argument")
+for name in ["f16c", "avx512bf16", "avx512fp16", "nvidia-host"]:
+    expect_exit2(["--backend", name], f"backend '{name}' is not available here: disabled by "
+                 "HALFWAY_HW_DISABLE", {"HALFWAY_HW_DISABLE": "x," + name})
+expect_exit2(["--op", "f32_to_bf16_rn"], "no available backend implements",
+             {"HALFWAY_HW_DISABLE": "nvidia-host,avx512bf16,f16c,avx512fp16"})
+
+# Which backends are really present here (the listing names absent ones and why).
+present = set()
+rc, out, err = run(["--json", "--op", "f16_to_f32"])
+if rc == 0:
+    for b in json.loads(out)["backends"]:
+        present.add(b["name"])
+rc, out, err = run(["--json", "--op", "f32_to_bf16_rn"])
+if rc == 0:
+    for b in json.loads(out)["backends"]:
+        present.add(b["name"])
+
+if "f16c" in present:
+    rc, out, err = run(["--backend", "f16c", "--op", "f32_to_f16_rd", "--json", "--threads", "2"])
+    check(rc == 0, f"f16c report exit {rc}: {err}")
+    rep = json.loads(out)
+    op = rep["backends"][0]["ops"][0]
+    check(op["op"] == "f32_to_f16_rd" and op["coverage"] == "sample", f"f16c op {op}")
+    check(op["total"] == 1 << 22 and op["mismatches"] == 0, f"f16c rd: {op}")
+    check(op["hw_hash"] == op["ref_hash"], "equal results must have equal fingerprints")
+else:
+    print("f16c not present here: its report was not checked")
+
+if "avx512bf16" in present:
+    rc, out, err = run(["--backend", "avx512bf16", "--json", "--threads", "2"])
+    check(rc == 0, f"avx512bf16 exit {rc}: {err}")
+    op = json.loads(out)["backends"][0]["ops"][0]
+    classes = {c["class"]: c for c in op["classes"]}
+    check(list(classes) == ["daz"], f"avx512bf16 classes {list(classes)}")
+    ex = classes["daz"]["example"]
+    x = int(ex["a"], 16)
+    check((x & 0x7F800000) == 0 and (x & 0x7FFFFF) > 0x8000, f"daz example input {ex}")
+    check(int(ex["hw"], 16) & 0x7FFF == 0, f"daz example hw {ex}")
+    check(op["hw_hash"] != op["ref_hash"], "different results must have different fingerprints")
+    rc, out, err = run(["--backend", "avx512bf16"])
+    check("fp32 subnormal inputs flushed to zero" in out, f"text report: {out}")
+else:
+    print("avx512bf16 not present here: its report was not checked")
+
+rc, out, err = run(["--json", "--op", "f16_fma"])
+if rc == 0:
+    for b in json.loads(out)["backends"]:
+        present.add(b["name"])
+if "avx512fp16" in present:
+    rc, out, err = run(["--backend", "avx512fp16", "--op", "f16_fma", "--json", "--threads", "2"])
+    op = json.loads(out)["backends"][0]["ops"][0]
+    check(op["coverage"] == "random" and op["total"] == 1 << 22 and op["mismatches"] == 0,
+          f"avx512fp16 fma: {op}")
+else:
+    print("avx512fp16 not present here: its report was not checked")
+
+if "nvidia-host" in present:
+    rc, out, err = run(["--backend", "nvidia-host", "--op", "f16_to_f32"])
+    check(rc == 0, f"nvidia-host exit {rc}: {err}")
+    check("2046  NaN payload canonicalized to 0x7FFFFFFF" in out, f"nvidia-host text: {out}")
+    rc, out, err = run(["--backend", "nvidia-host", "--op", "f32_to_e4m3_nosat", "--json"])
+    op = json.loads(out)["backends"][0]["ops"][0]
+    classes = {c["class"]: c for c in op["classes"]}
+    check(list(classes) == ["nan_sign"] and classes["nan_sign"]["description"] == "NaN sign dropped",
+          f"e4m3 nosat classes {classes}")
+else:
+    print("nvidia-host not built here: its report was not checked")
+
+print("FAILED" if failures else "ok", f"({len(failures)} failures)")
+sys.exit(1 if failures else 0)
