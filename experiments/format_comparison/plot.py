@@ -1,0 +1,45 @@
+"""Experiment 4: loss curves for fp32, fp16 without and with dynamic loss scaling, bf16 and
+fp8-hybrid, on the MLP and the tiny transformer: the median over seeds, with the min-max
+spread shaded.
+
+usage: plot.py RESULTS_DIR
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import style  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def main(results):
+    style.setup()
+    df, _ = style.load(results)
+    models = list(dict.fromkeys(df["model"]))
+    formats = list(dict.fromkeys(df["format"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.8), squeeze=False)
+    for a, m in zip(axes[0], models):
+        for i, f in enumerate(formats):
+            sel = df[(df["model"] == m) & (df["format"] == f)]
+            curves = pd.concat([style.read_run_csv(results, r, "steps.csv").set_index("step")["loss"]
+                                for _, r in sel.iterrows()], axis=1)
+            c = style.color(i)
+            a.plot(curves.index, curves.median(axis=1), color=c, lw=1.2,
+                   label="%s (%d seeds)" % (f, curves.shape[1]))
+            a.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=c,
+                           alpha=0.2, lw=0)
+        a.set_yscale("log")
+        a.set_xlabel("step")
+        a.set_ylabel("training loss (%s)" % ("mean squared error" if m == "mlp" else "cross-entropy, nats"))
+        a.set_title(m)
+        a.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    style.caption(fig, results, "line: median over seeds; band: min-max")
+    style.save(fig, results, "format_comparison")
+    print(df.groupby(["model", "format"], sort=False)["final_loss"]
+          .agg(["median", "min", "max"]).to_string())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

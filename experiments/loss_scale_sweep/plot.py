@@ -1,0 +1,107 @@
+"""Experiment 2: static loss scales 2^0..2^24 under torch-cuda-fp16. Heatmap of gradient
+underflow per tensor per scale, final loss against scale, and the safe window that the single
+run at 2^0 predicted, overlaid on both; predicted against measured underflow and overflow.
+
+usage: plot.py RESULTS_DIR
+"""
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import style  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+GRAD_KINDS = ("activation_grad", "weight_grad")
+
+
+def main(results):
+    style.setup()
+    df, _ = style.load(results)
+    df = df.sort_values("scaler.scale")
+    ks = [int(round(math.log2(s))) for s in df["scaler.scale"]]
+
+    # Underflow per gradient tensor and scale, summed over steps.
+    names, cols = [], []
+    for _, row in df.iterrows():
+        t = style.read_run_csv(results, row, "trace.csv")
+        t = t[t["kind"].isin(GRAD_KINDS)]
+        g = t.groupby("name", sort=False)[["underflow", "total"]].sum()
+        for n in g.index:
+            if n not in names:
+                names.append(n)
+        cols.append(g)
+    heat = np.full((len(names), len(ks)), np.nan)
+    for j, g in enumerate(cols):
+        for i, n in enumerate(names):
+            if n in g.index and g.loc[n, "total"] > 0:
+                heat[i, j] = 100.0 * g.loc[n, "underflow"] / g.loc[n, "total"]
+
+    # The prediction of the single run at the smallest scale.
+    ref = df.iloc[0]
+    k_lo, k_hi = ref["k_low"], ref["k_high"]
+    sw = style.read_run_csv(results, ref, "scale_window.csv")
+    pred = sw.groupby("k")[["underflow", "values"]].sum()
+    pred_frac = 100.0 * pred["underflow"] / pred["values"]
+    pred_over = sw[sw["overflow"] != 0].groupby("k")["step"].nunique()
+
+    fig = plt.figure(figsize=(12, 4.2))
+    gs = fig.add_gridspec(1, 3, width_ratios=[1.5, 1, 1])
+    ax = fig.add_subplot(gs[0])
+    im = ax.imshow(heat, aspect="auto", cmap="viridis", origin="upper",
+                   extent=(ks[0] - 0.5, ks[-1] + 0.5, len(names) - 0.5, -0.5))
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=6)
+    ax.set_xlabel("loss scale (log2)")
+    ax.set_title("gradient values flushed to zero (%)")
+    ax.grid(False)
+    fig.colorbar(im, ax=ax, label="underflow (% of the tensor's values)")
+
+    ax2 = fig.add_subplot(gs[1])
+    ax2.plot(ks, df["final_loss"], "o-", color=style.color(0), ms=3, label="final loss")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("loss scale (log2)")
+    ax2.set_ylabel("final training loss (mean squared error)")
+    ax2.set_title("final loss against scale")
+
+    ax3 = fig.add_subplot(gs[2])
+    floor = 1e-5  # zero is drawn on the axis floor of the log scale
+    ax3.plot(ks, np.maximum(100.0 * df["grad_underflow_fraction"], floor), "o",
+             color=style.color(0), ms=4, label="measured (each run)")
+    ax3.plot(pred_frac.index, np.maximum(pred_frac.values, floor), "-", color=style.color(1),
+             label="predicted from the run at 2^%d" % ks[0])
+    ax3.set_xlim(ks[0] - 0.5, ks[-1] + 0.5)
+    ax3.set_yscale("log")
+    ax3.set_ylim(floor / 2, 100)
+    ax3.set_xlabel("loss scale (log2)")
+    ax3.set_ylabel("gradient values lost to underflow (%; 0 at the floor)")
+    ax3.set_title("one traced run predicts the sweep")
+    over = df[df["found_inf_steps"] > 0]
+    if len(over):
+        ax3.axvline(math.log2(over["scaler.scale"].min()) - 0.5, color=style.color(3), lw=1,
+                    label="measured: first scale with overflow")
+    if len(pred_over):
+        ax3.axvline(pred_over.index.min() - 0.5, color=style.color(3), lw=1, ls="--",
+                    label="predicted: first overflow")
+
+    for a in (ax, ax2, ax3):
+        if k_lo == k_lo:
+            a.axvspan(k_lo - 0.5, k_hi + 0.5, facecolor="none", edgecolor=style.color(2),
+                      hatch="//", lw=1.2, label="predicted safe window")
+    ax2.legend(loc="best")
+    ax3.legend(loc="best", fontsize=6)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    style.caption(fig, results, "torch-cuda-fp16, static scales; window: no underflow and no "
+                                "overflow on any step")
+    style.save(fig, results, "loss_scale_sweep")
+    if k_lo == k_lo:
+        print("loss_scale_sweep: predicted safe window 2^%d..2^%d; measured: %d of %d scales "
+              "without underflow or overflow" % (k_lo, k_hi,
+                                                  int(((df["grad_underflow"] == 0) &
+                                                       (df["found_inf_steps"] == 0)).sum()),
+                                                  len(df)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,49 @@
+"""Experiment 7: the correct AMP loop, the bug of stepping on still-scaled gradients, fp16
+without a scaler, and bf16 without one: loss curves and gradient underflow.
+
+usage: plot.py RESULTS_DIR
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import style  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def main(results):
+    style.setup()
+    df, _ = style.load(results)
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
+    for i, (_, row) in enumerate(df.iterrows()):
+        s = style.read_run_csv(results, row, "steps.csv")
+        loss = s["loss"].where(np.isfinite(s["loss"]))
+        ax[0].plot(s["step"], loss, color=style.color(i), lw=1.1, label=row["case"],
+                   ls=("-", "--", ":", "-.")[i % 4])
+        bad = s[~np.isfinite(s["loss"]) | (s["loss"] > 1e6)]
+        if len(bad):
+            ax[0].annotate("%s:\nloss %s from step %d" % (row["case"], "inf/NaN" if not
+                                                        np.isfinite(bad["loss"].iloc[0])
+                                                        else "> 1e6", bad["step"].iloc[0]),
+                           xy=(0.35, 0.55), xycoords="axes fraction", fontsize=7,
+                           color=style.color(i))
+        frac = 100.0 * s["grad_underflow"] / s["grad_values"].where(s["grad_values"] > 0)
+        ax[1].plot(s["step"], frac, color=style.color(i), lw=1.1, label=row["case"])
+    ax[0].set_yscale("log")
+    ax[0].set_xlabel("step")
+    ax[0].set_ylabel("training loss (mean squared error; gaps: inf/NaN)")
+    ax[0].set_title("loss")
+    ax[0].legend(fontsize=7)
+    ax[1].set_xlabel("step")
+    ax[1].set_ylabel("gradient values flushed to zero (%)")
+    ax[1].set_title("underflow")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    style.caption(fig, results, "SGD momentum 0.9, lr 0.01; the bug: optimizer.step() before "
+                                "scaler.unscale_()")
+    style.save(fig, results, "pitfalls")
+    print(df[["case", "final_loss", "skipped_steps", "grad_underflow"]].to_string(index=False))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,235 @@
+// `halfway run EXPERIMENT_DIR... [--all] [--jobs N] [--results DIR] [--plot-only]`: run one
+// experiment (its sweep.toml, if any, into RESULTS/<name>/) and draw its figures with its
+// plot.py, which reads only the results folder.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/multiprecision/cpp_int.hpp>
+#include <toml++/toml.h>
+
+#include "commands.hpp"
+#include "halfway/accumulate.hpp"
+#include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/trainer.hpp"
+#include "sweep.hpp"
+
+namespace fs = std::filesystem;
+
+namespace halfway::cli {
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+std::string default_python() {
+  if (const char* p = std::getenv("HALFWAY_PYTHON"); p && *p) return p;
+  // Debian's interpreter has the packaged matplotlib/numpy/pandas.
+  if (fs::exists("/usr/bin/python3")) return "/usr/bin/python3";
+  return "python3";
+}
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::string shortest(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int p = 1; p <= 17; ++p) {
+    char t[64];
+    std::snprintf(t, sizeof t, "%.*g", p, v);
+    if (std::strtod(t, nullptr) == v) return t;
+  }
+  return buf;
+}
+
+/// The accumulation experiment (experiments/accumulation/accumulation.toml): dot products of
+/// fp16 vectors with entries uniform in [0, 1), accumulated by several models, against the
+/// exact sum of the exact products (Boost.Multiprecision integers: every fp16 product is a
+/// multiple of 2^-48). Writes OUT/accumulation.csv and OUT/manifest.json.
+void run_accumulation(const fs::path& cfg_path, const fs::path& out) {
+  toml::table t;
+  try {
+    t = toml::parse_file(cfg_path.string());
+  } catch (const toml::parse_error& e) {
+    throw InputError(cfg_path.string() + ": " + std::string(e.description()));
+  }
+  for (auto&& [k, v] : t)
+    if (k.str() != "lengths" && k.str() != "trials" && k.str() != "seed")
+      throw InputError(cfg_path.string() + ": unknown key '" + std::string(k.str()) +
+                       "' (lengths, trials, seed)");
+  const toml::array* lens = t.get_as<toml::array>("lengths");
+  if (!lens || lens->empty()) throw InputError(cfg_path.string() + ": lengths = [..] required");
+  const int64_t trials = t["trials"].value_or<int64_t>(10);
+  const uint64_t seed = uint64_t(t["seed"].value_or<int64_t>(0));
+  if (trials < 1 || trials > 100000) throw InputError(cfg_path.string() + ": bad trials");
+  using namespace halfway;
+  const Format in = accumulation::kF16;
+  struct M {
+    const char* name;
+    AccumulationModel m;
+  };
+  AccumulationModel f16 = accumulation::fp32_sequential;
+  f16.acc = accumulation::kF16;
+  AccumulationModel f16sr = f16;
+  f16sr.rounding = Rounding::stochastic;
+  const M models[] = {{"fp16 accumulation (fma, rne)", f16},
+                      {"fp16 accumulation, stochastic rounding", f16sr},
+                      {"fp32 accumulation (fma, rne)", accumulation::fp32_sequential},
+                      {"tensor-core block model (16 terms, fp32)", accumulation::h100_fp32}};
+  std::string csv = "model,n,trial,exact,computed,abs_error,rel_error\n";
+  for (const toml::node& ln : *lens) {
+    const auto nv = ln.value<int64_t>();
+    if (!nv || *nv < 1 || *nv > (int64_t(1) << 24))
+      throw InputError(cfg_path.string() + ": lengths must be integers in 1..2^24");
+    const int n = int(*nv);
+    for (int64_t tr = 0; tr < trials; ++tr) {
+      uint64_t st = seed * 0x100000001B3ull + uint64_t(n) * 1000003ull + uint64_t(tr);
+      std::vector<uint32_t> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      Env env;
+      boost::multiprecision::cpp_int exact = 0;  // in units of 2^-48
+      for (int i = 0; i < n; ++i) {
+        a[size_t(i)] = from_f64(in, double(splitmix64(st) >> 11) * 0x1p-53, env);
+        b[size_t(i)] = from_f64(in, double(splitmix64(st) >> 11) * 0x1p-53, env);
+        const double x = to_f64(in, a[size_t(i)], env), y = to_f64(in, b[size_t(i)], env);
+        exact += boost::multiprecision::cpp_int(std::ldexp(x * y, 48));  // x*y exact in binary64
+      }
+      const double ex = std::ldexp(exact.convert_to<double>(), -48);  // for the table only
+      for (const M& m : models) {
+        Env e;
+        e.sr_seed = seed + uint64_t(tr);
+        const uint32_t r = dot(m.m, in, a.data(), b.data(), n, 0u, e);
+        const double c = to_f64(m.m.acc, r, e);
+        // |c - exact| exactly, then rounded once to binary64.
+        boost::multiprecision::cpp_int cc = 0;
+        if (std::isfinite(c)) cc = boost::multiprecision::cpp_int(std::ldexp(c, 48));
+        const boost::multiprecision::cpp_int diff = abs(cc - exact);
+        const double ae = std::isfinite(c) ? std::ldexp(diff.convert_to<double>(), -48)
+                                           : std::numeric_limits<double>::infinity();
+        csv += std::string("\"") + m.name + "\"," + std::to_string(n) + "," + std::to_string(tr) +
+               "," + shortest(ex) + "," + shortest(c) + "," + shortest(ae) + "," +
+               shortest(ex > 0 ? ae / ex : 0.0) + "\n";
+      }
+    }
+  }
+  fs::create_directories(out);
+  sim::write_file_atomic((out / "accumulation.csv").string(), csv);
+  std::string m = "{\n  \"experiment\": \"accumulation\",\n  \"config_file\": \"" +
+                  cfg_path.filename().string() + "\",\n  \"halfway_version\": \"" +
+                  sim::sim_version() + "\",\n  \"git_revision\": \"" + sim::git_revision() +
+                  "\",\n  \"seed\": " + std::to_string(seed) + ",\n  \"trials\": " +
+                  std::to_string(trials) + "\n}\n";
+  sim::write_file_atomic((out / "manifest.json").string(), m);
+}
+
+int run_one(const fs::path& exp, const fs::path& results_root, int jobs, bool plot_only,
+            const std::string& python) {
+  const std::string name = fs::absolute(exp).lexically_normal().filename().string();
+  if (!fs::is_directory(exp)) throw InputError("no experiment folder " + exp.string());
+  const fs::path sweep = exp / "sweep.toml", plot = exp / "plot.py";
+  const fs::path acc = exp / "accumulation.toml";
+  if (!fs::exists(sweep) && !fs::exists(plot))
+    throw InputError(exp.string() + " has neither sweep.toml nor plot.py");
+  const fs::path out = results_root / name;
+  if (fs::exists(acc) && !plot_only) {
+    std::printf("halfway run: %s -> %s\n", name.c_str(), out.string().c_str());
+    std::fflush(stdout);
+    run_accumulation(acc, out);
+  }
+  if (fs::exists(sweep) && !plot_only) {
+    const SweepDef d = load_sweep(sweep.string());
+    std::printf("halfway run: %s: %zu runs -> %s\n", name.c_str(), d.runs.size(),
+                out.string().c_str());
+    std::fflush(stdout);
+    const int rc = run_sweep(d, out.string(), jobs, 0, 1, true);
+    if (rc != 0) return rc;
+  }
+  if (fs::exists(plot)) {
+    fs::create_directories(out);
+    const std::string cmd = shell_quote(python) + " " + shell_quote(plot.string()) + " " +
+                            shell_quote(out.string());
+    std::fflush(stdout);
+    const int st = std::system(cmd.c_str());
+    if (st != 0) {
+      std::fprintf(stderr, "halfway run: %s: plot.py failed (status %d)\n", name.c_str(),
+                   WIFEXITED(st) ? WEXITSTATUS(st) : st);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app{"Run experiments and draw their figures", "halfway run"};
+  std::vector<std::string> exps;
+  std::string results, root = "experiments", python = default_python();
+  int jobs = 1;
+  bool all = false, plot_only = false;
+  app.add_option("experiments", exps, "experiment folders (each with sweep.toml and plot.py)");
+  app.add_flag("--all", all, "every folder with a plot.py under --experiments");
+  app.add_option("--experiments", root, "where --all looks (default: experiments)");
+  app.add_option("--results", results, "results root (default: results/ next to the "
+                                        "experiments folder)");
+  app.add_option("--jobs,-j", jobs, "runs in parallel")->check(CLI::Range(1, 1024));
+  app.add_flag("--plot-only", plot_only, "only redraw figures from existing results");
+  app.add_option("--python", python, "Python with matplotlib (default: $HALFWAY_PYTHON or "
+                                     "/usr/bin/python3)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string m = e.what();
+    for (char& c : m)
+      if (c == '\n') c = ' ';
+    throw InputError(m);
+  }
+  std::vector<fs::path> list;
+  if (all) {
+    if (!exps.empty()) throw InputError("--all takes no experiment folders");
+    if (!fs::is_directory(root)) throw InputError("no experiments folder " + root);
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && fs::exists(e.path() / "plot.py")) list.push_back(e.path());
+    std::sort(list.begin(), list.end());
+  } else {
+    for (const auto& e : exps) list.emplace_back(e);
+  }
+  if (list.empty()) throw InputError("usage: halfway run EXPERIMENT_DIR... | --all");
+  int rc = 0;
+  for (const fs::path& e : list) {
+    const fs::path res = !results.empty()
+                             ? fs::path(results)
+                             : fs::absolute(e).lexically_normal().parent_path().parent_path() /
+                                   "results";
+    const int r = run_one(e, res, jobs, plot_only, python);
+    if (r != 0) rc = r;
+  }
+  return rc;
+}
+
+}  // namespace halfway::cli

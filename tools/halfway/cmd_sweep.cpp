@@ -1,0 +1,675 @@
+// `halfway sweep SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]`: run the cartesian product of
+// a sweep file's lists over config keys, resumably, in parallel, optionally one shard of it.
+// `halfway merge DIR... [--out FILE]`: one sweep.csv from the run folders of shards.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <toml++/toml.h>
+#include <vector>
+
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/trainer.hpp"
+#include "progress.hpp"
+#include "sweep.hpp"
+
+namespace fs = std::filesystem;
+
+namespace halfway::cli {
+
+namespace {
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+std::string fmt_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+/// The text of a scalar TOML value as it appears in sweep.csv.
+std::string value_text(const toml::node& n) {
+  if (auto s = n.as_string()) return s->get();
+  if (auto i = n.as_integer()) return std::to_string(i->get());
+  if (auto f = n.as_floating_point()) return fmt_double(f->get());
+  if (auto b = n.as_boolean()) return b->get() ? "true" : "false";
+  std::ostringstream o;
+  if (auto a = n.as_array()) o << toml::json_formatter{*a};
+  else if (auto t = n.as_table()) o << toml::json_formatter{*t};
+  return one_line(o.str());
+}
+
+/// Set `table.option` (any depth) in `root`, creating tables on the way.
+void set_key(toml::table& root, const std::string& key, const toml::node& value) {
+  toml::table* t = &root;
+  size_t start = 0;
+  for (size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+    const std::string part = key.substr(start, dot - start);
+    toml::node* n = t->get(part);
+    if (!n) {
+      t->insert(part, toml::table{});
+      n = t->get(part);
+    }
+    if (!n->is_table())
+      throw InputError("key '" + key + "': '" + part + "' is not a table in the config");
+    t = n->as_table();
+  }
+  const std::string last = key.substr(start);
+  value.visit([&](auto&& x) { t->insert_or_assign(last, x); });
+}
+
+void check_key_syntax(const std::string& key, const std::string& where) {
+  if (key.find('.') == std::string::npos || key.front() == '.' || key.back() == '.' ||
+      key.find("..") != std::string::npos)
+    throw InputError(where + " '" + key + "' must name a config key as TABLE.OPTION "
+                     "(e.g. scaler.scale)");
+}
+
+/// Expand one axis: a list of values, or { pow2 = [lo, hi] } (2^lo..2^hi as floats), or
+/// { range = [lo, hi] } (integers lo..hi).
+std::vector<std::shared_ptr<toml::node>> axis_values(const std::string& key, const toml::node& n) {
+  std::vector<std::shared_ptr<toml::node>> out;
+  auto copy = [](const toml::node& v) -> std::shared_ptr<toml::node> {
+    std::shared_ptr<toml::node> p;
+    v.visit([&](auto&& x) { p = std::make_shared<std::decay_t<decltype(x)>>(x); });
+    return p;
+  };
+  if (auto a = n.as_array()) {
+    for (const toml::node& v : *a) out.push_back(copy(v));
+  } else if (auto t = n.as_table()) {
+    const bool pow2 = t->contains("pow2"), range = t->contains("range");
+    if (t->size() != 1 || !(pow2 || range))
+      throw InputError("axis '" + key + "': a table must be { pow2 = [lo, hi] } or "
+                       "{ range = [lo, hi] }");
+    const toml::array* lim = t->get_as<toml::array>(pow2 ? "pow2" : "range");
+    if (!lim || lim->size() != 2 || !(*lim)[0].is_integer() || !(*lim)[1].is_integer())
+      throw InputError("axis '" + key + "': pow2/range takes two integers [lo, hi]");
+    const int64_t lo = (*lim)[0].as_integer()->get(), hi = (*lim)[1].as_integer()->get();
+    if (lo > hi || hi - lo > 100000 || (pow2 && (lo < -1000 || hi > 1000)))
+      throw InputError("axis '" + key + "': bad bounds [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "]");
+    for (int64_t k = lo; k <= hi; ++k) {
+      if (pow2) out.push_back(std::make_shared<toml::value<double>>(std::ldexp(1.0, int(k))));
+      else out.push_back(std::make_shared<toml::value<int64_t>>(k));
+    }
+  } else {
+    throw InputError("axis '" + key + "' must be a list of values (or a pow2/range table)");
+  }
+  if (out.empty()) throw InputError("axis '" + key + "' has no values");
+  return out;
+}
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"') q += '"';
+    q += c;
+  }
+  return q + "\"";
+}
+
+std::string json_number(const nlohmann::json& j) {
+  if (j.is_null()) return "";
+  if (j.is_number_float()) return fmt_double(j.get<double>());
+  return j.dump();
+}
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+/// Column sums of steps.csv for the gradient counters.
+void grad_sums(const std::string& steps_csv, int64_t& values, int64_t& under, int64_t& over) {
+  values = under = over = 0;
+  std::istringstream in(sim::read_file(steps_csv));
+  std::string line;
+  if (!std::getline(in, line)) return;
+  const auto head = split_csv_line(line);
+  int iv = -1, iu = -1, io = -1;
+  for (size_t i = 0; i < head.size(); ++i) {
+    if (head[i] == "grad_values") iv = int(i);
+    if (head[i] == "grad_underflow") iu = int(i);
+    if (head[i] == "grad_overflow") io = int(i);
+  }
+  while (std::getline(in, line)) {
+    const auto f = split_csv_line(line);
+    auto get = [&](int i) -> int64_t {
+      return i >= 0 && size_t(i) < f.size() && !f[i].empty() ? std::stoll(f[i]) : 0;
+    };
+    values += get(iv);
+    under += get(iu);
+    over += get(io);
+  }
+}
+
+const char* kSummaryHeader =
+    "steps,final_loss,final_scale,found_inf_steps,skipped_steps,memory_bytes,k_low,k_high,"
+    "grad_values,grad_underflow,grad_overflow,grad_underflow_fraction";
+
+std::string index_header(const nlohmann::json& def) {
+  std::string h = "run,dir";
+  if (def.value("has_cases", false)) h += ",case";
+  for (const auto& k : def["axes"]) h += "," + csv_field(k.get<std::string>());
+  return h + "," + kSummaryHeader + "\n";
+}
+
+/// One sweep.csv row from a finished run folder (`rel`: the folder as written in the table).
+std::string index_row(const nlohmann::json& def, const nlohmann::json& run,
+                      const std::string& run_dir, const std::string& rel) {
+  const nlohmann::json m = nlohmann::json::parse(sim::read_file(run_dir + "/manifest.json"));
+  const nlohmann::json& s = m["summary"];
+  std::string r = std::to_string(run["run"].get<int>()) + "," + csv_field(rel);
+  if (def.value("has_cases", false)) r += "," + csv_field(run["case"].get<std::string>());
+  for (const auto& k : def["axes"]) r += "," + csv_field(run["values"][k.get<std::string>()]);
+  int64_t gv, gu, go;
+  grad_sums(run_dir + "/steps.csv", gv, gu, go);
+  r += "," + json_number(s["steps"]) + "," + json_number(s["final_loss"]) + "," +
+       json_number(s["final_scale"]) + "," + json_number(s["found_inf_steps"]) + "," +
+       json_number(s["skipped_steps"]) + "," + json_number(s["memory_bytes"]) + ",";
+  if (s["safe_window"].is_object())
+    r += json_number(s["safe_window"]["k_low"]) + "," + json_number(s["safe_window"]["k_high"]);
+  else
+    r += ",";
+  r += "," + std::to_string(gv) + "," + std::to_string(gu) + "," + std::to_string(go) + ",";
+  if (gv > 0) r += fmt_double(double(gu) / double(gv));
+  return r + "\n";
+}
+
+nlohmann::json definition_json(const SweepDef& d) {
+  nlohmann::json j;
+  j["sweep_hash"] = d.hash;
+  j["sweep_file"] = fs::path(d.path).filename().string();
+  j["halfway_version"] = sim::sim_version();
+  j["axes"] = d.axis_keys;
+  j["has_cases"] = d.has_cases;
+  nlohmann::json runs = nlohmann::json::array();
+  for (const SweepRun& r : d.runs) {
+    nlohmann::json o;
+    o["run"] = r.index;
+    o["dir"] = "runs/" + run_dir_name(r.index);
+    o["case"] = r.case_name;
+    nlohmann::json v = nlohmann::json::object();
+    for (const auto& [k, t] : r.values) v[k] = t;
+    o["values"] = v;
+    runs.push_back(o);
+  }
+  j["runs"] = runs;
+  return j;
+}
+
+/// Parse "I/N" (0 <= I < N).
+void parse_shard(const std::string& s, int& i, int& n, const std::string& what) {
+  const size_t slash = s.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("");
+    size_t p1 = 0, p2 = 0;
+    i = std::stoi(s.substr(0, slash), &p1);
+    n = std::stoi(s.substr(slash + 1), &p2);
+    if (p1 != slash || p2 != s.size() - slash - 1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw InputError(what + " '" + s + "' must be I/N, e.g. 0/4");
+  }
+  if (n < 1 || i < 0 || i >= n)
+    throw InputError(what + " " + s + " is out of range: N >= 1 and 0 <= I < N (I counts "
+                     "from 0)");
+}
+
+}  // namespace
+
+std::string run_dir_name(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04d", i);
+  return buf;
+}
+
+SweepDef load_sweep(const std::string& path) {
+  SweepDef d;
+  d.path = path;
+  d.base_dir = fs::path(path).parent_path().string();
+  if (d.base_dir.empty()) d.base_dir = ".";
+  const std::string text = sim::read_file(path);
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(path + ":" + std::to_string(e.source().begin.line) + ": " +
+                     one_line(std::string(e.description())));
+  }
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    if (key != "base" && key != "axes" && key != "case" && key != "name")
+      throw InputError(path + ": unknown top-level key '" + key +
+                       "' (expected base, axes, case, name)");
+  }
+  toml::table base;
+  if (const toml::node* b = root.get("base")) {
+    if (auto s = b->as_string()) {
+      const std::string bp = (fs::path(d.base_dir) / s->get()).string();
+      try {
+        base = toml::parse(sim::read_file(bp), bp);
+      } catch (const toml::parse_error& e) {
+        throw InputError(bp + ":" + std::to_string(e.source().begin.line) + ": " +
+                         one_line(std::string(e.description())));
+      }
+    } else if (auto t = b->as_table()) {
+      base = *t;
+    } else {
+      throw InputError(path + ": 'base' must be a config file name or a table");
+    }
+  }
+  // Axes in file order.
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<toml::node>>>> axes;
+  if (const toml::node* a = root.get("axes")) {
+    const toml::table* t = a->as_table();
+    if (!t) throw InputError(path + ": [axes] must be a table of KEY = [values]");
+    std::vector<std::tuple<uint32_t, uint32_t, std::string>> order;
+    for (auto&& [k, v] : *t) {
+      order.emplace_back(v.source().begin.line, v.source().begin.column, std::string(k.str()));
+    }
+    std::sort(order.begin(), order.end());
+    for (const auto& [line, col, key] : order) {
+      if (key.find('.') == std::string::npos) {
+        // A bundle axis: each value is { name = "...", "TABLE.OPTION" = value, ... }.
+        const toml::array* arr = t->get(key)->as_array();
+        if (!arr || arr->empty())
+          throw InputError("axis '" + key + "' must name a config key as TABLE.OPTION (e.g. "
+                           "scaler.scale), or be a list of { name = ..., \"TABLE.OPTION\" = "
+                           "... } bundles");
+        for (const toml::node& v : *arr) {
+          const toml::table* b = v.as_table();
+          if (!b || !b->get_as<std::string>("name"))
+            throw InputError("axis '" + key + "' must name a config key as TABLE.OPTION (e.g. "
+                             "scaler.scale), or be a list of { name = ..., \"TABLE.OPTION\" = "
+                             "... } bundles");
+          for (auto&& [bk, bv] : *b)
+            if (bk.str() != "name")
+              check_key_syntax(std::string(bk.str()), "axis '" + key + "' key");
+        }
+      }
+      axes.emplace_back(key, axis_values(key, *t->get(key)));
+      d.axis_keys.push_back(key);
+    }
+  }
+  struct Case {
+    std::string name;
+    std::vector<std::pair<std::string, const toml::node*>> set;
+  };
+  std::vector<Case> cases;
+  if (const toml::node* c = root.get("case")) {
+    const toml::array* arr = c->as_array();
+    if (!arr || !arr->is_array_of_tables())
+      throw InputError(path + ": cases are written [[case]] with name = \"...\" and settings");
+    d.has_cases = true;
+    for (const toml::node& n : *arr) {
+      const toml::table& t = *n.as_table();
+      Case cs;
+      const auto* nm = t.get_as<std::string>("name");
+      if (!nm) throw InputError(path + ": every [[case]] needs name = \"...\"");
+      cs.name = nm->get();
+      for (const Case& o : cases)
+        if (o.name == cs.name) throw InputError(path + ": duplicate case name '" + cs.name + "'");
+      for (auto&& [k, v] : t) {
+        const std::string key(k.str());
+        if (key == "name") continue;
+        check_key_syntax(key, "case '" + cs.name + "' key");
+        if (std::find(d.axis_keys.begin(), d.axis_keys.end(), key) != d.axis_keys.end())
+          throw InputError(path + ": case '" + cs.name + "' sets '" + key +
+                           "', which is also an axis");
+        cs.set.emplace_back(key, &v);
+      }
+      cases.push_back(std::move(cs));
+    }
+  }
+  if (cases.empty()) cases.push_back(Case{});
+
+  // Expand: case slowest, then the axes in file order (the last varies fastest).
+  std::vector<size_t> idx(axes.size(), 0);
+  std::string hash_text;
+  for (const Case& cs : cases) {
+    std::fill(idx.begin(), idx.end(), 0);
+    for (;;) {
+      SweepRun r;
+      r.index = int(d.runs.size());
+      r.case_name = cs.name;
+      toml::table cfg = base;
+      std::string where = "run " + std::to_string(r.index) + " (";
+      if (d.has_cases) where += "case " + cs.name;
+      for (const auto& [k, v] : cs.set) set_key(cfg, k, *v);
+      for (size_t a = 0; a < axes.size(); ++a) {
+        const toml::node& v = *axes[a].second[idx[a]];
+        std::string text;
+        if (axes[a].first.find('.') == std::string::npos) {
+          for (auto&& [bk, bv] : *v.as_table())
+            if (bk.str() != "name") set_key(cfg, std::string(bk.str()), bv);
+          text = v.as_table()->get_as<std::string>("name")->get();
+        } else {
+          set_key(cfg, axes[a].first, v);
+          text = value_text(v);
+        }
+        r.values.emplace_back(axes[a].first, text);
+        where += (where.back() == '(' ? "" : ", ") + axes[a].first + " = " + text;
+      }
+      where += ")";
+      std::ostringstream o;
+      o << toml::toml_formatter{cfg};
+      r.config_toml = o.str() + "\n";
+      try {
+        (void)sim::parse_config(r.config_toml, d.base_dir, "config.toml");
+      } catch (const InputError& e) {
+        // Name the axis whose setting breaks the config: without it, the config parses.
+        for (size_t a = 0; a < axes.size(); ++a) {
+          if (axes[a].first.find('.') == std::string::npos) continue;
+          toml::table alt = base;
+          for (const auto& [k, v] : cs.set) set_key(alt, k, *v);
+          for (size_t b = 0; b < axes.size(); ++b) {
+            if (b == a) continue;
+            const toml::node& v = *axes[b].second[idx[b]];
+            if (axes[b].first.find('.') == std::string::npos) {
+              for (auto&& [bk, bv] : *v.as_table())
+                if (bk.str() != "name") set_key(alt, std::string(bk.str()), bv);
+            } else {
+              set_key(alt, axes[b].first, v);
+            }
+          }
+          std::ostringstream ao;
+          ao << toml::toml_formatter{alt};
+          try {
+            (void)sim::parse_config(ao.str(), d.base_dir, "config.toml");
+          } catch (const InputError&) {
+            continue;
+          }
+          throw InputError(path + ": axis '" + axes[a].first + "' (" + where + ") names no "
+                           "valid setting of this config: " + e.what());
+        }
+        throw InputError(path + ": " + where + ": " + e.what());
+      }
+      hash_text += "run " + std::to_string(r.index) + "\ncase " + r.case_name + "\n";
+      for (const auto& [k, v] : r.values) hash_text += k + " = " + v + "\n";
+      hash_text += r.config_toml + "\n";
+      d.runs.push_back(std::move(r));
+      if (d.runs.size() > 1000000) throw InputError(path + ": more than 1e6 runs");
+      size_t a = axes.size();
+      while (a > 0) {
+        --a;
+        if (++idx[a] < axes[a].second.size()) break;
+        idx[a] = 0;
+        if (a == 0) { a = size_t(-1); break; }
+      }
+      if (axes.empty() || a == size_t(-1)) break;
+    }
+  }
+  // Data files named by relative paths are part of the definition through their names only.
+  d.hash = hex64(fnv1a(hash_text));
+  return d;
+}
+
+int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
+              bool quiet) {
+  const fs::path root(out);
+  fs::create_directories(root / "runs");
+  const nlohmann::json def = definition_json(d);
+  const fs::path def_path = root / "sweep.json";
+  if (fs::exists(def_path)) {
+    nlohmann::json old;
+    try {
+      old = nlohmann::json::parse(sim::read_file(def_path.string()));
+    } catch (const nlohmann::json::exception&) {
+      throw InputError(def_path.string() + " is not valid JSON; not a halfway sweep folder?");
+    }
+    if (old.value("sweep_hash", std::string()) != d.hash)
+      throw InputError("results folder " + out + " holds a different sweep (hash " +
+                       old.value("sweep_hash", std::string("?")) + ", this one " + d.hash +
+                       "); use another --out");
+  } else {
+    if (!fs::is_empty(root / "runs"))
+      throw InputError("results folder " + out + " has runs but no sweep.json; refusing to mix");
+    sim::write_file_atomic(def_path.string(), def.dump(2) + "\n");
+  }
+  if (shard_count > 1) {
+    fs::create_directories(root / "shards");
+    const std::string mine = std::to_string(shard) + "-of-" + std::to_string(shard_count);
+    for (const auto& e : fs::directory_iterator(root / "shards")) {
+      const std::string n = e.path().filename().string();
+      const size_t p = n.find("-of-");
+      if (p != std::string::npos && n.substr(p + 4) != std::to_string(shard_count))
+        throw InputError("conflicting shard numbers: " + out + " already has shard " +
+                         n.substr(0, p) + "/" + n.substr(p + 4) + ", asked for " +
+                         std::to_string(shard) + "/" + std::to_string(shard_count));
+    }
+    sim::write_file_atomic((root / "shards" / mine).string(), mine + "\n");
+  }
+
+  std::vector<int> todo;
+  int mine_total = 0, already = 0;
+  for (const SweepRun& r : d.runs) {
+    if (r.index % shard_count != shard) continue;
+    ++mine_total;
+    const fs::path dir = root / "runs" / run_dir_name(r.index);
+    const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
+    if (fs::exists(tmp)) fs::remove_all(tmp);  // left by an interrupted run
+    if (fs::exists(dir / "manifest.json")) {
+      ++already;
+      continue;
+    }
+    if (fs::exists(dir)) fs::remove_all(dir);
+    todo.push_back(r.index);
+  }
+
+  Progress bar(todo.size(), !quiet && isatty(STDERR_FILENO) != 0);
+  std::atomic<size_t> next{0};
+  std::mutex err_mu;
+  std::vector<std::string> errors;
+  auto worker = [&] {
+    for (;;) {
+      const size_t k = next.fetch_add(1);
+      if (k >= todo.size()) return;
+      const SweepRun& r = d.runs[size_t(todo[k])];
+      const fs::path dir = root / "runs" / run_dir_name(r.index);
+      const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
+      try {
+        const sim::TrainConfig c = sim::parse_config(r.config_toml, d.base_dir, "config.toml");
+        fs::create_directories(tmp);
+        sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
+        sim::write_run(c, tmp.string(), {});
+        fs::rename(tmp, dir);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> g(err_mu);
+        errors.push_back("run " + std::to_string(r.index) + ": " + one_line(e.what()));
+      }
+      bar.add(1);
+    }
+  };
+  const int n = std::max(1, std::min<int>(jobs, int(todo.size())));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < n; ++i) pool.emplace_back(worker);
+  while (bar.done() < todo.size()) {
+    bar.label(std::to_string(already + bar.done()) + "/" + std::to_string(mine_total) + " runs");
+    bar.draw();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (auto& t : pool) t.join();
+  bar.finish();
+  for (const auto& e : errors) std::fprintf(stderr, "halfway sweep: error: %s\n", e.c_str());
+  if (!errors.empty()) return 1;
+
+  // The index of this shard's runs (all of them without sharding), in run order.
+  std::string csv = index_header(def);
+  for (const auto& run : def["runs"]) {
+    const int i = run["run"].get<int>();
+    if (i % shard_count != shard) continue;
+    const std::string rel = "runs/" + run_dir_name(i);
+    csv += index_row(def, run, (root / rel).string(), rel);
+  }
+  const std::string name = shard_count > 1 ? "sweep.shard-" + std::to_string(shard) + "-of-" +
+                                                 std::to_string(shard_count) + ".csv"
+                                           : "sweep.csv";
+  sim::write_file_atomic((root / name).string(), csv);
+  if (!quiet)
+    std::printf("halfway sweep: %d runs (%d already done, %zu run now) -> %s\n", mine_total,
+                already, todo.size(), (root / name).string().c_str());
+  return 0;
+}
+
+int cmd_sweep(int argc, char** argv) {
+  CLI::App app{"Run the cartesian product of a sweep file's lists over config keys", "halfway sweep"};
+  std::string file, out, shard_s;
+  int jobs = 1;
+  bool quiet = false;
+  app.add_option("sweep", file, "the sweep file (TOML)");
+  app.add_option("--out", out, "results folder (default: the sweep file's name without .toml)");
+  app.add_option("--jobs,-j", jobs, "runs in parallel (results do not depend on it)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--shard", shard_s, "run only runs with index % N == I (I from 0); default "
+                                     "from SLURM_ARRAY_TASK_ID/COUNT");
+  app.add_flag("--quiet,-q", quiet, "print nothing on success");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    throw InputError(one_line(e.what()));
+  }
+  if (file.empty()) throw InputError("missing SWEEP.toml (usage: halfway sweep SWEEP.toml "
+                                     "[--out DIR] [--jobs N] [--shard I/N])");
+  int shard = 0, count = 1;
+  const char* sid = std::getenv("SLURM_ARRAY_TASK_ID");
+  const char* scount = std::getenv("SLURM_ARRAY_TASK_COUNT");
+  if (!shard_s.empty()) parse_shard(shard_s, shard, count, "--shard");
+  if (sid && scount && *sid && *scount) {
+    const char* smin = std::getenv("SLURM_ARRAY_TASK_MIN");
+    int si = 0, sn = 0;
+    try {
+      si = std::stoi(sid) - (smin && *smin ? std::stoi(smin) : 0);
+      sn = std::stoi(scount);
+    } catch (const std::exception&) {
+      throw InputError("SLURM_ARRAY_TASK_ID/COUNT are not integers");
+    }
+    const std::string s = std::to_string(si) + "/" + std::to_string(sn);
+    int i2 = 0, n2 = 1;
+    parse_shard(s, i2, n2, "SLURM_ARRAY_TASK_ID/COUNT (minus SLURM_ARRAY_TASK_MIN)");
+    if (!shard_s.empty() && (i2 != shard || n2 != count))
+      throw InputError("conflicting shard numbers: --shard " + shard_s + " but SLURM says " + s);
+    shard = i2;
+    count = n2;
+  }
+  const SweepDef d = load_sweep(file);
+  if (out.empty()) {
+    fs::path p(file);
+    out = (p.parent_path() / p.stem()).string();
+  }
+  return run_sweep(d, out, jobs, shard, count, quiet);
+}
+
+int cmd_merge(int argc, char** argv) {
+  CLI::App app{"Combine the run folders of sweep shards into one sweep.csv", "halfway merge"};
+  std::vector<std::string> dirs;
+  std::string out;
+  app.add_option("dirs", dirs, "results folders of the shards (same sweep)");
+  app.add_option("--out", out, "the table to write (default: FIRST_DIR/sweep.csv)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    throw InputError(one_line(e.what()));
+  }
+  if (dirs.empty()) throw InputError("usage: halfway merge DIR... [--out FILE]");
+  nlohmann::json def;
+  for (const std::string& dir : dirs) {
+    const std::string p = dir + "/sweep.json";
+    if (!fs::exists(p)) throw InputError(dir + " is not a sweep results folder (no sweep.json)");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(sim::read_file(p));
+    } catch (const nlohmann::json::exception&) {
+      throw InputError(p + " is not valid JSON");
+    }
+    if (def.is_null()) def = j;
+    else if (j.value("sweep_hash", std::string()) != def.value("sweep_hash", std::string()))
+      throw InputError(dir + " holds a different sweep (hash " +
+                       j.value("sweep_hash", std::string("?")) + " vs " +
+                       def.value("sweep_hash", std::string("?")) + ")");
+  }
+  if (out.empty()) out = dirs.front() + "/sweep.csv";
+  const fs::path out_dir = fs::absolute(fs::path(out)).parent_path();
+  std::string csv = index_header(def);
+  std::vector<int> missing;
+  for (const auto& run : def["runs"]) {
+    const int i = run["run"].get<int>();
+    std::string found;
+    for (const std::string& dir : dirs) {
+      const fs::path rd = fs::path(dir) / "runs" / run_dir_name(i);
+      if (fs::exists(rd / "manifest.json")) {
+        found = rd.string();
+        break;
+      }
+    }
+    if (found.empty()) {
+      missing.push_back(i);
+      continue;
+    }
+    const std::string rel =
+        fs::absolute(found).lexically_normal().lexically_relative(out_dir).generic_string();
+    csv += index_row(def, run, found, rel);
+  }
+  if (!missing.empty()) {
+    std::string m;
+    for (size_t k = 0; k < missing.size() && k < 10; ++k) m += " " + std::to_string(missing[k]);
+    std::fprintf(stderr, "halfway merge: error: %zu of %zu runs are not done:%s%s\n",
+                 missing.size(), def["runs"].size(), m.c_str(), missing.size() > 10 ? " ..." : "");
+    return 1;
+  }
+  sim::write_file_atomic(out, csv);
+  std::printf("halfway merge: %zu runs -> %s\n", def["runs"].size(), out.c_str());
+  return 0;
+}
+
+}  // namespace halfway::cli

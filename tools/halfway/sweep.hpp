@@ -1,0 +1,53 @@
+// Sweeps over training configurations: the definition file, its expansion into runs, and the
+// results layout shared by `halfway sweep`, `halfway merge` and `halfway run`.
+//
+// A sweep file is a training config (`base`, a file or inline tables) plus lists:
+//
+//     base = "config.toml"                  # or inline: [base.model] ... [base.run] ...
+//     [axes]                                # cartesian product, in file order
+//     "scaler.scale" = { pow2 = [0, 24] }   # 2^0, 2^1, ..., 2^24
+//     "run.seed" = [0, 1, 2]
+//     [[case]]                              # optional: named groups of settings, crossed
+//     name = "fp16-dynamic"                 #   with the axes (case varies slowest)
+//     "precision.policy" = "torch-cuda-fp16"
+//     "scaler.kind" = "dynamic"
+//
+// Results: DIR/sweep.json (definition hash, the runs and their settings), DIR/runs/NNNN/ (one
+// folder per run: config.toml plus `halfway train`'s files), DIR/sweep.csv (the index).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace halfway::cli {
+
+struct SweepRun {
+  int index = 0;
+  std::string case_name;                                     ///< "" without [[case]]
+  std::vector<std::pair<std::string, std::string>> values;   ///< axis key -> value text
+  std::string config_toml;                                   ///< the full config
+};
+
+struct SweepDef {
+  std::string path, base_dir;
+  std::vector<std::string> axis_keys;  ///< in file order
+  bool has_cases = false;
+  std::vector<SweepRun> runs;
+  std::string hash;  ///< hex FNV-1a 64 of the expanded definition
+};
+
+/// Parse and expand a sweep file; every run's config is checked (throws InputError naming the
+/// run and the bad key before anything runs).
+SweepDef load_sweep(const std::string& path);
+
+/// Run the sweep's runs with index % shard_count == shard (0-based) into `out`, resuming.
+/// Returns the process exit code.
+int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
+              bool quiet);
+
+/// The folder name of run `i` under DIR/runs/.
+std::string run_dir_name(int i);
+
+}  // namespace halfway::cli
