@@ -7,7 +7,9 @@ JOBS="$(nproc 2>/dev/null || echo 2)"
 
 # Debian packages the build and the tests need (Debian 12).
 PACKAGES=(build-essential cmake libboost-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev
-          nlohmann-json3-dev libhwy-dev python3-numpy)
+          nlohmann-json3-dev libhwy-dev python3-numpy zlib1g-dev
+          python3-dev pybind11-dev python3-pybind11 python3-torch python3-nbclient
+          python3-ipykernel python3-pandas python3-matplotlib)
 
 ensure_packages() {
   local missing=()
@@ -30,5 +32,5 @@ build() {
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" -j "$JOBS"
+  cmake --build "$BUILD" -j "$JOBS" ${1:+--target "$@"}  # optional: only these targets
 }

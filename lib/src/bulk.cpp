@@ -1,7 +1,9 @@
-// Bulk kernels. Reference implementation: the scalar routines, element by element. The fast
-// paths (SIMD, hardware instructions) must produce exactly these results.
+// Bulk kernels: the public entry points and the reference implementation (the scalar routines,
+// element by element). The fast paths in bulk_simd.cpp must produce exactly these results and
+// counts; each entry point tries the fast path and falls back to the reference.
 #include "halfway/bulk.hpp"
 
+#include "bulk_internal.hpp"
 #include "halfway/softfloat.hpp"
 
 namespace halfway {
@@ -34,7 +36,9 @@ Env make_env(const BulkOptions& o, size_t i) {
   return e;
 }
 
-bool finite_nonzero_f32(uint32_t b) { return (b & 0x7FFFFFFF) != 0 && (b & 0x7F800000) != 0x7F800000; }
+bool finite_nonzero_f32(uint32_t b) {
+  return (b & 0x7FFFFFFF) != 0 && (b & 0x7F800000) != 0x7F800000;
+}
 
 template <class T>
 void round_impl(const Format& f, const float* in, T* out, size_t n, const BulkOptions& o,
@@ -94,21 +98,23 @@ void fma_impl(const Format& f, const T* a, const T* b, const T* cc, T* out, size
 
 }  // namespace
 
-void round_f32(const Format& f, const float* in, uint8_t* out, size_t n, const BulkOptions& o,
-               EventCounts* c) {
+namespace detail {
+
+void reference_round_f32(const Format& f, const float* in, uint8_t* out, size_t n,
+                         const BulkOptions& o, EventCounts* c) {
   round_impl(f, in, out, n, o, c);
 }
-void round_f32(const Format& f, const float* in, uint16_t* out, size_t n, const BulkOptions& o,
-               EventCounts* c) {
+void reference_round_f32(const Format& f, const float* in, uint16_t* out, size_t n,
+                         const BulkOptions& o, EventCounts* c) {
   round_impl(f, in, out, n, o, c);
 }
-void round_f32(const Format& f, const float* in, uint32_t* out, size_t n, const BulkOptions& o,
-               EventCounts* c) {
+void reference_round_f32(const Format& f, const float* in, uint32_t* out, size_t n,
+                         const BulkOptions& o, EventCounts* c) {
   round_impl(f, in, out, n, o, c);
 }
 
-void quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,
-                  EventCounts* counts) {
+void reference_quantize_f32(const Format& f, const float* in, float* out, size_t n,
+                            const BulkOptions& o, EventCounts* counts) {
   EventCounts c;
   for (size_t i = 0; i < n; ++i) {
     Env e = make_env(o, i);
@@ -121,33 +127,74 @@ void quantize_f32(const Format& f, const float* in, float* out, size_t n, const 
   if (counts) *counts += c;
 }
 
-void decode_f32(const Format& f, const uint8_t* in, float* out, size_t n) { decode_impl(f, in, out, n); }
-void decode_f32(const Format& f, const uint16_t* in, float* out, size_t n) { decode_impl(f, in, out, n); }
-void decode_f32(const Format& f, const uint32_t* in, float* out, size_t n) { decode_impl(f, in, out, n); }
+void reference_decode_f32(const Format& f, const uint8_t* in, float* out, size_t n) {
+  decode_impl(f, in, out, n);
+}
+void reference_decode_f32(const Format& f, const uint16_t* in, float* out, size_t n) {
+  decode_impl(f, in, out, n);
+}
+void reference_decode_f32(const Format& f, const uint32_t* in, float* out, size_t n) {
+  decode_impl(f, in, out, n);
+}
 
-void binary(BinaryOp op, const Format& f, const uint8_t* a, const uint8_t* b, uint8_t* out,
-            size_t n, const BulkOptions& o, EventCounts* c) {
+void reference_binary(BinaryOp op, const Format& f, const uint8_t* a, const uint8_t* b,
+                      uint8_t* out, size_t n, const BulkOptions& o, EventCounts* c) {
   binary_impl(op, f, a, b, out, n, o, c);
 }
-void binary(BinaryOp op, const Format& f, const uint16_t* a, const uint16_t* b, uint16_t* out,
-            size_t n, const BulkOptions& o, EventCounts* c) {
+void reference_binary(BinaryOp op, const Format& f, const uint16_t* a, const uint16_t* b,
+                      uint16_t* out, size_t n, const BulkOptions& o, EventCounts* c) {
   binary_impl(op, f, a, b, out, n, o, c);
 }
-void binary(BinaryOp op, const Format& f, const uint32_t* a, const uint32_t* b, uint32_t* out,
-            size_t n, const BulkOptions& o, EventCounts* c) {
+void reference_binary(BinaryOp op, const Format& f, const uint32_t* a, const uint32_t* b,
+                      uint32_t* out, size_t n, const BulkOptions& o, EventCounts* c) {
   binary_impl(op, f, a, b, out, n, o, c);
 }
-void fma(const Format& f, const uint8_t* a, const uint8_t* b, const uint8_t* cc, uint8_t* out,
-         size_t n, const BulkOptions& o, EventCounts* c) {
+void reference_fma(const Format& f, const uint8_t* a, const uint8_t* b, const uint8_t* cc,
+                   uint8_t* out, size_t n, const BulkOptions& o, EventCounts* c) {
   fma_impl(f, a, b, cc, out, n, o, c);
 }
-void fma(const Format& f, const uint16_t* a, const uint16_t* b, const uint16_t* cc, uint16_t* out,
-         size_t n, const BulkOptions& o, EventCounts* c) {
+void reference_fma(const Format& f, const uint16_t* a, const uint16_t* b, const uint16_t* cc,
+                   uint16_t* out, size_t n, const BulkOptions& o, EventCounts* c) {
   fma_impl(f, a, b, cc, out, n, o, c);
 }
-void fma(const Format& f, const uint32_t* a, const uint32_t* b, const uint32_t* cc, uint32_t* out,
-         size_t n, const BulkOptions& o, EventCounts* c) {
+void reference_fma(const Format& f, const uint32_t* a, const uint32_t* b, const uint32_t* cc,
+                   uint32_t* out, size_t n, const BulkOptions& o, EventCounts* c) {
   fma_impl(f, a, b, cc, out, n, o, c);
+}
+
+}  // namespace detail
+
+// Public entry points: the fast path when it covers the call, else the reference.
+
+#define HALFWAY_BULK_ENTRY_POINTS(T)                                                                 \
+  void round_f32(const Format& f, const float* in, T* out, size_t n, const BulkOptions& o,    \
+                 EventCounts* c) {                                                            \
+    if (!detail::fast_round_f32(f, in, out, n, o, c))                                         \
+      detail::reference_round_f32(f, in, out, n, o, c);                                       \
+  }                                                                                           \
+  void decode_f32(const Format& f, const T* in, float* out, size_t n) {                       \
+    if (!detail::fast_decode_f32(f, in, out, n)) detail::reference_decode_f32(f, in, out, n); \
+  }                                                                                           \
+  void binary(BinaryOp op, const Format& f, const T* a, const T* b, T* out, size_t n,         \
+              const BulkOptions& o, EventCounts* c) {                                         \
+    if (!detail::fast_binary(op, f, a, b, out, n, o, c))                                      \
+      detail::reference_binary(op, f, a, b, out, n, o, c);                                    \
+  }                                                                                           \
+  void fma(const Format& f, const T* a, const T* b, const T* cc, T* out, size_t n,            \
+           const BulkOptions& o, EventCounts* c) {                                            \
+    if (!detail::fast_fma(f, a, b, cc, out, n, o, c))                                         \
+      detail::reference_fma(f, a, b, cc, out, n, o, c);                                       \
+  }
+
+HALFWAY_BULK_ENTRY_POINTS(uint8_t)
+HALFWAY_BULK_ENTRY_POINTS(uint16_t)
+HALFWAY_BULK_ENTRY_POINTS(uint32_t)
+#undef HALFWAY_BULK_ENTRY_POINTS
+
+void quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,
+                  EventCounts* c) {
+  if (!detail::fast_quantize_f32(f, in, out, n, o, c))
+    detail::reference_quantize_f32(f, in, out, n, o, c);
 }
 
 }  // namespace halfway

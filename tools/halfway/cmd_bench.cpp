@@ -1,6 +1,549 @@
+// `halfway bench [--json] [--quick] [--exhaustive]`: throughput of the bulk kernels, each figure
+// measured side by side with a reference in the same run: hardware conversions (F16C
+// `vcvtps2ph`, AVX512-BF16 `vcvtneps2bf16`), native fp32 arithmetic, or the same kernel without
+// event counts. One thread; ours and the reference alternate on the same data for several
+// repetitions and the median of the per-repetition ratios is reported, so machine drift during
+// the run cancels out. Goals are printed next to the ratios; a missed goal is reported, never an
+// error (exit status 0).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "commands.hpp"
+#include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+#include "verify_oracle.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HALFWAY_BENCH_X86 1
+#endif
 
 namespace halfway::cli {
-int cmd_bench(int, char**) { throw InputError("'bench' is being written"); }
+
+namespace {
+
+const char* kHelp =
+    "usage: halfway bench [--json] [--quick] [--exhaustive]\n"
+    "\n"
+    "Throughput of the bulk kernels, single thread, each figure against a reference measured in\n"
+    "the same run (alternating, several repetitions, median ratio): F16C vcvtps2ph for f32->fp16,\n"
+    "AVX512-BF16 vcvtneps2bf16 for f32->bf16, native fp32 add/mul/fma for fp16/bf16 arithmetic,\n"
+    "the same rounding without counts for rounding with event counts. Each ratio is printed with\n"
+    "its goal; missing a goal is reported, not an error.\n"
+    "\n"
+    "Rounding inputs are normal values scaled into each format's range (sd 2^(emax-3)), as a\n"
+    "tensor after amax scaling; the '(full path)' rows use data over 2^-12..2^12 instead, where\n"
+    "most vectors hold subnormal, overflowing or special lanes. Arithmetic operands are normal\n"
+    "values times 2^-4..2^4.\n"
+    "\n"
+    "  --json        one JSON record per line: name, format, rounding, n, items_per_second,\n"
+    "                reference, ratio_to_reference\n"
+    "  --quick       small arrays and few repetitions (seconds; for tests)\n"
+    "  --exhaustive  also fp16 add over all 2^32 operand pairs against the verify oracle, on\n"
+    "                every core (goal: 60 s)\n";
+
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------------------------------------
+// Buffers and references
+
+template <class T>
+struct Buffer {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Buffer(size_t count) : n(count) {
+    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+    p = static_cast<T*>(std::aligned_alloc(64, bytes ? bytes : 64));
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+  }
+  ~Buffer() { std::free(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+#if HALFWAY_BENCH_X86
+bool has_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+bool has_avx512bf16() { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void f16c_512(const float* in,
+                                                                        uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(out + i),
+        _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = static_cast<uint16_t>(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+__attribute__((target("avx,f16c"))) void f16c_256(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = static_cast<uint16_t>(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+void f16c_ref(const float* in, uint16_t* out, size_t n) {
+  has_avx512() ? f16c_512(in, out, n) : f16c_256(in, out, n);
+}
+
+__attribute__((target("avx512bf16,avx512vl,avx512f"))) void bf16_ref(const float* in, uint16_t* out,
+                                                                     size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(in + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<const __m256i&>(h));
+  }
+  for (; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, in + i, 4);
+    out[i] = static_cast<uint16_t>(b >> 16);  // tail only (n is a multiple of 16 here)
+  }
+}
+
+// Native fp32 arithmetic, vectorised for the best instruction set (the compiler's own loops).
+#define HALFWAY_NATIVE(name, expr)                                                          \
+  __attribute__((target("avx512f,avx512bw,avx512vl,fma,prefer-vector-width=512"))) void     \
+      name##_512(const float* a, const float* b, const float* c, float* o, size_t n) {      \
+    (void)c;                                                                                \
+    for (size_t i = 0; i < n; ++i) o[i] = expr;                                             \
+  }                                                                                         \
+  __attribute__((target("avx2,fma"))) void name##_256(const float* a, const float* b,       \
+                                                      const float* c, float* o, size_t n) { \
+    (void)c;                                                                                \
+    for (size_t i = 0; i < n; ++i) o[i] = expr;                                             \
+  }                                                                                         \
+  void name##_base(const float* a, const float* b, const float* c, float* o, size_t n) {     \
+    (void)c;                                                                                \
+    for (size_t i = 0; i < n; ++i) o[i] = expr;                                             \
+  }                                                                                         \
+  void name(const float* a, const float* b, const float* c, float* o, size_t n) {           \
+    if (has_avx512()) return name##_512(a, b, c, o, n);                                     \
+    if (has_avx2()) return name##_256(a, b, c, o, n);                                       \
+    name##_base(a, b, c, o, n);                                                             \
+  }
+HALFWAY_NATIVE(native_add, a[i] + b[i])
+HALFWAY_NATIVE(native_mul, a[i] * b[i])
+HALFWAY_NATIVE(native_fma, __builtin_fmaf(a[i], b[i], c[i]))
+#undef HALFWAY_NATIVE
+#else
+bool has_f16c() { return false; }
+bool has_avx512bf16() { return false; }
+void f16c_ref(const float*, uint16_t*, size_t) {}
+void bf16_ref(const float*, uint16_t*, size_t) {}
+void native_add(const float* a, const float* b, const float*, float* o, size_t n) {
+  for (size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+}
+void native_mul(const float* a, const float* b, const float*, float* o, size_t n) {
+  for (size_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
+}
+void native_fma(const float* a, const float* b, const float* c, float* o, size_t n) {
+  for (size_t i = 0; i < n; ++i) o[i] = std::fma(a[i], b[i], c[i]);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Measurement
+
+struct Settings {
+  bool json = false;
+  bool quick = false;
+  bool exhaustive = false;
+  int reps = 31;
+  double min_seconds = 3e-4;  // each timed sample runs the call this long at least
+};
+
+/// CPU time of the calling thread: time while the thread was descheduled does not count, so a
+/// busy machine skews the figures less than wall-clock time would.
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+/// Seconds per call, timing `iters` back-to-back calls.
+double time_call(const std::function<void()>& fn, int iters) {
+  const double t0 = thread_seconds();
+  for (int i = 0; i < iters; ++i) fn();
+  return (thread_seconds() - t0) / iters;
+}
+
+int calibrate(const std::function<void()>& fn, double min_seconds) {
+  fn();  // warm caches and pages
+  const double t = time_call(fn, 1);
+  return std::max(1, static_cast<int>(std::ceil(min_seconds / std::max(t, 1e-9))));
+}
+
+struct Measure {
+  double ours_seconds;  // median seconds per call of ours
+  double ratio;         // median of (reference time / our time): our speed over the reference's
+};
+
+Measure measure(const Settings& s, const std::function<void()>& ours,
+                const std::function<void()>& ref) {
+  const int io = calibrate(ours, s.min_seconds), ir = calibrate(ref, s.min_seconds);
+  std::vector<double> to, ratios;
+  for (int r = 0; r < s.reps; ++r) {
+    // Alternate which runs first, so neither always follows the other's cache state.
+    double a, b;
+    if (r % 2) {
+      b = time_call(ref, ir);
+      a = time_call(ours, io);
+    } else {
+      a = time_call(ours, io);
+      b = time_call(ref, ir);
+    }
+    to.push_back(a);
+    ratios.push_back(b / a);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+  };
+  return {median(to), median(ratios)};
+}
+
+struct Row {
+  std::string name, format, rounding;
+  size_t n = 0;
+  double items_per_second = 0;
+  std::string reference;
+  std::optional<double> ratio;  // none: the reference is not available here
+  double goal = 0;              // ratio goal
+  std::string note;
+};
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+void print_row(const Settings& s, const Row& r) {
+  if (s.json) {
+    fmt::print(
+        "{{\"name\": {}, \"format\": {}, \"rounding\": {}, \"n\": {}, "
+        "\"items_per_second\": {:.6g}, \"reference\": {}, \"ratio_to_reference\": {}}}\n",
+        json_string(r.name), json_string(r.format), json_string(r.rounding), r.n,
+        r.items_per_second, json_string(r.reference),
+        r.ratio ? fmt::format("{:.4g}", *r.ratio) : std::string("null"));
+  } else {
+    std::string verdict;
+    if (!r.ratio) {
+      verdict = r.reference;
+    } else {
+      verdict = fmt::format("{:6.2f}x  goal >= {:.2f}x  {}", *r.ratio, r.goal,
+                            *r.ratio >= r.goal ? "met" : "MISSED");
+    }
+    fmt::print("{:<34} {:<9} {:<12} {:>9} {:>8.3f}  {:<34} {}{}\n", r.name, r.format, r.rounding,
+               r.n, r.items_per_second * 1e-9, r.reference, verdict,
+               r.note.empty() ? "" : "  (" + r.note + ")");
+  }
+  std::fflush(stdout);
+}
+
+/// Random f32 values: normal significands times 2^lo .. 2^hi.
+std::vector<float> sample_values(size_t n, uint32_t seed, int lo = -4, int hi = 4) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(nd(gen), lo + int(gen() % uint32_t(hi - lo + 1)));
+  return v;
+}
+
+/// Values as a tensor scaled into the format has them (per-tensor amax scaling): normal with
+/// standard deviation 2^(emax - 3), so the largest values come near the format's maximum and
+/// the small ones reach into its subnormals.
+std::vector<float> scaled_values(const Format& f, size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  const float sigma = std::ldexp(1.0f, f.emax() - 3);
+  for (auto& x : v) x = nd(gen) * sigma;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The figures
+
+class Bench {
+ public:
+  explicit Bench(const Settings& s) : s_(s) {}
+
+  void run() {
+    const size_t small = s_.quick ? 4096 : 65536;
+    const size_t large = s_.quick ? (size_t(1) << 20) : (size_t(64) << 20);
+    if (!s_.json) {
+      fmt::print(
+          "halfway bench: bulk path {}, one thread (thread CPU time), median ratio of {} "
+          "alternating runs\n",
+          detail::bulk_path_name(detail::bulk_path()), s_.reps);
+      fmt::print("{:<34} {:<9} {:<12} {:>9} {:>8}  {:<34} {}\n", "name", "format", "rounding", "n",
+                 "G/s", "reference", "ratio");
+    }
+    // f32 → fp16 against F16C, in cache and from memory.
+    round_vs_f16c("round_f32", "fp16", Rounding::near_even, small, 0.5, true);
+    round_vs_f16c("round_f32", "fp16", Rounding::near_even, large, 0.9, true);
+    // f32 → bf16 against AVX512-BF16.
+    round_vs_bf16(small);
+    // Every other format and rounding direction against F16C's fp16 throughput.
+    for (const char* f : {"bf16", "tf32", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e2m3", "e3m2",
+                          "e2m1", "e5m7", "e3m4:fn"})
+      round_vs_f16c("round_f32", f, Rounding::near_even, small, 0.25, true);
+    for (Rounding r : {Rounding::near_maxMag, Rounding::minMag, Rounding::min, Rounding::max,
+                       Rounding::odd, Rounding::stochastic})
+      round_vs_f16c("round_f32", "e4m3", r, small, 0.25, true);
+    for (Rounding r : {Rounding::minMag, Rounding::odd, Rounding::stochastic})
+      round_vs_f16c("round_f32", "fp16", r, small, 0.25, true);
+    round_vs_f16c("round_f32 (vector path, no F16C)", "fp16", Rounding::near_even, small, 0.25,
+                  false);
+    round_vs_f16c("round_f32 (full path)", "e4m3", Rounding::near_even, small, 0.25, true, false,
+                  true);
+    round_vs_f16c("round_f32 (full path)", "bf16", Rounding::near_even, small, 0.25, true, false,
+                  true);
+    round_vs_f16c("quantize_f32", "bf16", Rounding::near_even, small, 0.25, true, true);
+    round_vs_f16c("quantize_f32", "e4m3", Rounding::near_even, small, 0.25, true, true);
+    // Arithmetic against native fp32.
+    for (const char* f : {"fp16", "bf16"}) {
+      arith_vs_native("add", f, small);
+      arith_vs_native("mul", f, small);
+      arith_vs_native("fma", f, small);
+    }
+    // Event counts against the same call without counts.
+    counts_vs_plain("e4m3", Rounding::near_even, small);
+    counts_vs_plain("bf16", Rounding::near_even, small);
+    counts_vs_plain("e5m2", Rounding::stochastic, small);
+    counts_vs_plain("fp16", Rounding::near_even, small);
+    if (s_.exhaustive) exhaustive_fp16_add();
+  }
+
+ private:
+  const Settings& s_;
+
+  void emit(Row r) { print_row(s_, r); }
+
+  void round_vs_f16c(const std::string& name, const std::string& fname, Rounding rnd, size_t n,
+                     double goal, bool hw, bool quantize = false, bool wide_range = false) {
+    const Format f = parse_format(fname);
+    const std::vector<float> v = wide_range ? sample_values(n, 1, -12, 12) : scaled_values(f, n, 1);
+    Buffer<float> in(n);
+    std::memcpy(in.p, v.data(), n * sizeof(float));
+    Buffer<uint16_t> ref16(n);
+    // Only the output this call writes (the large run is memory-bound: no spare buffers).
+    const size_t out_bytes = quantize ? 4 : f.nbits() <= 8 ? 1 : f.nbits() <= 16 ? 2 : 4;
+    Buffer<uint8_t> out(n * out_bytes);
+    BulkOptions o;
+    o.rounding = rnd;
+    const bool old_hw = detail::set_bulk_hardware_conversions(hw);
+    std::function<void()> ours;
+    if (quantize) {
+      ours = [&] { quantize_f32(f, in.p, reinterpret_cast<float*>(out.p), n, o); };
+    } else if (out_bytes == 1) {
+      ours = [&] { round_f32(f, in.p, out.p, n, o); };
+    } else if (out_bytes == 2) {
+      ours = [&] { round_f32(f, in.p, reinterpret_cast<uint16_t*>(out.p), n, o); };
+    } else {
+      ours = [&] { round_f32(f, in.p, reinterpret_cast<uint32_t*>(out.p), n, o); };
+    }
+    Row r{name,
+          fname,
+          rounding_name(rnd),
+          n,
+          0,
+          "F16C vcvtps2ph (f32->fp16)",
+          {},
+          goal,
+          wide_range ? "data over 2^-12..2^12: most vectors hold out-of-range lanes" : ""};
+    if (!has_f16c()) {
+      r.reference = "skipped: no F16C";
+      r.items_per_second = n / time_call(ours, calibrate(ours, s_.min_seconds));
+    } else {
+      const Measure m = measure(s_, ours, [&] { f16c_ref(in.p, ref16.p, n); });
+      r.items_per_second = n / m.ours_seconds;
+      r.ratio = m.ratio;
+    }
+    detail::set_bulk_hardware_conversions(old_hw);
+    emit(r);
+  }
+
+  void round_vs_bf16(size_t n) {
+    const std::vector<float> v = scaled_values(formats::bf16, n, 2);
+    Buffer<float> in(n);
+    std::memcpy(in.p, v.data(), n * sizeof(float));
+    Buffer<uint16_t> out(n), ref(n);
+    auto ours = [&] { round_f32(formats::bf16, in.p, out.p, n); };
+    Row r{"round_f32", "bf16", "near_even",
+          n,           0,      "AVX512-BF16 vcvtneps2bf16",
+          {},          0.5,    "the reference flushes f32 subnormal inputs"};
+    if (!has_avx512bf16()) {
+      r.reference = "skipped: no AVX512-BF16";
+      r.note.clear();
+      r.items_per_second = n / time_call(ours, calibrate(ours, s_.min_seconds));
+    } else {
+      const Measure m = measure(s_, ours, [&] { bf16_ref(in.p, ref.p, n); });
+      r.items_per_second = n / m.ours_seconds;
+      r.ratio = m.ratio;
+    }
+    emit(r);
+  }
+
+  void arith_vs_native(const std::string& op, const std::string& fname, size_t n) {
+    const Format f = parse_format(fname);
+    const std::vector<float> va = sample_values(n, 3), vb = sample_values(n, 4),
+                             vc = sample_values(n, 5);
+    Buffer<uint16_t> a(n), b(n), c(n), out(n);
+    Buffer<float> fa(n), fb(n), fc(n), fo(n);
+    round_f32(f, va.data(), a.p, n);
+    round_f32(f, vb.data(), b.p, n);
+    round_f32(f, vc.data(), c.p, n);
+    decode_f32(f, a.p, fa.p, n);
+    decode_f32(f, b.p, fb.p, n);
+    decode_f32(f, c.p, fc.p, n);
+    std::function<void()> ours, ref;
+    std::string refname;
+    if (op == "add") {
+      ours = [&] { binary(BinaryOp::add, f, a.p, b.p, out.p, n); };
+      ref = [&] { native_add(fa.p, fb.p, fc.p, fo.p, n); };
+      refname = "native fp32 add";
+    } else if (op == "mul") {
+      ours = [&] { binary(BinaryOp::mul, f, a.p, b.p, out.p, n); };
+      ref = [&] { native_mul(fa.p, fb.p, fc.p, fo.p, n); };
+      refname = "native fp32 mul";
+    } else {
+      ours = [&] { halfway::fma(f, a.p, b.p, c.p, out.p, n); };
+      ref = [&] { native_fma(fa.p, fb.p, fc.p, fo.p, n); };
+      refname = "native fp32 fma";
+    }
+    const Measure m = measure(s_, ours, ref);
+    emit(Row{op, fname, "near_even", n, n / m.ours_seconds, refname, m.ratio, 0.25, ""});
+  }
+
+  void counts_vs_plain(const std::string& fname, Rounding rnd, size_t n) {
+    const Format f = parse_format(fname);
+    const std::vector<float> v = scaled_values(f, n, 6);
+    Buffer<float> in(n);
+    std::memcpy(in.p, v.data(), n * sizeof(float));
+    Buffer<uint8_t> o8(n);
+    Buffer<uint16_t> o16(n);
+    BulkOptions o;
+    o.rounding = rnd;
+    EventCounts ev;
+    std::function<void()> with, without;
+    if (f.nbits() <= 8) {
+      with = [&] { round_f32(f, in.p, o8.p, n, o, &ev); };
+      without = [&] { round_f32(f, in.p, o8.p, n, o); };
+    } else {
+      with = [&] { round_f32(f, in.p, o16.p, n, o, &ev); };
+      without = [&] { round_f32(f, in.p, o16.p, n, o); };
+    }
+    const Measure m = measure(s_, with, without);
+    std::string note;
+    if (f == formats::fp16 && rnd == Rounding::near_even && has_f16c())
+      note = "without counts this is the F16C path";
+    emit(Row{"round_f32+counts", fname, rounding_name(rnd), n, n / m.ours_seconds,
+             "same call without counts", m.ratio, 0.5, note});
+  }
+
+  /// fp16 add over every operand pair: the bulk kernel and the verify oracle, every core.
+  void exhaustive_fp16_add() {
+    const Format f = formats::fp16;
+    const verify::Oracle oracle(f, Rounding::near_even);
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    std::atomic<uint32_t> next{0};
+    std::atomic<uint64_t> bad{0};
+    auto worker = [&] {
+      std::vector<uint16_t> a(65536), b(65536), got(65536);
+      std::vector<uint32_t> b32(65536), want(65536);
+      std::vector<uint8_t> fl(65536);
+      for (uint32_t i = 0; i < 65536; ++i) {
+        b[i] = uint16_t(i);
+        b32[i] = i;
+      }
+      for (;;) {
+        const uint32_t x = next++;
+        if (x >= 65536) return;
+        std::fill(a.begin(), a.end(), uint16_t(x));
+        EventCounts gc, wc;
+        binary(BinaryOp::add, f, a.data(), b.data(), got.data(), 65536, {}, &gc);
+        oracle.binary_row(BinaryOp::add, x, b32.data(), 65536, want.data(), fl.data(), &wc);
+        uint64_t rowbad = gc == wc ? 0 : 1;
+        for (uint32_t i = 0; i < 65536; ++i) rowbad += got[i] != want[i];
+        bad += rowbad;
+      }
+    };
+    const auto t0 = Clock::now();
+    const std::clock_t cpu0 = std::clock();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
+    const double n = 4294967296.0;
+    Row r{"exhaustive add (bulk + oracle)",
+          "fp16",
+          "near_even",
+          size_t(n),
+          n / secs,
+          "time goal 60 s",
+          60.0 / secs,
+          1.0,
+          fmt::format("{:.1f} s wall on {} threads, {:.1f} s CPU, {} mismatches", secs, threads,
+                      cpu, bad.load())};
+    emit(r);
+  }
+};
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json") {
+      s.json = true;
+    } else if (a == "--quick") {
+      s.quick = true;
+    } else if (a == "--exhaustive") {
+      s.exhaustive = true;
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    } else {
+      throw InputError("unknown option '" + a + "' (see 'halfway bench --help')");
+    }
+  }
+  if (s.quick) {
+    s.reps = 5;
+    s.min_seconds = 1e-4;
+  }
+  Bench(s).run();
+  return 0;
+}
+
 }  // namespace halfway::cli

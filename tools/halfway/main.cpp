@@ -18,6 +18,11 @@ const char* kUsage =
     "  testfloat FUNCTION [OPTIONS]          Berkeley TestFloat-compatible filter (stdin->stdout)\n"
     "  verify [--exhaustive] [--op OP] [--format F]  check against independent oracles\n"
     "  bench [--json]                        throughput against hardware references\n"
+    "  hw-report [--backend NAME] [--exhaustive] [--json]  library vs hardware/vendor backends\n"
+    "  train CONFIG.toml [--out DIR]         simulate mixed-precision training, trace roundings\n"
+    "  sweep SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]  resumable sweep over config keys\n"
+    "  merge DIR... [--out FILE]             one sweep.csv from the shards of a sweep\n"
+    "  run EXPERIMENT_DIR... | --all         run experiments and draw their figures\n"
     "\n"
     "Run 'halfway COMMAND --help' for a command's options.\n";
 
@@ -36,6 +41,11 @@ int main(int argc, char** argv) {
     if (cmd == "testfloat") return cmd_testfloat(argc - 1, argv + 1);
     if (cmd == "verify") return cmd_verify(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
+    if (cmd == "train") return cmd_train(argc - 1, argv + 1);
+    if (cmd == "hw-report") return cmd_hw_report(argc - 1, argv + 1);
+    if (cmd == "sweep") return cmd_sweep(argc - 1, argv + 1);
+    if (cmd == "merge") return cmd_merge(argc - 1, argv + 1);
+    if (cmd == "run") return cmd_run(argc - 1, argv + 1);
     if (cmd == "--version") {
       std::puts("halfway " HALFWAY_VERSION);
       return 0;
@@ -47,7 +57,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "halfway %s: error: %s\n", cmd.c_str(), e.what());
     return 2;
   }
-  std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench)\n",
+  std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train sweep merge run "
+               "hw-report)\n",
                cmd.c_str());
   return 2;
 }

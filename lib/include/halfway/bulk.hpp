@@ -88,9 +88,66 @@ void fma(const Format& f, const uint16_t* a, const uint16_t* b, const uint16_t* 
 void fma(const Format& f, const uint32_t* a, const uint32_t* b, const uint32_t* c, uint32_t* out,
          size_t n, const BulkOptions& o = {}, EventCounts* counts = nullptr);
 
-/// Classify one result against its exact input value (for the scalar reference of the counts):
-/// `exact_bits` is the f32 of the exact value when it is one (round_f32), `flags` the IEEE flags
-/// of the rounding.
+namespace detail {
+
+/// The scalar reference of every bulk kernel: the routines of softfloat.hpp applied element by
+/// element. The fast paths must reproduce these results and counts bit for bit; tests and
+/// `halfway verify` compare against them.
+void reference_round_f32(const Format& f, const float* in, uint8_t* out, size_t n,
+                         const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void reference_round_f32(const Format& f, const float* in, uint16_t* out, size_t n,
+                         const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void reference_round_f32(const Format& f, const float* in, uint32_t* out, size_t n,
+                         const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void reference_quantize_f32(const Format& f, const float* in, float* out, size_t n,
+                            const BulkOptions& o = {}, EventCounts* counts = nullptr);
+void reference_decode_f32(const Format& f, const uint8_t* in, float* out, size_t n);
+void reference_decode_f32(const Format& f, const uint16_t* in, float* out, size_t n);
+void reference_decode_f32(const Format& f, const uint32_t* in, float* out, size_t n);
+void reference_binary(BinaryOp op, const Format& f, const uint8_t* a, const uint8_t* b,
+                      uint8_t* out, size_t n, const BulkOptions& o = {},
+                      EventCounts* counts = nullptr);
+void reference_binary(BinaryOp op, const Format& f, const uint16_t* a, const uint16_t* b,
+                      uint16_t* out, size_t n, const BulkOptions& o = {},
+                      EventCounts* counts = nullptr);
+void reference_binary(BinaryOp op, const Format& f, const uint32_t* a, const uint32_t* b,
+                      uint32_t* out, size_t n, const BulkOptions& o = {},
+                      EventCounts* counts = nullptr);
+void reference_fma(const Format& f, const uint8_t* a, const uint8_t* b, const uint8_t* c,
+                   uint8_t* out, size_t n, const BulkOptions& o = {},
+                   EventCounts* counts = nullptr);
+void reference_fma(const Format& f, const uint16_t* a, const uint16_t* b, const uint16_t* c,
+                   uint16_t* out, size_t n, const BulkOptions& o = {},
+                   EventCounts* counts = nullptr);
+void reference_fma(const Format& f, const uint32_t* a, const uint32_t* b, const uint32_t* c,
+                   uint32_t* out, size_t n, const BulkOptions& o = {},
+                   EventCounts* counts = nullptr);
+
+/// Which implementation the bulk kernels use. `reference` is the scalar reference above; the
+/// SIMD levels run branch-free vector code (chosen at run time from what the CPU supports) and
+/// fall back to the reference for what they do not cover: fp32, e8m0 and other unsigned
+/// formats, arithmetic in other modes than near_even or in formats of more than 10 fraction
+/// bits, partially overlapping arrays.
+enum class BulkPath : uint8_t { reference, avx2, avx512 };
+
+/// The best path this CPU supports.
+BulkPath bulk_path_supported();
+/// The path bulk calls of the calling thread use now (the best supported one by default).
+BulkPath bulk_path();
+/// Limit the calling thread's bulk calls to `p` (or the best supported path below it); returns
+/// the previous setting. For tests and benchmarks that compare implementations.
+BulkPath set_bulk_path(BulkPath p);
+/// Allow or forbid hardware conversion instructions (F16C `vcvtps2ph` for fp16 near_even,
+/// proven identical to the reference by the exhaustive test) in the calling thread's bulk
+/// calls; returns the previous setting. Allowed by default.
+bool set_bulk_hardware_conversions(bool allow);
+const char* bulk_path_name(BulkPath p);
+
+}  // namespace detail
+
+/// Classify one result for the scalar reference of the counts: `exact_nonzero_finite` tells
+/// whether the exact value was finite and non-zero (round_f32: the input; arithmetic: the
+/// rounding raised inexact), `flags` are the IEEE flags of the rounding.
 void count_event(const Format& f, uint32_t result, bool exact_nonzero_finite, uint8_t flags,
                  EventCounts& c);
 

@@ -47,6 +47,14 @@ HW_INLINE uint32_t pack_zero(const Format& f, bool sign) {
   return f.has_neg_zero() ? with_sign(f, sign, 0) : 0;
 }
 
+/// An exact zero result (x − x, a·b − c cancelling, roundToInt(0.3)). A format without zero
+/// (e8m0) delivers its smallest value instead, which is inexact and tiny, as pack() does for a
+/// zero input.
+HW_INLINE uint32_t pack_exact_zero(const Format& f, bool sign, Env& env) {
+  if (!f.has_zero) env.flags |= flag::underflow | flag::inexact;
+  return pack_zero(f, sign);
+}
+
 /// Quiet NaN carrying `payload` (top-aligned) where the format has room for a payload.
 HW_INLINE uint32_t pack_nan(const Format& f, bool sign, uint64_t payload, Env& env) {
   switch (f.specials) {
@@ -73,6 +81,7 @@ HW_INLINE uint32_t invalid_nan(const Format& f, Env& env) {
 /// ±infinity, or what a format without infinities makes of an infinite operand: ±max when it
 /// saturates, otherwise NaN. Either way the value was not representable, so invalid is raised.
 HW_INLINE uint32_t pack_inf(const Format& f, bool sign, Env& env) {
+  if (sign && !f.is_signed) return invalid_nan(f, env);  // −inf in an unsigned format (0 − inf)
   if (f.has_inf()) return with_sign(f, sign, f.inf_mag());
   env.flags |= flag::invalid;
   if (f.overflow == Overflow::saturate || !f.has_nan()) return pack_max(f, sign);
@@ -396,7 +405,7 @@ HW_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env& env)
     s = sa + sb;
   } else {
     s = sa - sb;
-    if (s == 0) return pack_zero(f, env.rounding == Rounding::min);
+    if (s == 0) return pack_exact_zero(f, env.rounding == Rounding::min, env);
   }
   const int lz = clz64(s);
   return round_pack(f, env, a.sign, a.exp + 2 - lz, s << lz);
@@ -476,14 +485,18 @@ HW_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
     return with_sign(f, sign, f.inf_mag());
   }
   if (a.cls == Class::zero) return pack_zero(f, sign);
-  // Dividend with its leading bit at 62, divisor as a <= 24-bit integer: the quotient has at
-  // least 38 bits, more than p + 2, and the remainder supplies the sticky bit.
-  const uint64_t n = a.sig >> 1;
+  // Dividend with its leading bit at 103, divisor as a <= 24-bit integer: the quotient has at
+  // least 80 bits, so the first 64 are exact (p + 32 are needed: stochastic rounding reads 32
+  // fraction bits), and the remainder supplies the sticky bit.
+  using u128 = unsigned __int128;
+  const u128 n = u128(a.sig) << 40;
   const uint64_t d = b.sig >> 40;
-  const uint64_t q = n / d;
+  const u128 q = n / d;
   const bool sticky = (n % d) != 0;
-  const int lz = clz64(q);
-  return round_pack(f, env, sign, a.exp - b.exp + 24 - lz, (q << lz) | sticky);
+  const int lz = clz128(q);
+  const u128 qn = q << lz;
+  const uint64_t hi = static_cast<uint64_t>(qn >> 64) | (static_cast<uint64_t>(qn) != 0) | sticky;
+  return round_pack(f, env, sign, a.exp - b.exp + 47 - lz, hi);
 }
 
 HW_HD inline uint32_t sqrt(const Format& f, uint32_t a_enc, Env& env) {
@@ -493,24 +506,28 @@ HW_HD inline uint32_t sqrt(const Format& f, uint32_t a_enc, Env& env) {
   if (a.cls == Class::zero) return pack_zero(f, a.sign);
   if (a.sign) return invalid_nan(f, env);
   if (a.cls == Class::inf) return pack_inf(f, false, env);
-  // value = s · 2^k with s < 2^25 and k even; n = s · 2^38 < 2^63; sqrt(n) has >= 30 bits.
+  // value = s · 2^k with s < 2^25 and k even; n = s · 2^92 < 2^117; sqrt(n) has >= 58 bits,
+  // p + 32 of them exact (stochastic rounding reads 32 fraction bits), the rest is sticky.
+  using u128 = unsigned __int128;
   uint64_t s = a.sig >> 40;
   int32_t k = a.exp - 23;
   if (k & 1) {
     s <<= 1;
     k -= 1;
   }
-  const uint64_t n = s << 38;
+  const u128 n = u128(s) << 92;
+  const double nd = static_cast<double>(static_cast<uint64_t>(n >> 64)) * 18446744073709551616.0;
 #if defined(__CUDA_ARCH__)
-  uint64_t r = static_cast<uint64_t>(::sqrt(static_cast<double>(n)));
+  uint64_t r = static_cast<uint64_t>(::sqrt(nd));
 #else
-  uint64_t r = static_cast<uint64_t>(__builtin_sqrt(static_cast<double>(n)));
+  uint64_t r = static_cast<uint64_t>(__builtin_sqrt(nd));
 #endif
-  while (r * r > n) --r;
-  while ((r + 1) * (r + 1) <= n) ++r;
-  const bool sticky = r * r != n;
+  r = (r + static_cast<uint64_t>(n / r)) >> 1;  // one Newton step: error of a few units at most
+  while (u128(r) * r > n) --r;
+  while (u128(r + 1) * (r + 1) <= n) ++r;
+  const bool sticky = u128(r) * r != n;
   const int lz = clz64(r);
-  return round_pack(f, env, false, (k - 38) / 2 + 63 - lz, (r << lz) | sticky);
+  return round_pack(f, env, false, (k - 92) / 2 + 63 - lz, (r << lz) | sticky);
 }
 
 /// Fused multiply-add a·b + c with a single rounding.
@@ -572,7 +589,7 @@ HW_HD inline uint32_t fma(const Format& f, uint32_t a_enc, uint32_t b_enc, uint3
     s = x + y;
   } else {
     s = x - y;
-    if (s == 0) return pack_zero(f, env.rounding == Rounding::min);
+    if (s == 0) return pack_exact_zero(f, env.rounding == Rounding::min, env);
   }
   const int lz = clz128(s);
   s <<= lz;
@@ -603,10 +620,15 @@ HW_HD inline uint32_t round_to_int(const Format& f, uint32_t a_enc, Rounding r, 
   kept += round_up(r, a.sign, kept, rem, rnd);
   if (r == Rounding::odd && rem != 0) kept |= 1;
   if (exact && rem != 0) env.flags |= flag::inexact;
-  if (kept == 0) return pack_zero(f, a.sign);
+  if (kept == 0) return pack_exact_zero(f, a.sign, env);
   const int lz = clz64(kept);
-  Env quiet;  // an integer of at most p bits is exactly representable: no flags
-  return round_pack(f, quiet, a.sign, 63 - lz, kept << lz);
+  // An integer of at most p bits fits the precision, but not always the range: e2m3 rounds 7.5
+  // to 8 > max. That overflows like any result, under direction r (e2m3 saturates to 7.5, fnuz
+  // gives NaN), raising overflow|inexact whether or not `exact` was asked for.
+  Env sub{r};
+  const uint32_t out = round_pack(f, sub, a.sign, 63 - lz, kept << lz);
+  env.flags |= sub.flags;
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
