@@ -151,9 +151,13 @@ _FINITE = {}
 
 
 def finite_encodings(fmt):
-    if id(fmt) not in _FINITE:
-        _FINITE[id(fmt)] = [e for e in range(1 << fmt.nbits) if fmt.operand(e) is not None]
-    return _FINITE[id(fmt)]
+    # The cache keeps the format object alive with its list: keyed by id() alone, a later
+    # temporary format could reuse a collected one's id and get its encodings.
+    entry = _FINITE.get(id(fmt))
+    if entry is None or entry[0] is not fmt:
+        entry = _FINITE[id(fmt)] = (fmt, [e for e in range(1 << fmt.nbits)
+                                          if fmt.operand(e) is not None])
+    return entry[1]
 
 
 class AgainstOracle(hwtest.unittest.TestCase):
