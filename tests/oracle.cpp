@@ -460,10 +460,11 @@ Result Rounder::round(Rounding r, Tininess tininess, uint32_t rnd) const {
         res.flags |= flag::invalid;
         return res;
       }
-      if (f.specials == Specials::ieee) {
+      if (f.specials == Specials::ieee && f.overflow != Overflow::saturate) {
         res.enc = with_sign(f, x.neg, inf_field(f));
         return res;
       }
+      // Saturating formats never deliver infinity (__NV_SATFINITE), like formats without it.
       if (x.from_division_by_zero) {
         // Division by zero in a format without infinity: its overflow value, no invalid.
         res.enc = f.overflow == Overflow::nan ? nan_with_sign(f, x.neg)

@@ -335,8 +335,9 @@ DecodeParams make_decode_params(const Format& f) {
   D.qmask = D.quiet_or;
   D.qval = f.specials == Specials::ieee ? 0 : 1;  // 1: never equal, no signalling NaNs
   D.default_nan = f.default_nan();
-  D.divz_pos = f.has_inf() ? f.inf_mag() : pack_overflow_inf(f, false);
-  D.divz_neg = f.has_inf() ? with_sign(f, true, f.inf_mag()) : pack_overflow_inf(f, true);
+  const bool divz_inf = f.has_inf() && f.overflow != Overflow::saturate;
+  D.divz_pos = divz_inf ? f.inf_mag() : pack_overflow_inf(f, false);
+  D.divz_neg = divz_inf ? with_sign(f, true, f.inf_mag()) : pack_overflow_inf(f, true);
   return D;
 }
 

@@ -137,6 +137,13 @@ def test_testfloat_fp8_and_options():
     check(out.split() == ["47700000", "7C", "05"], f"f32_to_e5m2 61440: {out!r}")
     rc, out, _ = run(["testfloat", "f32_to_e5m2", "-sat"], "47700000\n")
     check(out.split() == ["47700000", "7B", "05"], f"f32_to_e5m2 -sat: {out!r}")
+    # __NV_SATFINITE sends ±inf to ±max too (invalid: the format, saturating, delivers no inf);
+    # without -sat e5m2 keeps its infinity, exactly.
+    rc, out, _ = run(["testfloat", "f32_to_e5m2", "-sat"], "7F800000\nFF800000\n")
+    check(out.split() == ["7F800000", "7B", "10", "FF800000", "FB", "10"],
+          f"f32_to_e5m2 -sat inf: {out!r}")
+    rc, out, _ = run(["testfloat", "f32_to_e5m2"], "7F800000\n")
+    check(out.split() == ["7F800000", "7C", "00"], f"f32_to_e5m2 inf: {out!r}")
     # -rminMag: 1 + 2^-11 rounds down; -rmax rounds up.
     rc, out, _ = run(["testfloat", "f32_to_f16", "-rminMag"], "3F801000\n")
     check(out.split() == ["3F801000", "3C00", "01"], f"-rminMag: {out!r}")

@@ -128,7 +128,7 @@ class Fmt:
         """What an infinite value becomes."""
         if neg and not self.signed:
             return self.default_nan, INVALID
-        if self.has_inf:
+        if self.has_inf and self.overflow != "saturate":  # saturating: never inf (SATFINITE)
             return self._sign(neg, self.inf_mag()), 0
         if self.overflow == "saturate" or not self.has_nan:
             return self._sign(neg, self.max_mag), INVALID

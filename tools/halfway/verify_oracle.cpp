@@ -255,7 +255,9 @@ struct Rounder {
   /// An infinite operand or input.
   Answer inf(bool neg) const {
     if (neg && !F.f.is_signed) return default_nan();
-    if (F.f.specials == Specials::ieee) return {with_sign(neg, F.field_max << F.m), 0};
+    if (F.f.specials == Specials::ieee && F.f.overflow != Overflow::saturate)
+      return {with_sign(neg, F.field_max << F.m), 0};
+    // Saturating formats never deliver infinity (__NV_SATFINITE sends ±inf to ±max).
     // No infinity: not representable, so invalid; ±max when saturating (or without NaN).
     if (F.f.overflow == Overflow::saturate || F.f.specials == Specials::none)
       return {with_sign(neg, F.max_mag), kInvalid};
@@ -621,8 +623,9 @@ bool special_binary(const Rounder& R, const FormatInfo& F, BinaryOp op, uint32_t
         } else {
           // Division by zero: an exact infinite result, flagged "infinite"; a format without
           // infinity gives what its overflow gives, and the operation is not invalid.
-          out = {F.f.specials == Specials::ieee ? R.with_sign(sa != sb, F.field_max << F.m)
-                                                : R.overflow_value(sa != sb),
+          out = {F.f.specials == Specials::ieee && F.f.overflow != Overflow::saturate
+                     ? R.with_sign(sa != sb, F.field_max << F.m)
+                     : R.overflow_value(sa != sb),
                  kInfinite};
         }
       } else {

@@ -80,9 +80,11 @@ HW_INLINE uint32_t invalid_nan(const Format& f, Env& env) {
 
 /// ±infinity, or what a format without infinities makes of an infinite operand: ±max when it
 /// saturates, otherwise NaN. Either way the value was not representable, so invalid is raised.
+/// A saturating format never delivers infinity, even when it has the encoding (e5m2:sat is
+/// NVIDIA's __NV_SATFINITE, which sends ±inf to ±max).
 HW_INLINE uint32_t pack_inf(const Format& f, bool sign, Env& env) {
   if (sign && !f.is_signed) return invalid_nan(f, env);  // −inf in an unsigned format (0 − inf)
-  if (f.has_inf()) return with_sign(f, sign, f.inf_mag());
+  if (f.has_inf() && f.overflow != Overflow::saturate) return with_sign(f, sign, f.inf_mag());
   env.flags |= flag::invalid;
   if (f.overflow == Overflow::saturate || !f.has_nan()) return pack_max(f, sign);
   return f.specials == Specials::fnuz ? f.default_nan() : with_sign(f, sign, f.mag_mask());
@@ -478,7 +480,7 @@ HW_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
   if (b.cls == Class::zero) {
     if (a.cls == Class::zero) return invalid_nan(f, env);
     env.flags |= flag::infinite;
-    if (!f.has_inf()) {
+    if (!f.has_inf() || f.overflow == Overflow::saturate) {
       // No infinity to return: the format's overflow value, without the invalid flag.
       return pack_overflow_inf(f, sign);
     }
