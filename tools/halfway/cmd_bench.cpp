@@ -39,7 +39,7 @@ namespace halfway::cli {
 namespace {
 
 const char* kHelp =
-    "usage: halfway bench [--json] [--quick] [--exhaustive]\n"
+    "usage: halfway bench [--json] [--quick] [--exhaustive] [--filter TEXT]\n"
     "\n"
     "Throughput of the bulk kernels, single thread, each figure against a reference measured in\n"
     "the same run (alternating, several repetitions, median ratio): F16C vcvtps2ph for f32->fp16,\n"
@@ -56,7 +56,9 @@ const char* kHelp =
     "                reference, ratio_to_reference\n"
     "  --quick       small arrays and few repetitions (seconds; for tests)\n"
     "  --exhaustive  also fp16 add over all 2^32 operand pairs against the verify oracle, on\n"
-    "                every core (goal: 60 s)\n";
+    "                every core (goal: 60 s)\n"
+    "  --filter TEXT only the rows whose \"name format rounding\" contains TEXT\n"
+    "                (e.g. --filter counts, --filter 'e4m3 stochastic')\n";
 
 using Clock = std::chrono::steady_clock;
 
@@ -171,6 +173,7 @@ struct Settings {
   bool json = false;
   bool quick = false;
   bool exhaustive = false;
+  std::string filter;  ///< only rows whose "name format rounding" contains this
   int reps = 31;
   double min_seconds = 3e-4;  // each timed sample runs the call this long at least
 };
@@ -348,8 +351,15 @@ class Bench {
 
   void emit(Row r) { print_row(s_, r); }
 
+  bool wanted(const std::string& name, const std::string& fname, Rounding rnd) const {
+    if (s_.filter.empty()) return true;
+    const std::string key = name + " " + fname + " " + rounding_name(rnd);
+    return key.find(s_.filter) != std::string::npos;
+  }
+
   void round_vs_f16c(const std::string& name, const std::string& fname, Rounding rnd, size_t n,
                      double goal, bool hw, bool quantize = false, bool wide_range = false) {
+    if (!wanted(name, fname, rnd)) return;
     const Format f = parse_format(fname);
     const std::vector<float> v = wide_range ? sample_values(n, 1, -12, 12) : scaled_values(f, n, 1);
     Buffer<float> in(n);
@@ -393,6 +403,7 @@ class Bench {
   }
 
   void round_vs_bf16(size_t n) {
+    if (!wanted("round_f32", "bf16", Rounding::near_even)) return;
     const std::vector<float> v = scaled_values(formats::bf16, n, 2);
     Buffer<float> in(n);
     std::memcpy(in.p, v.data(), n * sizeof(float));
@@ -414,6 +425,7 @@ class Bench {
   }
 
   void arith_vs_native(const std::string& op, const std::string& fname, size_t n) {
+    if (!wanted(op, fname, Rounding::near_even)) return;
     const Format f = parse_format(fname);
     const std::vector<float> va = sample_values(n, 3), vb = sample_values(n, 4),
                              vc = sample_values(n, 5);
@@ -445,6 +457,7 @@ class Bench {
   }
 
   void counts_vs_plain(const std::string& fname, Rounding rnd, size_t n) {
+    if (!wanted("round_f32+counts", fname, rnd)) return;
     const Format f = parse_format(fname);
     const std::vector<float> v = scaled_values(f, n, 6);
     Buffer<float> in(n);
@@ -531,6 +544,9 @@ int cmd_bench(int argc, char** argv) {
       s.quick = true;
     } else if (a == "--exhaustive") {
       s.exhaustive = true;
+    } else if (a == "--filter") {
+      if (i + 1 >= argc) throw InputError("--filter needs a text (e.g. 'fp16', 'counts')");
+      s.filter = argv[++i];
     } else if (a == "--help" || a == "-h") {
       std::fputs(kHelp, stdout);
       return 0;
