@@ -315,6 +315,83 @@ TEST_CASE("bulk round_f32: small and odd lengths, counts accumulate", "[bulk][ro
   }
 }
 
+namespace {
+
+/// Normal values times `scale` (none below `floor` in magnitude), with specials[k] placed at
+/// first + step·k: vectors of ordinary lanes, a few of them with one special lane.
+std::vector<float> mostly_ordinary(size_t n, uint32_t seed, float scale, float floor,
+                                   const std::vector<uint32_t>& specials, size_t first,
+                                   size_t step) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) {
+    v = nd(gen) * scale;
+    if (std::fabs(v) < floor) v = 1.0f;
+  }
+  for (size_t k = 0; k < specials.size(); ++k) x.at(first + step * k) = bits_f32(specials[k]);
+  return x;
+}
+
+/// round_f32 and quantize_f32 near_even into a 16-bit format, hardware conversions allowed,
+/// with and without counts, both tininess modes, over the first `n` of x for each length.
+void check_round16_hw(const Format& f, const std::vector<float>& x,
+                      std::initializer_list<size_t> lengths) {
+  for (size_t n : lengths) {
+    for (Tininess t : {Tininess::after_rounding, Tininess::before_rounding}) {
+      const BulkOptions o{Rounding::near_even, t};
+      std::vector<uint16_t> want(n), got(n);
+      std::vector<float> qwant(n), qgot(n);
+      EventCounts wc, qwc;
+      detail::reference_round_f32(f, x.data(), want.data(), n, o, &wc);
+      detail::reference_quantize_f32(f, x.data(), qwant.data(), n, o, &qwc);
+      CHECK(wc.inexact > n / 2);  // the fast paths carry the bulk of the work
+      for (BulkPath p : fast_paths()) {
+        PathScope scope(p, true);
+        INFO(format_name(f) << " n " << n << " path " << detail::bulk_path_name(p));
+        EventCounts gc, qgc;
+        round_f32(f, x.data(), got.data(), n, o, &gc);
+        CHECK(want == got);
+        CHECK(wc == gc);
+        std::fill(got.begin(), got.end(), uint16_t(0x5A5A));
+        round_f32(f, x.data(), got.data(), n, o);
+        CHECK(want == got);
+        quantize_f32(f, x.data(), qgot.data(), n, o, &qgc);
+        CHECK(std::memcmp(qwant.data(), qgot.data(), n * sizeof(float)) == 0);
+        CHECK(qwc == qgc);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bulk fp16 near_even with counts: F16C chunks, recounted where a lane is special",
+          "[bulk][round][f16c]") {
+  // Ordinary values (|x| in [2^-14, 65520): every result normal) fill most 512-element chunks;
+  // a few chunks get one special lane each (the edges of that range, zero, a subnormal result,
+  // overflow, inf, NaN), and the lengths leave tails that are not whole vectors.
+  const std::vector<float> x = mostly_ordinary(
+      5000, 11, 64.0f, 0x1p-14f,
+      {0x38800000u, 0xB87FFFFFu, 0u, 0x80000000u, 0x35800000u, 0x477FEFFFu, 0xC77FF000u,
+       0x7F800000u, 0x7FC00000u, 0x00000001u, 0x477FE000u, 0xB8800000u},
+      700, 349);
+  check_round16_hw(formats::fp16, x, {5000, 4096, 512, 1030, 13});
+}
+
+TEST_CASE("bulk bf16 near_even: AVX512-BF16 on ordinary vectors, the full sequence elsewhere",
+          "[bulk][round][bf16]") {
+  // f32 subnormals (which vcvtneps2bf16 would flush), zeros, NaNs with payloads, infinities,
+  // overflow, ties and the smallest normal placed in a few vectors, and a tail.
+  const std::vector<float> x = mostly_ordinary(
+      3001, 12, 1.0f, 0.0f,
+      {0x00000001u, 0x807FFFFFu, 0x00008000u, 0x00018000u, 0u, 0x80000000u, 0x7FC12345u,
+       0xFF812345u, 0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0x3F808000u, 0x3F818000u,
+       0x00800000u, 0x7F7F8000u},
+      100, 160);
+  check_round16_hw(formats::bf16, x, {3001, 2048, 15});
+}
+
 TEST_CASE("bulk decode_f32 matches the reference on every encoding", "[bulk][decode]") {
   std::mt19937 gen(99);
   for (const NamedFormat& nf : test_formats()) {
@@ -567,8 +644,8 @@ TEST_CASE("bulk fast paths leave the fp environment as they found it", "[bulk][f
 // ---------------------------------------------------------------------------------------------
 // Exhaustive: all 2^32 f32 inputs (CTest label `exhaustive`), spread over every core. The cost is
 // the scalar reference, about 2^32 x 25 ns per format and mode; each format is its own case
-// (tags [fp16], [bf16], ...), and [f16c] is the proof of the F16C fast path (fp16 near_even
-// without counts, round_f32 and quantize_f32).
+// (tags [fp16], [bf16], ...), and [f16c] is the proof of the F16C fast path (fp16 near_even,
+// round_f32 with and without counts, and quantize_f32).
 
 namespace {
 
@@ -623,13 +700,21 @@ void exhaustive_round(const std::string& fname, bool f16c) {
             PathScope scope(p, true);
             round_f32(f, x.data(), g16.data(), kChunk, o);
             for (size_t i = 0; i < kChunk; ++i) got[i] = g16[i];
-            if (got != want) report(where + "F16C round_f32 " + first_diff(x, want, got, f));
+            if (got != want) report(where + "hw round_f32 " + first_diff(x, want, got, f));
+            // With counts: F16C with the counts of ordinary chunks, the full kernel elsewhere.
+            EventCounts gc;
+            std::fill(g16.begin(), g16.end(), uint16_t(0x5A5A));
+            round_f32(f, x.data(), g16.data(), kChunk, o, &gc);
+            for (size_t i = 0; i < kChunk; ++i) got[i] = g16[i];
+            if (got != want || !(gc == wc))
+              report(where + "hw round_f32+counts " + first_diff(x, want, got, f) + " counts " +
+                     counts_str(wc) + " vs " + counts_str(gc));
             Env d;
             for (size_t i = 0; i < kChunk; ++i) qwant[i] = to_f32_bits(f, want[i], d);
             quantize_f32(f, x.data(), q.data(), kChunk, o);
             for (size_t i = 0; i < kChunk; ++i) qgot[i] = f32_bits(q[i]);
             if (qgot != qwant)
-              report(where + "F16C quantize_f32 " + first_diff(x, qwant, qgot, formats::fp32));
+              report(where + "hw quantize_f32 " + first_diff(x, qwant, qgot, formats::fp32));
             continue;
           }
           PathScope scope(p, false);
@@ -656,6 +741,12 @@ void exhaustive_round(const std::string& fname, bool f16c) {
 TEST_CASE("bulk exhaustive: F16C fp16 near_even equals the reference on all 2^32 inputs",
           "[.exhaustive][f16c]") {
   exhaustive_round("fp16", true);
+}
+
+TEST_CASE("bulk exhaustive: bf16 near_even with hardware conversions (AVX512-BF16 where the CPU "
+          "has it) equals the reference on all 2^32 inputs",
+          "[.exhaustive][bf16hw]") {
+  exhaustive_round("bf16", true);
 }
 
 #define HALFWAY_EXHAUSTIVE_FORMAT(name)                                                         \

@@ -10,8 +10,14 @@
 // What is covered:
 //  - round_f32 / quantize_f32: every signed format with a zero and at most 22 fraction bits
 //    (all presets but fp32 and e8m0), every rounding mode, tininess mode, overflow mode, ftz.
-//    fp16 near_even without counts goes through F16C `vcvtps2ph` (identical to the reference on
-//    all 2^32 inputs: the exhaustive test).
+//    fp16 near_even goes through F16C `vcvtps2ph` (identical to the reference on all 2^32
+//    inputs: the exhaustive test); with counts, chunk by chunk, counting inexact results by the
+//    dropped bits while every lane is ordinary and recounting other chunks with the full
+//    kernel. bf16 near_even without counts uses AVX512-BF16 `vcvtneps2bf16` on vectors of
+//    ordinary lanes (it flushes f32 subnormals, which never reach it). Calls whose data mostly
+//    leave the ordinary range (sampled on the first vectors: fp4/fp6, wide-range data) run the
+//    full sequence inlined, in floating point for near_even and the directed modes without
+//    flags (getexp/scalef/roundscale, see fp_round_core).
 //  - decode_f32: the same formats and fp32 (fp16 through F16C `vcvtph2ps`, exact; every
 //    encoding is compared with the reference by the tests).
 //  - binary / fma: near_even in formats of at most 10 fraction bits (fp16, bf16, tf32, fp8,
@@ -175,6 +181,10 @@ struct RoundParams {
   // f32 bits (|x| bits − adjk).
   uint32_t plain_lo, plain_span, adjk, lowmask;
   bool wide;  // IEEE format with f32's exponent (8 bits, bias 127): bf16, tf32
+  // The floating-point full sequence (AVX-512 only; see fp_round_core): emin, m and 2^m as
+  // floats, and whether it may run (the default MXCSR, at least one fraction bit).
+  float fp_emin, fp_m, fp_scale;
+  uint32_t fp_ok;
 };
 
 /// Decoding encodings to f32 bits: normal values by re-biasing the exponent; subnormals that are
@@ -289,6 +299,10 @@ RoundParams make_round_params(const Format& f, Rounding r, Tininess t) {
   P.sub_lim = uint32_t(1) << m;
   P.adjk = uint32_t(127 - f.bias) << 23;
   P.wide = f.exp_bits == 8 && f.bias == 127 && f.specials == Specials::ieee;
+  P.fp_emin = float(emin);
+  P.fp_m = float(m);
+  P.fp_scale = float(uint32_t(1) << m);
+  P.fp_ok = 0;
   P.lowmask = (uint32_t(1) << P.knorm) - 1;
   Env d;
   const uint32_t maxbits = to_f32_bits(f, f.max_mag(), d);
@@ -393,6 +407,36 @@ void f16c_quantize(const float* in, float* out, size_t n) {
   }
   for (; i < n; ++i) out[i] = _cvtsh_ss(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT));
 }
+
+/// F16C near_even over `len` elements (a multiple of 8) with the event counts of the common
+/// case: when every input magnitude lies in [2^-14, 65520) every result is a normal fp16 (no
+/// zero, subnormal, overflow or NaN) and it is inexact exactly when the 13 dropped fraction
+/// bits are non-zero. Returns false when some lane is outside that range; the results are
+/// written either way and the caller recounts such a chunk with the full kernel.
+template <class Out>
+bool f16c_round_counted(const float* in, Out* out, size_t len, uint32_t& inexact) {
+  const __m256i lo2 = _mm256_set1_epi32(0x71000000), last2 = _mm256_set1_epi32(0x1DFFDFFF);
+  const __m256i low13 = _mm256_set1_epi32(0x1FFF), zero = _mm256_setzero_si256();
+  __m256i exact = zero, ok = _mm256_set1_epi32(-1);
+  for (size_t i = 0; i < len; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    if constexpr (std::is_same_v<Out, float>) {
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    }
+    const __m256i xi = _mm256_castps_si256(x);
+    const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(xi, xi), lo2);  // 2|x| - 2^-13
+    ok = _mm256_and_si256(ok, _mm256_cmpeq_epi32(_mm256_min_epu32(d, last2), d));
+    exact = _mm256_sub_epi32(exact, _mm256_cmpeq_epi32(_mm256_and_si256(xi, low13), zero));
+  }
+  if (_mm256_movemask_ps(_mm256_castsi256_ps(ok)) != 0xFF) return false;
+  alignas(32) uint32_t e[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(e), exact);
+  inexact = uint32_t(len) - (e[0] + e[1] + e[2] + e[3] + e[4] + e[5] + e[6] + e[7]);
+  return true;
+}
 }  // namespace
 }  // namespace isa_avx2
 #pragma GCC pop_options
@@ -422,7 +466,9 @@ HW_AI U16 f32_to_f16(F x) {
   return reinterpret_cast<U16>(
       _mm512_maskz_cvtps_ph(0xFFFF, reinterpret_cast<__m512>(x), _MM_FROUND_TO_NEAREST_INT));
 }
+#define HALFWAY_FP_ROUND 1
 #include "bulk_kernels.inc"
+#undef HALFWAY_FP_ROUND
 
 void f16c_round(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
@@ -451,6 +497,62 @@ void f16c_quantize(const float* in, float* out, size_t n) {
     const __m256i h =
         _mm512_maskz_cvtps_ph(k, _mm512_maskz_loadu_ps(k, in + i), _MM_FROUND_TO_NEAREST_INT);
     _mm512_mask_storeu_ps(out + i, k, _mm512_maskz_cvtph_ps(k, h));
+  }
+}
+
+/// As isa_avx2::f16c_round_counted, 16 lanes (`len` a multiple of 16).
+template <class Out>
+bool f16c_round_counted(const float* in, Out* out, size_t len, uint32_t& inexact) {
+  const __m512i lo2 = _mm512_set1_epi32(0x71000000), span2 = _mm512_set1_epi32(0x1DFFE000);
+  const __m512i low13 = _mm512_set1_epi32(0x1FFF), one = _mm512_set1_epi32(1);
+  __m512i inx = _mm512_setzero_si512();
+  __mmask16 bad = 0;
+  for (size_t i = 0; i < len; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT);
+    if constexpr (std::is_same_v<Out, float>) {
+      _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(0xFFFF, h));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+    }
+    const __m512i xi = _mm512_castps_si512(x);
+    const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(xi, xi), lo2);  // 2|x| - 2^-13
+    bad |= _mm512_cmpge_epu32_mask(d, span2);
+    inx = _mm512_mask_add_epi32(inx, _mm512_test_epi32_mask(xi, low13), inx, one);
+  }
+  if (bad) return false;
+  inexact = uint32_t(_mm512_reduce_add_epi32(inx));
+  return true;
+}
+}  // namespace
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+// AVX512-BF16 `vcvtneps2bf16` for bf16 near_even: round to nearest even, but f32 subnormal
+// inputs read as zero, so it is used only on vectors whose lanes are all ordinary (normal bf16
+// results; no subnormal, zero, inf or NaN), and the full sequence takes every other vector.
+#pragma GCC push_options
+#pragma GCC target(                                                     \
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi,bmi2,f16c,popcnt," \
+    "avx512bf16,prefer-vector-width=512")
+namespace isa_avx512 {
+namespace {
+void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in, uint16_t* out,
+                   size_t n) {
+  U acc[4] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const U x = load(in + i);
+    if (__builtin_expect(all_plain(P, x), 1)) {
+      const __m256bh h = _mm512_cvtneps_pbh(reinterpret_cast<__m512>(x));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<__m256i>(h));
+    } else {
+      round_full<Rounding::near_even, false, uint16_t>(P, D, x, U{}, out + i, ~M{}, acc);
+    }
+  }
+  if (i < n) {
+    BlockCounts bc;
+    round_loop<Rounding::near_even, false, uint16_t>(P, D, in + i, out + i, n - i, 0, 0, bc);
   }
 }
 }  // namespace
@@ -520,9 +622,9 @@ bool round_dispatch(const Format& f, const float* in, Out* out, size_t n, const 
   // The vector code is integer arithmetic and exact int→float conversions: it neither depends
   // on MXCSR nor raises fp flags. Only the F16C path needs (and restores) the default mode.
   if constexpr (std::is_same_v<Out, uint16_t> || is_quantize) {
-    if (!counts && tl_hw && f == formats::fp16 && o.rounding == Rounding::near_even) {
+    if (tl_hw && f == formats::fp16 && o.rounding == Rounding::near_even) {
       FpState fp;
-      if (fp.ok()) {
+      if (fp.ok() && !counts) {
         if constexpr (is_quantize) {
           path == BulkPath::avx512 ? isa_avx512::f16c_quantize(in, out, n)
                                    : isa_avx2::f16c_quantize(in, out, n);
@@ -532,10 +634,53 @@ bool round_dispatch(const Format& f, const float* in, Out* out, size_t n, const 
         }
         return true;
       }
+      // With counts: F16C chunk by chunk, counting inexact results while every lane is an
+      // ordinary one; a chunk with any other lane (or the tail) is redone by the full kernel.
+      // Not in place: a redone chunk must still see its inputs.
+      if (fp.ok() && static_cast<const void*>(in) != static_cast<const void*>(out)) {
+        const RoundParams P = make_round_params(f, o.rounding, o.tininess);
+        const DecodeParams D = make_decode_params(f);
+        const RoundFn<Out> full = round_fn<true, Out>(path, o.rounding);
+        constexpr size_t kChunk = 512;
+        const size_t lanes = path == BulkPath::avx512 ? 16 : 8;
+        EventCounts ev;
+        for (size_t i = 0; i < n;) {
+          const size_t len = n - i < kChunk ? n - i : kChunk;
+          uint32_t inexact = 0;
+          const bool plain =
+              len % lanes == 0 &&
+              (path == BulkPath::avx512
+                   ? isa_avx512::f16c_round_counted(in + i, out + i, len, inexact)
+                   : isa_avx2::f16c_round_counted(in + i, out + i, len, inexact));
+          if (plain) {
+            ev.inexact += inexact;
+            if (inexact) ev.flags |= flag::inexact;
+          } else {
+            BlockCounts bc;
+            full(P, D, in + i, out + i, len, 0, 0, bc);
+            add_block(ev, bc);
+          }
+          i += len;
+        }
+        ev.total = n;
+        *counts += ev;
+        return true;
+      }
     }
   }
-  const RoundParams P = make_round_params(f, o.rounding, o.tininess);
+  RoundParams P = make_round_params(f, o.rounding, o.tininess);
   const DecodeParams D = make_decode_params(f);
+  if constexpr (std::is_same_v<Out, uint16_t>) {
+    static const bool bf16_hw = __builtin_cpu_supports("avx512bf16");
+    if (!counts && tl_hw && bf16_hw && path == BulkPath::avx512 && f == formats::bf16 &&
+        o.rounding == Rounding::near_even) {
+      isa_avx512::bf16_round_hw(P, D, in, out, n);
+      return true;
+    }
+  }
+  // The floating-point full sequence needs the default MXCSR; `fp` restores the status flags.
+  FpState fp;
+  P.fp_ok = fp.ok() && f.frac_bits >= 1 ? ~0u : 0u;
   // ftz needs the tininess, computed with the flags.
   const bool flags = counts != nullptr || f.ftz;
   const RoundFn<Out> fn =
