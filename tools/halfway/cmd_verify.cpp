@@ -578,12 +578,13 @@ struct Builder {
     };
   }
 
-  /// Every encoding of `from` → `to` (scalar convert), every direction.
-  void convert(const Format& from, const Format& to, const std::vector<Rounding>& modes) {
+  /// Every encoding of `from` through a scalar operation into `to`, every direction: lib(x, env)
+  /// against ref(oracle, source format, inputs, n, results, flags).
+  template <class Lib, class Ref>
+  void unary_all(const std::string& title, const Format& from, const Format& to,
+                 const std::vector<Rounding>& modes, Lib lib, Ref ref) {
     const uint64_t count = uint64_t(1) << from.nbits();
-    Check& chk = add(fmt::format("{} -> {}, all {} encodings, {}", format_name(from),
-                               format_name(to), count, modes_text(modes)),
-                   "scalar", count * modes.size(), modes.size());
+    Check& chk = add(title, "scalar", count * modes.size(), modes.size());
     auto orc = oracles(to, modes);
     auto src = std::make_shared<FormatInfo>(from);
     const Tininess tin = o.tininess;
@@ -597,10 +598,10 @@ struct Builder {
         s.in[i] = uint32_t(i);
         Env e{r};
         e.tininess = tin;
-        s.lib[i] = halfway::convert(from, uint32_t(i), to, e);
+        s.lib[i] = lib(uint32_t(i), e);
         s.lib_fl[i] = e.flags;
       }
-      oracle.convert(*src, s.in.data(), n, s.ref.data(), s.ref_fl.data());
+      ref(oracle, *src, s.in.data(), n, s.ref.data(), s.ref_fl.data());
       fault.result(block, s.lib.data(), n);
       fault.flags(block, s.lib_fl.data(), n);
       return compare(c, oracle.target(), r, n, s.lib.data(), s.lib_fl.data(), s.ref.data(),
@@ -608,35 +609,27 @@ struct Builder {
     };
   }
 
+  /// Every encoding of `from` → `to` (scalar convert), every direction.
+  void convert(const Format& from, const Format& to, const std::vector<Rounding>& modes) {
+    unary_all(
+        fmt::format("{} -> {}, all {} encodings, {}", format_name(from), format_name(to),
+                    uint64_t(1) << from.nbits(), modes_text(modes)),
+        from, to, modes,
+        [from, to](uint32_t x, Env& e) { return halfway::convert(from, x, to, e); },
+        [](const Oracle& oracle, const FormatInfo& src, auto in, size_t n, auto out, auto fl) {
+          oracle.convert(src, in, n, out, fl);
+        });
+  }
+
   /// √ of every encoding (scalar), every direction.
   void sqrt_all(const Format& f, const std::vector<Rounding>& modes) {
-    const uint64_t count = uint64_t(1) << f.nbits();
-    Check& chk = add(fmt::format("sqrt {}, all {} encodings, {}", format_name(f), count,
-                               modes_text(modes)),
-                   "scalar", count * modes.size(), modes.size());
-    auto orc = oracles(f, modes);
-    const Tininess tin = o.tininess;
-    const Fault fault = this->fault;
-    chk.run = [=](Check& c, uint64_t block) -> uint64_t {
-      const Oracle& oracle = *orc[block];
-      const Rounding r = oracle.rounding();
-      Scratch& s = scratch();
-      const size_t n = size_t(count);
-      for (size_t i = 0; i < n; ++i) {
-        s.in[i] = uint32_t(i);
-        Env e{r};
-        e.tininess = tin;
-        s.lib[i] = halfway::sqrt(f, uint32_t(i), e);
-        s.lib_fl[i] = e.flags;
-      }
-      oracle.sqrt(s.in.data(), n, s.ref.data(), s.ref_fl.data());
-      fault.result(block, s.lib.data(), n);
-      fault.flags(block, s.lib_fl.data(), n);
-      return compare(c, oracle.target(), r, n, s.lib.data(), s.lib_fl.data(), s.ref.data(),
-                     s.ref_fl.data(), [&](size_t i) {
-                       return fmt::format("x = {}", show(oracle.target(), s.in[i]));
-                     });
-    };
+    unary_all(
+        fmt::format("sqrt {}, all {} encodings, {}", format_name(f), uint64_t(1) << f.nbits(),
+                    modes_text(modes)),
+        f, f, modes, [f](uint32_t x, Env& e) { return halfway::sqrt(f, x, e); },
+        [](const Oracle& oracle, const FormatInfo&, auto in, size_t n, auto out, auto fl) {
+          oracle.sqrt(in, n, out, fl);
+        });
   }
 
   /// The oracle against itself: its short path (normal and subnormal results in the loops that
