@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "halfway/names.hpp"
+#include "parallel.hpp"
 #include "halfway/softfloat.hpp"
 
 using halfway::Format;
@@ -112,15 +113,7 @@ inline void compare(Diffs& d, const Format& f, uint32_t input, uint32_t nv, uint
 /// Run body(lo, hi) over [0, n) split among the hardware threads.
 template <class Body>
 void parallel(uint64_t n, Body&& body) {
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  const uint64_t chunk = 1ull << 20;
-  std::atomic<uint64_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (uint64_t lo; (lo = next.fetch_add(chunk)) < n;) body(lo, std::min(n, lo + chunk));
-    });
-  for (auto& t : pool) t.join();
+  halfway_test::parallel_chunks(n, 1ull << 20, body);
 }
 
 struct F32Conversions {

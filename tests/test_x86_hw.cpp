@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "halfway/softfloat.hpp"
+#include "parallel.hpp"
 
 using halfway::Rounding;
 
@@ -40,15 +41,7 @@ constexpr uint16_t kLow[16] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x2000, 0
 
 template <class Body>
 void parallel(uint64_t n, Body&& body) {
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  const uint64_t chunk = 1ull << 16;
-  std::atomic<uint64_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (uint64_t lo; (lo = next.fetch_add(chunk)) < n;) body(lo, std::min(n, lo + chunk));
-    });
-  for (auto& t : pool) t.join();
+  halfway_test::parallel_chunks(n, 1ull << 16, body);
 }
 
 /// The input of index i: all 2^32 (exhaustive) or high half x 16 low patterns.
