@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 
+#include "halfway/halfway.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/npz.hpp"
@@ -332,4 +334,58 @@ seed = 1
   bool has_attn = false;
   for (const auto& r : tr[0].records) has_attn = has_attn || r.name == "blocks.0.attn.scores.output";
   CHECK(has_attn);
+}
+
+TEST_CASE("on_round sees every traced rounding with its values, and fp32 ones", "[sim][train]") {
+  // The low-precision roundings the observer sees are exactly the tracer's records, in order,
+  // with their sizes; its values are representable in their dtype; the fp32 roundings (mse in
+  // fp32, the scaler's product, the casts' backward into the fp32 parameters) come too; and an
+  // observed run is the same run.
+  const TrainConfig c = parse_config(kMlp, ".");
+  struct Seen {
+    std::string name;
+    DType dt;
+    std::vector<double> v;
+  };
+  std::vector<std::vector<Seen>> steps(1);
+  std::vector<StepTrace> traces;
+  std::vector<StepRow> rows;
+  TrainOptions o;
+  o.on_round = [&](const TraceTag& t, const DType& dt, const double* v, size_t n) {
+    steps.back().push_back({t.name, dt, std::vector<double>(v, v + n)});
+  };
+  train(c, o, [&](const StepRow& r, const StepTrace* st, const std::vector<Param>&,
+                  const std::vector<std::vector<float>>&) {
+    rows.push_back(r);
+    traces.push_back(*st);
+    steps.emplace_back();
+  });
+  steps.pop_back();
+  REQUIRE(steps.size() == 4);
+  const std::vector<StepRow> plain = rows_of(c);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    CHECK(rows[s].loss == plain[s].loss);
+    std::vector<const Seen*> low;
+    std::set<std::string> f32;
+    size_t not_representable = 0;
+    for (const Seen& x : steps[s]) {
+      if (x.dt.is_low()) low.push_back(&x);
+      else f32.insert(x.name);
+      for (double v : x.v) {
+        Env env;
+        const double back = x.dt.is_low() ? to_f64(x.dt.fmt, from_f32(x.dt.fmt, float(v), env), env)
+                                          : double(float(v));
+        if (back != v && !std::isnan(v)) ++not_representable;
+      }
+    }
+    CHECK(not_representable == 0);
+    REQUIRE(low.size() == traces[s].records.size());
+    for (size_t i = 0; i < low.size(); ++i) {
+      CHECK(low[i]->name == traces[s].records[i].name);
+      CHECK(low[i]->v.size() == traces[s].records[i].events.total);
+    }
+    for (const char* n : {"loss.input", "loss.output", "loss.grad_input", "scaler.output",
+                          "scaler.grad_input", "0.weight.grad.cast", "2.bias.grad.cast"})
+      CHECK(f32.count(n));
+  }
 }

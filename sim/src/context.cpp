@@ -32,6 +32,7 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
   if (dt.is_f64()) return;
   if (!dt.is_low()) {
     for (size_t i = 0; i < n; ++i) v[i] = static_cast<double>(static_cast<float>(v[i]));
+    if (tag && rt.on_round) rt.on_round(*tag, dt, v, n);
     return;
   }
   // Two buffers: the binary32 "opmath" values before rounding (for the histogram) and the
@@ -50,6 +51,7 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
   quantize_f32(dt.fmt, pre.data(), out.data(), n, o, tr ? &ev : nullptr);
   if (tr) tr->record(*tag, dt, pre.data(), n, ev);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<double>(out[i]);
+  if (tag && rt.on_round) rt.on_round(*tag, dt, v, n);
 }
 
 }  // namespace halfway::sim

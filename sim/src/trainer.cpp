@@ -138,6 +138,7 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   rt.accumulator = &accumulator_by_name(c.policy.accumulation);
   rt.fp8 = c.policy.fp8 ? &fp8 : nullptr;
   rt.threads = o.threads;
+  rt.on_round = o.on_round;
 
   TrainSummary sum;
   bool first_window = true;

@@ -8,6 +8,7 @@
 ///     { Scope s("0"); h = linear(x, w, b); }   // records "0.input", "0.weight", "0.output"
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "halfway/bulk.hpp"
@@ -21,6 +22,19 @@ class Accumulator;
 struct Policy;
 class Fp8State;
 
+/// What a traced rounding is recorded under.
+struct TraceTag {
+  std::string name;
+  const char* op = "";
+  TraceKind kind = TraceKind::activation;
+};
+
+/// Called by `round_into` after every tagged rounding into binary32 or a low-precision dtype,
+/// with the rounded values (exactly representable in `dt`). For tools that compare every
+/// rounded tensor with another implementation (the GPU training-step replay).
+using RoundObserver =
+    std::function<void(const TraceTag& tag, const DType& dt, const double* values, size_t n)>;
+
 /// Mutable state shared by the forward and backward passes of a run. Backward closures keep a
 /// pointer to it, so it must outlive the graphs built under it.
 struct Runtime {
@@ -30,6 +44,7 @@ struct Runtime {
   const Accumulator* accumulator = nullptr;  ///< null: fp32 sequential
   Fp8State* fp8 = nullptr;                   ///< delayed-scaling state (fp8 policies)
   int threads = 1;
+  RoundObserver on_round;                    ///< empty: nothing is called (no cost)
 };
 
 /// The runtime used when no guard is active: no tracer, round-to-nearest-even.
@@ -73,13 +88,6 @@ class Scope {
 
 /// `scope + "." + suffix`, or the suffix alone outside any scope.
 std::string scoped(const std::string& suffix);
-
-/// What a traced rounding is recorded under.
-struct TraceTag {
-  std::string name;
-  const char* op = "";
-  TraceKind kind = TraceKind::activation;
-};
 
 /// Round values (results computed in binary64 or exactly) into `dt`: binary32 by a native
 /// conversion, low-precision formats by first rounding to binary32 (the op's "opmath" result,

@@ -84,6 +84,10 @@ struct StepRow {
 
 struct TrainOptions {
   int threads = 1;
+  /// Optional: sees every tagged rounding of the run (see `Runtime::on_round`), e.g. to compare
+  /// each rounded tensor of each step with another implementation. Steps are delimited by the
+  /// StepCallback, which runs after each step's roundings.
+  RoundObserver on_round;
 };
 
 struct TrainSummary {
