@@ -4,7 +4,7 @@
 scripts/gpu-validate leaves in its work directory, per part NAME, the program's own report
 NAME.json (rewritten after every finished check, so it is valid even when the program was
 killed), NAME.status (exit code, seconds, time limit, killed or not) and NAME.log, plus
-build-PROGRAM.status/.log for the three programs. This script puts them in one document with a
+build-PROGRAM.status/.log for the four programs. This script puts them in one document with a
 summary (replayed by the CPU test test_hw_replay, which checks the summary against the details).
 
     merge.py --work DIR --out report.json --root REPO [--seed S] [--fma-count N]
@@ -18,8 +18,8 @@ import re
 import subprocess
 import sys
 
-PARTS = ["math", "conversions", "arith", "fma", "mma", "cublas"]
-PROGRAMS = ["halfway_gpu_elementwise", "halfway_gpu_mma", "halfway_gpu_cublas"]
+PARTS = ["math", "conversions", "arith", "fma", "mma", "cublas", "replay"]
+PROGRAMS = ["halfway_gpu_elementwise", "halfway_gpu_mma", "halfway_gpu_cublas", "halfway_gpu_replay"]
 
 
 def read_status(path):
@@ -74,7 +74,7 @@ def dumps(obj):
 
 
 def summarize(parts):
-    checks, math, mma, cublas = {}, {}, {}, {}
+    checks, math, mma, cublas, replay = {}, {}, {}, {}, {}
     statuses = []
     for name, part in parts.items():
         statuses.append(part.get("status", "missing"))
@@ -114,9 +114,20 @@ def summarize(parts):
             cublas[key] = ({"error": g["error"]} if "error" in g else
                            {"best_model": g["best_model"], "best_identical": g["best_identical"],
                             "outputs": g["outputs"], "repeatable": g["repeatable"]})
+        for c in part.get("cases", []):
+            key = c.get("case")
+            if "skipped" in c:
+                replay[key] = {"skipped": c["skipped"]}
+                continue
+            steps = c.get("step_records", [])
+            replay[key] = {"low": c.get("low"), "scaler": c.get("scaler"), "steps": len(steps),
+                           "tensors": sum(len(s.get("tensors", [])) for s in steps),
+                           "skipped_steps": sum(1 for s in steps if s.get("skipped")),
+                           "final_scale": steps[-1].get("next_scale") if steps else None}
     status = "complete" if statuses and all(s == "complete" for s in statuses) and \
         len(statuses) == len(PARTS) else "partial"
-    return {"status": status, "checks": checks, "math": math, "mma": mma, "cublas": cublas}
+    return {"status": status, "checks": checks, "math": math, "mma": mma, "cublas": cublas,
+            "replay": replay}
 
 
 def main():

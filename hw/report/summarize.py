@@ -116,6 +116,28 @@ def cublas_section(report):
                   "max rel. error vs fp64"], rows) + "\n"
 
 
+def replay_section(report):
+    part = report["parts"].get("replay", {})
+    cases = part.get("cases", [])
+    if not cases:
+        return f'No training-step replay results (status: {part.get("status", "missing")}).\n'
+    rows = []
+    for c in cases:
+        if "skipped" in c:
+            rows.append([c.get("case"), "", "", "not run: " + c["skipped"], "", ""])
+            continue
+        steps = c.get("step_records", [])
+        rows.append([c["case"], c.get("low"), c.get("scaler"), len(steps),
+                     fmt_int(sum(len(s.get("tensors", [])) for s in steps)),
+                     sum(1 for s in steps if s.get("skipped"))])
+    inp = part.get("input") or {}
+    return (f'The default MLP ({inp.get("layers")}, batch {inp.get("batch")}) trained on the GPU with '
+            "the CUDA intrinsics in the simulator's order; every rounded tensor of every step is "
+            "recorded as a hash. The comparison with `halfway train`, bit for bit, runs on a CPU: "
+            "`ctest -R test_hw_replay_mlp_report` (its result is not part of this report).\n\n"
+            + table(["case", "low", "scaler", "steps", "tensor hashes", "skipped steps"], rows) + "\n")
+
+
 def plots(report, outdir):
     try:
         import matplotlib
@@ -209,7 +231,8 @@ def main():
               elementwise_section(report), "## Half-precision math functions", "",
               "Ulp distance from the correctly rounded result (no bound is published for these).", "",
               math_section(report), "## Tensor cores (mma.sync) and the block-FMA model", "",
-              mma_section(report), "## cuBLAS GEMM against the models", "", cublas_section(report)]
+              mma_section(report), "## cuBLAS GEMM against the models", "", cublas_section(report),
+              "## Training-step replay", "", replay_section(report)]
     note, made = plots(report, os.path.join(a.out, "plots"))
     lines += ["## Plots", ""] + ([note] if note else []) + [f"![{p}]({p})" for p in made] + [""]
     with open(os.path.join(a.out, "summary.md"), "w") as f:

@@ -74,6 +74,16 @@ try:
                            "max_ulp_input": "4BFF", "nan_uniform": True, "nan_encoding": "7FFF",
                            "hw_hash": "0x0000000000000005", "exception_count": 0,
                            "exceptions_complete": True, "exceptions": []}]},
+        "replay": {"part": "replay", "status": "complete", "device": device,
+                   "input": {"bytes": 100, "fnv1a64": "0x0000000000000007", "layers": [16, 64, 64, 1],
+                             "batch": 64, "steps": 1},
+                   "cases": [{"case": "fp16-dynamic", "low": "fp16", "scaler": "dynamic", "steps": 1,
+                              "step_records": [{"step": 0, "loss_scale": 65536, "found_inf": False,
+                                                "skipped": False, "growth_tracker": 1,
+                                                "next_scale": 65536,
+                                                "tensors": [["0.input", "fp16", 1024,
+                                                             "0x0000000000000008", "3C00"]]}]},
+                             {"case": "bf16", "skipped": "time budget"}]},
     }
     statuses = {"arith": "exit=0 seconds=40 limit=55 killed=0",
                 "conversions": f"exit=124 seconds=45 limit=45 killed=1",
@@ -117,6 +127,9 @@ try:
     check(rep["summary"]["checks"]["f16_add/exhaustive"]["classes"] == {"nan_payload": 5}, "summary classes")
     check(rep["summary"]["math"]["hexp/fp16"]["max_ulp_error"] == 2.7, "summary of hexp")
     check(rep["seed"] == 7 and rep["fma_count"] == 100, "seed and fma count recorded")
+    check(rep["summary"]["replay"]["fp16-dynamic"]["tensors"] == 1, "summary of the replay")
+    check(rep["summary"]["replay"]["bf16"] == {"skipped": "time budget"}, "replay case skipped")
+    check(rep["parts"]["replay"]["status"] == "complete", "replay status")
 
     # 3. summarize.py
     p = subprocess.run([PY, os.path.join(ROOT, "hw", "report", "summarize.py"), report_path, "--out", out],
@@ -130,6 +143,8 @@ try:
     check("268 435 456 / 4 294 967 296" in md, "partial coverage shown")
     check("Build of `halfway_gpu_cublas` failed" in md, "build failure shown")
     check("| hexp | fp16 | 99.1821% | 2.7 (at 4BFF)" in md, "hexp row")
+    check("| fp16-dynamic | fp16 | dynamic | 1 | 1 | 0 |" in md, "replay row")
+    check("| bf16 |  |  | not run: time budget |" in md, "replay case not run")
     try:
         import matplotlib  # noqa: F401
         check(os.path.exists(os.path.join(out, "plots", "math_ulp.png")), "math plot written")
