@@ -628,38 +628,34 @@ Tensor log(const Tensor& x) {
 
 // ---- softmax family and losses ---------------------------------------------------------------
 
-Tensor softmax(const Tensor& x0) {
+namespace {
+
+/// An op over the rows of the last dimension that saves its output: fwd(xr, yr, D) writes a row
+/// of results (binary64), bwd(gr, yr, g, D) a row of input gradients from the output gradient
+/// and the (rounded) output.
+template <class Fwd, class Bwd>
+Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
   std::vector<Tensor> in{x0};
-  const DType dt = prepare(OpKind::softmax, in, {"input"});
+  const DType dt = prepare(kind, in, {"input"});
   const Tensor& x = in[0];
-  const auto [R, D] = rows_of(x, "softmax");
+  const char* op = op_name(kind);
+  const auto [R, D] = rows_of(x, op);
   Vec y(x.data().size());
-  for (int64_t r = 0; r < R; ++r) {
-    const double* xr = x.data().data() + r * D;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < D; ++j) mx = std::max(mx, xr[j]);
-    double s = 0;
-    for (int64_t j = 0; j < D; ++j) s += (y[size_t(r * D + j)] = std::exp(xr[j] - mx));
-    for (int64_t j = 0; j < D; ++j) y[size_t(r * D + j)] /= s;
-  }
+  for (int64_t r = 0; r < R; ++r) fwd(x.data().data() + r * D, y.data() + r * D, D);
   Runtime& rt = runtime();
-  const TraceTag tag{scoped("output"), "softmax", TraceKind::activation};
+  const TraceTag tag{scoped("output"), op, TraceKind::activation};
   round_into(rt, dt, y, &tag);
-  Ptr out = make_node("softmax", x.shape(), dt, std::move(y), {x.ptr()});
+  Ptr out = make_node(op, x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     out->saves_output = true;
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
     Runtime* r = &rt;
-    const TraceTag gt{scoped("grad_input"), "softmax", grad_kind(*xp)};
-    out->backward_fn = [o, xp, r, gt, R = R, D = D]() {
+    const TraceTag gt{scoped("grad_input"), op, grad_kind(*xp)};
+    out->backward_fn = [o, xp, r, gt, R = R, D = D, bwd]() {
       Vec g(o->grad.size());
-      for (int64_t i = 0; i < R; ++i) {
-        const double *gr = o->grad.data() + i * D, *yr = o->data.data() + i * D;
-        double dot = 0;
-        for (int64_t j = 0; j < D; ++j) dot += gr[j] * yr[j];
-        for (int64_t j = 0; j < D; ++j) g[size_t(i * D + j)] = yr[j] * (gr[j] - dot);
-      }
+      for (int64_t i = 0; i < R; ++i)
+        bwd(o->grad.data() + i * D, o->data.data() + i * D, g.data() + i * D, D);
       round_into(*r, xp->dtype, g, &gt);
       accumulate(*r, *xp, std::move(g));
     };
@@ -667,44 +663,45 @@ Tensor softmax(const Tensor& x0) {
   return Tensor(out);
 }
 
+double row_max(const double* xr, int64_t D) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < D; ++j) mx = std::max(mx, xr[j]);
+  return mx;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x0) {
+  return row_op(
+      OpKind::softmax, x0,
+      [](const double* xr, double* yr, int64_t D) {
+        const double mx = row_max(xr, D);
+        double s = 0;
+        for (int64_t j = 0; j < D; ++j) s += (yr[j] = std::exp(xr[j] - mx));
+        for (int64_t j = 0; j < D; ++j) yr[j] /= s;
+      },
+      [](const double* gr, const double* yr, double* g, int64_t D) {
+        double dot = 0;
+        for (int64_t j = 0; j < D; ++j) dot += gr[j] * yr[j];
+        for (int64_t j = 0; j < D; ++j) g[j] = yr[j] * (gr[j] - dot);
+      });
+}
+
 Tensor log_softmax(const Tensor& x0) {
-  std::vector<Tensor> in{x0};
-  const DType dt = prepare(OpKind::log_softmax, in, {"input"});
-  const Tensor& x = in[0];
-  const auto [R, D] = rows_of(x, "log_softmax");
-  Vec y(x.data().size());
-  for (int64_t r = 0; r < R; ++r) {
-    const double* xr = x.data().data() + r * D;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < D; ++j) mx = std::max(mx, xr[j]);
-    double s = 0;
-    for (int64_t j = 0; j < D; ++j) s += std::exp(xr[j] - mx);
-    const double lse = mx + std::log(s);
-    for (int64_t j = 0; j < D; ++j) y[size_t(r * D + j)] = xr[j] - lse;
-  }
-  Runtime& rt = runtime();
-  const TraceTag tag{scoped("output"), "log_softmax", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node("log_softmax", x.shape(), dt, std::move(y), {x.ptr()});
-  if (out->requires_grad) {
-    out->saves_output = true;
-    TensorImpl* o = out.get();
-    Ptr xp = x.ptr();
-    Runtime* r = &rt;
-    const TraceTag gt{scoped("grad_input"), "log_softmax", grad_kind(*xp)};
-    out->backward_fn = [o, xp, r, gt, R = R, D = D]() {
-      Vec g(o->grad.size());
-      for (int64_t i = 0; i < R; ++i) {
-        const double *gr = o->grad.data() + i * D, *yr = o->data.data() + i * D;
+  return row_op(
+      OpKind::log_softmax, x0,
+      [](const double* xr, double* yr, int64_t D) {
+        const double mx = row_max(xr, D);
+        double s = 0;
+        for (int64_t j = 0; j < D; ++j) s += std::exp(xr[j] - mx);
+        const double lse = mx + std::log(s);
+        for (int64_t j = 0; j < D; ++j) yr[j] = xr[j] - lse;
+      },
+      [](const double* gr, const double* yr, double* g, int64_t D) {
         double s = 0;
         for (int64_t j = 0; j < D; ++j) s += gr[j];
-        for (int64_t j = 0; j < D; ++j) g[size_t(i * D + j)] = gr[j] - std::exp(yr[j]) * s;
-      }
-      round_into(*r, xp->dtype, g, &gt);
-      accumulate(*r, *xp, std::move(g));
-    };
-  }
-  return Tensor(out);
+        for (int64_t j = 0; j < D; ++j) g[j] = gr[j] - std::exp(yr[j]) * s;
+      });
 }
 
 Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) {
