@@ -537,22 +537,44 @@ bool f16c_round_counted(const float* in, Out* out, size_t len, uint32_t& inexact
     "avx512bf16,prefer-vector-width=512")
 namespace isa_avx512 {
 namespace {
+/// At most kBlock elements (the counters are 16-bit per lane). With `Flags`, an ordinary lane's
+/// only event is inexact: a non-zero dropped half.
+template <bool Flags>
 void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in, uint16_t* out,
-                   size_t n) {
+                   size_t n, BlockCounts& bc) {
   U acc[4] = {};
+  U c1 = {}, fl = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const U x = load(in + i);
     if (__builtin_expect(all_plain(P, x), 1)) {
       const __m256bh h = _mm512_cvtneps_pbh(reinterpret_cast<__m512>(x));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<__m256i>(h));
+      if constexpr (Flags) {
+        const M inx = (x & 0xFFFFu) != 0u;
+        c1 -= bits(inx);
+        fl |= bits(inx) & kInx;
+      }
     } else {
-      round_full<Rounding::near_even, false, uint16_t>(P, D, x, U{}, out + i, ~M{}, acc);
+      round_full<Rounding::near_even, Flags, uint16_t>(P, D, x, U{}, out + i, ~M{}, acc);
     }
   }
+  acc[0] += c1;
+  acc[3] |= fl;
+  bc = BlockCounts{};
+  for (int j = 0; j < kLanes; ++j) {
+    bc.c1 += acc[0][j];
+    bc.c2 += acc[1][j];
+    bc.c3 += acc[2][j];
+    bc.flags |= acc[3][j];
+  }
   if (i < n) {
-    BlockCounts bc;
-    round_loop<Rounding::near_even, false, uint16_t>(P, D, in + i, out + i, n - i, 0, 0, bc);
+    BlockCounts tail;
+    round_loop<Rounding::near_even, Flags, uint16_t>(P, D, in + i, out + i, n - i, 0, 0, tail);
+    bc.c1 += tail.c1;
+    bc.c2 += tail.c2;
+    bc.c3 += tail.c3;
+    bc.flags |= tail.flags;
   }
 }
 }  // namespace
@@ -672,9 +694,20 @@ bool round_dispatch(const Format& f, const float* in, Out* out, size_t n, const 
   const DecodeParams D = make_decode_params(f);
   if constexpr (std::is_same_v<Out, uint16_t>) {
     static const bool bf16_hw = __builtin_cpu_supports("avx512bf16");
-    if (!counts && tl_hw && bf16_hw && path == BulkPath::avx512 && f == formats::bf16 &&
+    if (tl_hw && bf16_hw && path == BulkPath::avx512 && f == formats::bf16 &&
         o.rounding == Rounding::near_even) {
-      isa_avx512::bf16_round_hw(P, D, in, out, n);
+      EventCounts ev;
+      for (size_t i = 0; i < n; i += kBlock) {
+        const size_t len = n - i < kBlock ? n - i : kBlock;
+        BlockCounts bc;
+        counts ? isa_avx512::bf16_round_hw<true>(P, D, in + i, out + i, len, bc)
+               : isa_avx512::bf16_round_hw<false>(P, D, in + i, out + i, len, bc);
+        add_block(ev, bc);
+      }
+      if (counts) {
+        ev.total = n;
+        *counts += ev;
+      }
       return true;
     }
   }
