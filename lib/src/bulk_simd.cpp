@@ -185,6 +185,7 @@ struct RoundParams {
   // floats, and whether it may run (the default MXCSR, at least one fraction bit).
   float fp_emin, fp_m, fp_scale;
   uint32_t fp_ok;
+  bool ovf_sym;  // ovf_neg == ovf_pos with the sign bit set (or both the same unsigned NaN)
 };
 
 /// Decoding encodings to f32 bits: normal values by re-biasing the exponent; subnormals that are
@@ -303,6 +304,8 @@ RoundParams make_round_params(const Format& f, Rounding r, Tininess t) {
   P.fp_m = float(m);
   P.fp_scale = float(uint32_t(1) << m);
   P.fp_ok = 0;
+  P.ovf_sym = P.ovf_neg == (P.ovf_pos | P.sign_bit) ||
+              (P.ovf_neg == P.ovf_pos && (P.ovf_pos & P.sign_bit) != 0);
   P.lowmask = (uint32_t(1) << P.knorm) - 1;
   Env d;
   const uint32_t maxbits = to_f32_bits(f, f.max_mag(), d);
