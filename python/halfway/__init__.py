@@ -34,8 +34,9 @@ _COMMON = """
         halfway.Format. halfway.formats() lists the presets.
     rounding: 'near_even' (default), 'near_maxMag', 'minMag', 'min', 'max', 'odd' or
         'stochastic' (or rne, rna, rtz, rd, ru, rto, sr).
-    saturate: True makes overflow give the largest finite value (NVIDIA's SATFINITE);
-        False keeps the format's own overflow behaviour ('e4m3:sat' is saturating anyway).
+    saturate: True gives the largest finite value wherever the result would be infinite
+        (overflow, and ±inf inputs, which raise invalid), as NVIDIA's SATFINITE does;
+        False keeps the format's own behaviour ('e4m3:sat' is saturating anyway).
     subnormals: False flushes tiny results to zero and reads subnormal inputs as zero
         (ftz + daz); True keeps the format's own setting ('fp16:ftz' flushes anyway).
     seed: required for stochastic rounding; element i uses the random bits of stream

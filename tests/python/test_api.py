@@ -143,6 +143,10 @@ class Options(hwtest.unittest.TestCase):
                          [np.inf, -np.inf, float(np.float16(1e-6)), -2.0**-24])
         self.assertEqual(halfway.round(x, "fp16", saturate=True).tolist(),
                          [65504, -65504, float(np.float16(1e-6)), -2.0**-24])
+        # SATFINITE: infinite inputs saturate too (0x7B/0xFB in e5m2), and raise invalid.
+        inf = np.float32([np.inf, -np.inf])
+        self.assertEqual(halfway.encode(inf, "e5m2", saturate=True).tolist(), [0x7B, 0xFB])
+        self.assertEqual(halfway.encode(inf, "e5m2").tolist(), [0x7C, 0xFC])
         r = halfway.round(x, "fp16", subnormals=False)
         self.assertEqual(r.tolist(), [np.inf, -np.inf, 0.0, 0.0])
         self.assertTrue(np.signbit(r[3]))
