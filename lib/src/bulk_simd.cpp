@@ -565,12 +565,7 @@ void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in,
   acc[0] += c1;
   acc[3] |= fl;
   bc = BlockCounts{};
-  for (int j = 0; j < kLanes; ++j) {
-    bc.c1 += acc[0][j];
-    bc.c2 += acc[1][j];
-    bc.c3 += acc[2][j];
-    bc.flags |= acc[3][j];
-  }
+  add_lanes(bc, acc);
   if (i < n) {
     BlockCounts tail;
     round_loop<Rounding::near_even, Flags, uint16_t>(P, D, in + i, out + i, n - i, 0, 0, tail);
