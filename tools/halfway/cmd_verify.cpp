@@ -375,6 +375,23 @@ struct Fault {
   }
 };
 
+/// The scalar routines' results for n elements, lib(i, env) in direction r with tininess t, with
+/// the planted fault (if any) applied, compared with the oracle's results already in s.ref.
+template <class Lib, class Describe>
+uint64_t check_scalar(Check& c, const Fault& fault, uint64_t block, const FormatInfo& target,
+                      Rounding r, Tininess t, size_t n, Scratch& s, Lib lib, Describe describe) {
+  for (size_t i = 0; i < n; ++i) {
+    Env e{r};
+    e.tininess = t;
+    s.lib[i] = lib(i, e);
+    s.lib_fl[i] = e.flags;
+  }
+  fault.result(block, s.lib.data(), n);
+  fault.flags(block, s.lib_fl.data(), n);
+  return compare(c, target, r, n, s.lib.data(), s.lib_fl.data(), s.ref.data(), s.ref_fl.data(),
+                 describe);
+}
+
 // --- Input sets ---------------------------------------------------------------------------------
 
 /// f32 inputs for the quick run: a stride through all bit patterns, plus, for every sign and
@@ -497,16 +514,9 @@ struct Builder {
       };
       uint64_t bad = 0;
       if (!bulk) {
-        for (size_t i = 0; i < n; ++i) {
-          Env e{r};
-          e.tininess = tin;
-          s.lib[i] = from_f32_bits(F.f, s.in[i], e);
-          s.lib_fl[i] = e.flags;
-        }
-        fault.result(block, s.lib.data(), n);
-        fault.flags(block, s.lib_fl.data(), n);
-        return compare(c, F, r, n, s.lib.data(), s.lib_fl.data(), s.ref.data(), s.ref_fl.data(),
-                       describe);
+        return check_scalar(
+            c, fault, block, F, r, tin, n, s,
+            [&](size_t i, Env& e) { return from_f32_bits(F.f, s.in[i], e); }, describe);
       }
       detail::set_bulk_path(*bulk);
       const BulkOptions bo = bulk_options(r, tin);
@@ -594,18 +604,12 @@ struct Builder {
       const Rounding r = oracle.rounding();
       Scratch& s = scratch();
       const size_t n = size_t(count);
-      for (size_t i = 0; i < n; ++i) {
-        s.in[i] = uint32_t(i);
-        Env e{r};
-        e.tininess = tin;
-        s.lib[i] = lib(uint32_t(i), e);
-        s.lib_fl[i] = e.flags;
-      }
+      for (size_t i = 0; i < n; ++i) s.in[i] = uint32_t(i);
       ref(oracle, *src, s.in.data(), n, s.ref.data(), s.ref_fl.data());
-      fault.result(block, s.lib.data(), n);
-      fault.flags(block, s.lib_fl.data(), n);
-      return compare(c, oracle.target(), r, n, s.lib.data(), s.lib_fl.data(), s.ref.data(),
-                     s.ref_fl.data(), [&](size_t i) { return fmt::format("x = {}", show(*src, s.in[i])); });
+      return check_scalar(
+          c, fault, block, oracle.target(), r, tin, n, s,
+          [&](size_t i, Env& e) { return lib(uint32_t(i), e); },
+          [&](size_t i) { return fmt::format("x = {}", show(*src, s.in[i])); });
     };
   }
 
@@ -740,16 +744,10 @@ struct Builder {
         return fmt::format("a = {}, b = {}", show(F, s.in[i]), show(F, s.in2[i]));
       };
       if (!bulk) {
-        for (size_t i = 0; i < n; ++i) {
-          Env e{r};
-          e.tininess = tin;
-          s.lib[i] = lib_scalar_binary(op, F.f, s.in[i], s.in2[i], e);
-          s.lib_fl[i] = e.flags;
-        }
-        fault.result(block, s.lib.data(), n);
-        fault.flags(block, s.lib_fl.data(), n);
-        return compare(c, F, r, n, s.lib.data(), s.lib_fl.data(), s.ref.data(), s.ref_fl.data(),
-                       describe);
+        return check_scalar(
+            c, fault, block, F, r, tin, n, s,
+            [&](size_t i, Env& e) { return lib_scalar_binary(op, F.f, s.in[i], s.in2[i], e); },
+            describe);
       }
       detail::set_bulk_path(*bulk);
       const BulkOptions bo = bulk_options(r, tin);
