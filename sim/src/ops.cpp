@@ -291,6 +291,19 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
 
+/// A linear layer's output y (x's shape with the last dimension nout) rounded into dt, as the
+/// node whose parents are x, w and, when present, b.
+Ptr linear_output(Runtime& rt, const DType& dt, const Tensor& x, const Tensor& w, const Tensor& b,
+                  int64_t nout, Vec y) {
+  const TraceTag tag{scoped("output"), "linear", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Shape os = x.shape();
+  os.back() = nout;
+  std::vector<Ptr> parents{x.ptr(), w.ptr()};
+  if (b) parents.push_back(b.ptr());
+  return make_node("linear", os, dt, std::move(y), parents);
+}
+
 }  // namespace
 
 // ---- casts -----------------------------------------------------------------------------------
@@ -399,13 +412,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Vec y(size_t(M * nout));
   gemm_dt(rt, dt, M, nout, nin, x.data().data(), wt.data(), b ? b.data().data() : nullptr,
           y.data(), Layout::nt);
-  const TraceTag tag{scoped("output"), "linear", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Shape os = x.shape();
-  os.back() = nout;
-  std::vector<Ptr> parents{x.ptr(), w.ptr()};
-  if (b) parents.push_back(b.ptr());
-  Ptr out = make_node("linear", os, dt, std::move(y), parents);
+  Ptr out = linear_output(rt, dt, x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
@@ -472,13 +479,7 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       if (b) v = v + static_cast<float>(b.data()[size_t(j)]);
       y[size_t(i * nout + j)] = v;
     }
-  const TraceTag tag{scoped("output"), "linear", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Shape os = x.shape();
-  os.back() = nout;
-  std::vector<Ptr> parents{x.ptr(), w.ptr()};
-  if (b) parents.push_back(b.ptr());
-  Ptr out = make_node("linear", os, dt, std::move(y), parents);
+  Ptr out = linear_output(rt, dt, x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     // The fp8 copies are what the backward keeps (memory accounting).
     auto keep = [&](const Vec& q, const Shape& s) {
