@@ -1,5 +1,5 @@
-# Shared set-up for scripts/demo and scripts/test: install missing Debian packages, configure
-# and build. Sourced, not run.
+# Shared set-up for scripts/demo and scripts/test: install missing Debian packages, configure,
+# build, and run CTest. Sourced, not run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${HALFWAY_BUILD_DIR:-$ROOT/build}"
@@ -33,4 +33,29 @@ build() {
   fi
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" -j "$JOBS" ${1:+--target "$@"}  # optional: only these targets
+}
+
+# The ctest arguments of scripts/test, in CTEST_ARGS: without a selection of the caller's, the
+# default set (`-LE exhaustive`); any selection of theirs (-L, -LE, -R, -E, -I, -U, --rerun-failed,
+# --tests-from-file, ... in short or long form) replaces that default, so `-L exhaustive` runs the
+# exhaustive set. --no-tests=error: a selection that matches nothing fails instead of passing.
+ctest_args() {
+  local a own=0
+  for a in "$@"; do
+    case "$a" in
+      -L* | -R* | -E* | -I* | -U | --label-regex* | --label-exclude* | --tests-regex* | \
+        --exclude-regex* | --tests-information* | --union | --rerun-failed | --tests-from-file* | \
+        --exclude-from-file*) own=1 ;;
+    esac
+  done
+  CTEST_ARGS=(--output-on-failure --no-tests=error -j "$JOBS")
+  [ "$own" -eq 1 ] || CTEST_ARGS+=(-LE exhaustive)
+  CTEST_ARGS+=("$@")
+}
+
+# Run ctest in $BUILD with scripts/test's arguments (ctest_args).
+run_ctest() {
+  ctest_args "$@"
+  cd "$BUILD"
+  ctest "${CTEST_ARGS[@]}"
 }
