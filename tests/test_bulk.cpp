@@ -25,6 +25,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "test_support.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -51,11 +52,14 @@ std::vector<NamedFormat> test_formats() {
   return v;
 }
 
+/// The vector paths this CPU runs. With none there is nothing to compare the reference with:
+/// the running case records a skip (test_support.hpp), so the run ends "skipped", not passed.
 std::vector<BulkPath> fast_paths() {
   std::vector<BulkPath> v;
   const BulkPath best = detail::bulk_path_supported();
   if (best >= BulkPath::avx2) v.push_back(BulkPath::avx2);
   if (best >= BulkPath::avx512) v.push_back(BulkPath::avx512);
+  if (v.empty()) halfway_test::skip("no AVX2/AVX-512 on this CPU: no vector path to compare");
   return v;
 }
 
@@ -652,10 +656,7 @@ namespace {
 void exhaustive_round(const std::string& fname, bool f16c) {
   const Format f = parse_format(fname);
   const std::vector<BulkPath> paths = fast_paths();
-  if (paths.empty()) {
-    WARN("no vector path on this CPU: nothing to compare");
-    return;
-  }
+  if (paths.empty()) return;  // skipped
   std::vector<Rounding> modes;
   if (f16c) {
     modes = {Rounding::near_even};

@@ -2,7 +2,10 @@
 // hand-picked encodings, and each backend present on this machine against the library, with
 // expected mismatch counts derived from the documented behaviour of the hardware and from the
 // library's stated NaN semantics (docs/semantics.md), not from the code under test. Full 2^32
-// sweeps are tagged [exhaustive] (CTest label `exhaustive`).
+// sweeps are tagged [exhaustive] (CTest label `exhaustive`). A case whose backend is absent
+// skips (test_support.hpp: exit 77, CTest "skipped"); each such case carries its backend's tag
+// ([f16c], [avx512bf16], [avx512fp16], [nvidia]) and CTest runs each backend as its own entry
+// (test_hw_host_<tag>, test_hw_host_exhaustive_<tag>), the rest as test_hw_host.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -10,21 +13,23 @@
 #include "compare.hpp"
 #include "halfway/hw/diff.hpp"
 #include "halfway/hw/ops.hpp"
+#include "test_support.hpp"
 
 using namespace halfway;
 using namespace halfway::hw;
 
 namespace {
 
+/// The backend, or nullptr after recording a skip (the caller returns).
 const Backend* present(const char* name) {
   const Backend* b = find_backend(name);
   if (!b) {
-    WARN("backend " << name << " is not built in: its checks did not run");
+    halfway_test::skip(std::string("backend ") + name + " is not built in");
     return nullptr;
   }
   const std::string why = b->absent_reason();
   if (!why.empty()) {
-    WARN("backend " << name << " is absent here (" << why << "): its checks did not run");
+    halfway_test::skip(std::string("backend ") + name + " is absent here (" + why + ")");
     return nullptr;
   }
   return b;
@@ -218,7 +223,8 @@ TEST_CASE("NVIDIA host fp16/bf16 arithmetic differs only in NaN encodings", "[hw
 
 // ---- exhaustive (CTest label `exhaustive`) ----
 
-TEST_CASE("exhaustive: AVX512-BF16 vcvtneps2bf16 over all 2^32 inputs", "[.][exhaustive]") {
+TEST_CASE("exhaustive: AVX512-BF16 vcvtneps2bf16 over all 2^32 inputs",
+          "[.][exhaustive][avx512bf16]") {
   const Backend* b = present("avx512bf16");
   if (!b) return;
   const OpReport r = compare_op(*b, Op::f32_to_bf16_rn, Coverage::exhaustive);
@@ -229,7 +235,8 @@ TEST_CASE("exhaustive: AVX512-BF16 vcvtneps2bf16 over all 2^32 inputs", "[.][exh
   CHECK(m[Diff::daz] == r.mismatches);
 }
 
-TEST_CASE("exhaustive: F16C vcvtps2ph in four directions, all 2^32 inputs", "[.][exhaustive]") {
+TEST_CASE("exhaustive: F16C vcvtps2ph in four directions, all 2^32 inputs",
+          "[.][exhaustive][f16c]") {
   const Backend* b = present("f16c");
   if (!b) return;
   for (Op op : {Op::f32_to_f16_rn, Op::f32_to_f16_rz, Op::f32_to_f16_rd, Op::f32_to_f16_ru}) {
@@ -240,7 +247,8 @@ TEST_CASE("exhaustive: F16C vcvtps2ph in four directions, all 2^32 inputs", "[.]
   }
 }
 
-TEST_CASE("exhaustive: F16C+SSE fp16 addition, all 2^32 operand pairs", "[.][exhaustive]") {
+TEST_CASE("exhaustive: F16C+SSE fp16 addition, all 2^32 operand pairs",
+          "[.][exhaustive][f16c]") {
   const Backend* b = present("f16c");
   if (!b) return;
   const OpReport r = compare_op(*b, Op::f16_add, Coverage::exhaustive);
@@ -248,7 +256,8 @@ TEST_CASE("exhaustive: F16C+SSE fp16 addition, all 2^32 operand pairs", "[.][exh
   CHECK(r.mismatches == 0);
 }
 
-TEST_CASE("exhaustive: NVIDIA host __float2half_rn, all 2^32 inputs", "[.][exhaustive]") {
+TEST_CASE("exhaustive: NVIDIA host __float2half_rn, all 2^32 inputs",
+          "[.][exhaustive][nvidia]") {
   const Backend* b = present("nvidia-host");
   if (!b) return;
   const OpReport r = compare_op(*b, Op::f32_to_f16_rn, Coverage::exhaustive);
@@ -261,7 +270,7 @@ TEST_CASE("exhaustive: NVIDIA host __float2half_rn, all 2^32 inputs", "[.][exhau
 }
 
 TEST_CASE("exhaustive: AVX512-FP16 fp16 multiplication (all 2^32 pairs) and 2^30 fma triples",
-          "[.][exhaustive]") {
+          "[.][exhaustive][avx512fp16]") {
   const Backend* b = present("avx512fp16");
   if (!b) return;
   OpReport r = compare_op(*b, Op::f16_mul, Coverage::exhaustive);

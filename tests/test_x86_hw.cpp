@@ -10,8 +10,10 @@
 //    difference must be of that class: a subnormal input, the instruction's result a zero of the
 //    input's sign, halfway's the correctly rounded non-zero bf16.
 // Default: every f32 whose low 16 bits are one of 16 patterns (all exponents, signs and
-// rounding positions). Label `exhaustive`: all 2^32 f32 inputs. Missing CPU features are
-// reported with WARN, never passed silently.
+// rounding positions). Label `exhaustive`: all 2^32 f32 inputs. A case whose CPU feature is
+// missing skips (test_support.hpp: exit 77, CTest "skipped"), never passes silently; each case
+// carries its feature's tag, and CTest runs each feature as its own entry (test_x86_hw_f16c,
+// test_x86_hw_avx512bf16, test_x86_hw_exhaustive_<feature>).
 #include <catch2/catch.hpp>
 
 #include <immintrin.h>
@@ -26,6 +28,7 @@
 
 #include "halfway/softfloat.hpp"
 #include "parallel.hpp"
+#include "test_support.hpp"
 
 using halfway::Rounding;
 
@@ -261,17 +264,17 @@ void check_avx512bf16(bool exhaustive) {
 
 }  // namespace
 
-TEST_CASE("F16C vcvtps2ph matches halfway f32->fp16 (strided subset)", "[x86]") {
+TEST_CASE("F16C vcvtps2ph matches halfway f32->fp16 (strided subset)", "[x86][f16c]") {
   if (!have_f16c()) {
-    WARN("skipped: this CPU has no F16C");
+    halfway_test::skip("this CPU has no F16C");
     return;
   }
   check_f16c(false);
 }
 
-TEST_CASE("F16C vcvtph2ps matches halfway fp16->f32 on all 65536 encodings", "[x86]") {
+TEST_CASE("F16C vcvtph2ps matches halfway fp16->f32 on all 65536 encodings", "[x86][f16c]") {
   if (!have_f16c()) {
-    WARN("skipped: this CPU has no F16C");
+    halfway_test::skip("this CPU has no F16C");
     return;
   }
   uint64_t value_diffs = 0, flag_diffs = 0;
@@ -294,25 +297,25 @@ TEST_CASE("F16C vcvtph2ps matches halfway fp16->f32 on all 65536 encodings", "[x
 }
 
 TEST_CASE("AVX512-BF16 vcvtneps2bf16 differs from halfway only by flushing subnormal inputs",
-          "[x86]") {
+          "[x86][avx512bf16]") {
   if (!have_avx512bf16()) {
-    WARN("skipped: this CPU has no AVX512-BF16");
+    halfway_test::skip("this CPU has no AVX512-BF16");
     return;
   }
   check_avx512bf16(false);
 }
 
-TEST_CASE("F16C vcvtps2ph: all 2^32 f32 inputs", "[.][exhaustive][f16c]") {
+TEST_CASE("F16C vcvtps2ph: all 2^32 f32 inputs", "[.][x86][exhaustive][f16c]") {
   if (!have_f16c()) {
-    WARN("skipped: this CPU has no F16C");
+    halfway_test::skip("this CPU has no F16C");
     return;
   }
   check_f16c(true);
 }
 
-TEST_CASE("AVX512-BF16 vcvtneps2bf16: all 2^32 f32 inputs", "[.][exhaustive][avx512bf16]") {
+TEST_CASE("AVX512-BF16 vcvtneps2bf16: all 2^32 f32 inputs", "[.][x86][exhaustive][avx512bf16]") {
   if (!have_avx512bf16()) {
-    WARN("skipped: this CPU has no AVX512-BF16");
+    halfway_test::skip("this CPU has no AVX512-BF16");
     return;
   }
   check_avx512bf16(true);
