@@ -149,7 +149,7 @@ def test_testfloat_fp8_and_options():
     check(out.split() == ["3F801000", "3C00", "01"], f"-rminMag: {out!r}")
     rc, out, _ = run(["testfloat", "f32_to_f16", "-rmax"], "3F801000\n")
     check(out.split() == ["3F801000", "3C01", "01"], f"-rmax: {out!r}")
-    # roundToInt 1.5: near_even 2, -rodd is toward zero (TestFloat's convention), -exact flags.
+    # roundToInt 1.5: near_even 2; -rodd truncates to 1, odd already; -exact flags.
     rc, out, _ = run(["testfloat", "f16_roundToInt"], "3E00\n")
     check(out.split() == ["3E00", "4000", "00"], f"roundToInt: {out!r}")
     rc, out, _ = run(["testfloat", "f16_roundToInt", "-rodd", "-exact"], "3E00\n")
@@ -170,6 +170,61 @@ def test_testfloat_fp8_and_options():
     check(out.split() == ["3555", "3FD5540000000000", "00"], f"f16_to_f64: {out!r}")
     rc, out, _ = run(["testfloat", "bf16_to_f32"], "3F80\n")
     check(out.split() == ["3F80", "3F800000", "00"], f"bf16_to_f32: {out!r}")
+
+
+def round_to_int_odd_oracle(h, exact):
+    """f16_roundToInt under round-to-odd from the encoding's fields, in integers (SoftFloat 3e's
+    f16_roundToInt with softfloat_round_odd): a NaN is quieted (sign and payload kept), invalid
+    if it was signalling; inf, zeros and values >= 2^10 (already integers) are unchanged; any
+    other value is truncated to an integer whose last bit is set when something was cut off
+    (so -2^-24 -> -1.0), inexact raised only with -exact. Returns (results, flags)."""
+    h = h.astype(np.int64)
+    sign, e, f = h >> 15, (h >> 10) & 0x1F, h & 0x3FF
+    nan = (e == 0x1F) & (f != 0)
+    m = np.where(e == 0, f, f | 0x400)        # |value| = m * 2^q
+    q = np.where(e == 0, -24, e - 25)
+    cut = np.clip(-q, 0, 40)
+    kept, rem = m >> cut, m & ((1 << cut) - 1)
+    inexact = (e != 0x1F) & (rem != 0)
+    kept = np.where(inexact, kept | 1, kept)  # the odd integer
+    # kept <= 2^10 - 1 here: exact in fp16; encode it from its binade.
+    k = np.floor(np.log2(np.maximum(kept, 1))).astype(np.int64)
+    enc = ((k + 15) << 10) | ((kept << 10 >> k) & 0x3FF)
+    enc = np.where(kept == 0, 0, enc) | (sign << 15)
+    res = np.where(nan, h | 0x200, np.where(inexact, enc, h))
+    flags = np.where(nan & ((f & 0x200) == 0), 0x10, 0)
+    if exact:
+        flags = flags | inexact.astype(np.int64)
+    return res, flags
+
+
+def test_testfloat_round_to_int_odd():
+    """All 65536 fp16 encodings through f16_roundToInt -rodd, -exact and -notexact, against
+    round_to_int_odd_oracle; and -rodd is not -rminMag: they differ on 38,912 encodings per
+    exactness mode (the inexact ones whose truncation is even: 2 signs x 19,456)."""
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    for mode in ("-exact", "-notexact"):
+        rows = testfloat("f16_roundToInt", [a], ["-rodd", mode])
+        check(all(len(r) == 3 and len(r[1]) == 4 and len(r[2]) == 2 for r in rows),
+              f"roundToInt -rodd {mode}: line format")
+        got = np.array([int(r[1], 16) for r in rows], dtype=np.int64)
+        flags = np.array([int(r[2], 16) for r in rows], dtype=np.int64)
+        want, want_flags = round_to_int_odd_oracle(a, mode == "-exact")
+        bad = np.flatnonzero((got != want) | (flags != want_flags))
+        check(bad.size == 0, f"roundToInt -rodd {mode}: {bad.size} of 65536 differ from the oracle"
+              + (f", first {a[bad[0]]:04X} -> {got[bad[0]]:04X} {flags[bad[0]]:02X}, oracle "
+                 f"{want[bad[0]]:04X} {want_flags[bad[0]]:02X}" if bad.size else ""))
+        check(rows[0x87FF][1:] == ["BC00", "01" if mode == "-exact" else "00"],
+              f"roundToInt -rodd {mode}: 87FF (-(2^-14 - 2^-24)) -> {rows[0x87FF][1:]}, want BC00 (-1)")
+        check(rows[0x3900][1:] == ["3C00", "01" if mode == "-exact" else "00"],
+              f"roundToInt -rodd {mode}: 0.625 -> {rows[0x3900][1:]}, want 3C00 (1)")
+        check(rows[0x4100][1:] == ["4200", "01" if mode == "-exact" else "00"],
+              f"roundToInt -rodd {mode}: 2.5 -> {rows[0x4100][1:]}, want 4200 (3)")
+        rows_z = testfloat("f16_roundToInt", [a], ["-rminMag", mode])
+        got_z = np.array([int(r[1], 16) for r in rows_z], dtype=np.int64)
+        differ = int(np.count_nonzero(got != got_z))
+        check(differ == 38912, f"roundToInt {mode}: -rodd and -rminMag differ on {differ} "
+              "encodings, want 38912")
 
 
 def test_bad_input():
@@ -239,6 +294,7 @@ def main():
     test_testfloat_sqrt_and_convert(rng)
     test_testfloat_compare(rng)
     test_testfloat_fp8_and_options()
+    test_testfloat_round_to_int_odd()
     test_bad_input()
     test_round_and_info()
     print(f"cli tests: {failures} failed")

@@ -27,6 +27,8 @@ const char* kHelp =
     "OPTIONS:  -rnear_even -rminMag -rmin -rmax -rnear_maxMag -rodd   rounding (default near_even)\n"
     "          -tininessbefore -tininessafter  tininess detection (default after)\n"
     "          -exact -notexact  roundToInt raises inexact or not (default notexact)\n"
+    "          roundToInt -rodd rounds to odd, as SoftFloat 3e: the truncated integer, its last\n"
+    "          bit set when inexact (-0.25 -> -1.0)\n"
     "          -sat   overflow saturates to +-max finite (NVIDIA __NV_SATFINITE); without it\n"
     "                 e4m3 overflows to NaN and e5m2 to inf (__NV_NOSAT)\n";
 
@@ -168,8 +170,6 @@ int cmd_testfloat(int argc, char** argv) {
   }
   if (sat && !fn.out.is_f64) fn.out.f.overflow = Overflow::saturate;
   if (sat && !fn.in.is_f64 && fn.op != Op::convert) fn.in.f.overflow = Overflow::saturate;
-  // TestFloat's convention: round-to-odd means rounding toward zero for roundToInt.
-  const Rounding int_rounding = env.rounding == Rounding::odd ? Rounding::minMag : env.rounding;
 
   std::ios::sync_with_stdio(false);
   std::string line, out;
@@ -212,7 +212,7 @@ int cmd_testfloat(int argc, char** argv) {
       case Op::div: r = div(f, a, b, e); break;
       case Op::sqrt: r = halfway::sqrt(f, a, e); break;
       case Op::mulAdd: r = halfway::fma(f, a, b, c, e); break;
-      case Op::roundToInt: r = round_to_int(f, a, int_rounding, exact, e); break;
+      case Op::roundToInt: r = round_to_int(f, a, e.rounding, exact, e); break;
       case Op::eq: r = eq(f, a, b, e); break;
       case Op::le: r = le(f, a, b, e, true); break;
       case Op::lt: r = lt(f, a, b, e, true); break;
