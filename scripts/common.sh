@@ -36,16 +36,17 @@ build() {
 }
 
 # The ctest arguments of scripts/test, in CTEST_ARGS: without a selection of the caller's, the
-# default set (`-LE exhaustive`); any selection of theirs (-L, -LE, -R, -E, -I, -U, --rerun-failed,
+# default set (`-LE exhaustive`); any selection of theirs (-L, -LE, -R, -I, -U, --rerun-failed,
 # --tests-from-file, ... in short or long form) replaces that default, so `-L exhaustive` runs the
-# exhaustive set. --no-tests=error: a selection that matches nothing fails instead of passing.
+# exhaustive set. Name exclusions alone (-E, --exclude-regex, --exclude-from-file) keep it: they
+# narrow the default set rather than widen it to hours of exhaustive runs. --no-tests=error: a
+# selection that matches nothing fails instead of passing.
 ctest_args() {
   local a own=0
   for a in "$@"; do
     case "$a" in
-      -L* | -R* | -E* | -I* | -U | --label-regex* | --label-exclude* | --tests-regex* | \
-        --exclude-regex* | --tests-information* | --union | --rerun-failed | --tests-from-file* | \
-        --exclude-from-file*) own=1 ;;
+      -L* | -R* | -I* | -U | --label-regex* | --label-exclude* | --tests-regex* | \
+        --tests-information* | --union | --rerun-failed | --tests-from-file*) own=1 ;;
     esac
   done
   CTEST_ARGS=(--output-on-failure --no-tests=error -j "$JOBS")

@@ -6,7 +6,8 @@
 #     `-L exhaustive`, the command README.md and docs/conformance.md give, selects exactly the
 #     exhaustive set, which is not empty.
 #  2. In a two-test CTest project, run for real: the default runs the quick test only,
-#     `-L exhaustive` the exhaustive one only, and a selection that matches nothing fails.
+#     `-L exhaustive` the exhaustive one only, `-E` alone keeps the default set, and a selection
+#     that matches nothing fails.
 # Usage: test_ctest_args.sh BUILD_DIR SCRATCH_DIR
 set -uo pipefail
 build="$1"
@@ -72,6 +73,8 @@ expect_run() {  # expect_run STATUS "REGEX;REGEX..." ARGS...: the run's status a
 expect_run 0 "Test +#1: quick .*Passed;0 tests failed out of 1$"
 expect_run 0 "Test +#2: slow .*Passed;0 tests failed out of 1$" -L exhaustive
 expect_run 0 "0 tests failed out of 2$" -R "quick|slow"
+# A name exclusion narrows the default set; it does not widen it to the exhaustive tests.
+expect_run 1 "No tests were found" -E quick
 expect_run 1 "No tests were found" -R no_such_test
 expect_run 1 "No tests were found" -L no_such_label
 
