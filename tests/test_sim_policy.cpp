@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include "halfway/names.hpp"
 #include "halfway/sim/context.hpp"
+#include "halfway/sim/fp8.hpp"
 #include "halfway/sim/ops.hpp"
 #include "halfway/sim/policy.hpp"
 
@@ -125,4 +127,97 @@ TEST_CASE("policy presets and names", "[sim][policy]") {
   CHECK_THROWS_AS(parse_rule("lowest"), InputError);
   CHECK(parse_rule("promote") == CastRule::promote);
   for (int i = 0; i < kOpCount; ++i) CHECK(parse_op(op_name(OpKind(i))) == OpKind(i));
+}
+
+namespace {
+
+/// The scales an Fp8State uses for casts of one tensor whose amaxes are `amaxes` (each cast is
+/// the one-element tensor {amax}), plus the scale it would use next.
+std::vector<float> fp8_scales(Fp8Config cfg, const std::vector<double>& amaxes) {
+  cfg.fwd = parse_format("e4m3:sat");
+  Fp8State st(cfg);
+  Runtime rt;
+  std::vector<float> out;
+  std::vector<double> q;
+  for (double a : amaxes) out.push_back(st.quantize("x", cfg.fwd, &a, 1, q, rt, nullptr));
+  out.push_back(st.scale("x"));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 scales follow TE's DelayedScaling and Float8CurrentScaling", "[sim][policy][fp8]") {
+  // e4m3's largest finite value is 448. Delayed, history of 3, "max": each scale is
+  // 448 / max(the last three amaxes), the first one 1.
+  Fp8Config d;
+  d.amax_history_len = 3;
+  CHECK(fp8_scales(d, {2, 8, 1, 0.5, 0.25}) == std::vector<float>{1, 224, 56, 56, 56, 448});
+  d.amax_compute_algo = AmaxAlgo::most_recent;
+  CHECK(fp8_scales(d, {2, 8, 1, 0.5, 0.25}) == std::vector<float>{1, 224, 56, 448, 896, 1792});
+  d.margin = 1;  // 448 * 2^-1 / amax
+  CHECK(fp8_scales(d, {2, 8}) == std::vector<float>{1, 112, 28});
+  d.margin = 0;
+  // An amax of 0 or inf keeps the previous scale; NaN values do not enter the amax (fmaxf).
+  const double inf = std::numeric_limits<double>::infinity();
+  CHECK(fp8_scales(d, {4, 0, inf}) == std::vector<float>{1, 112, 112, 112});
+  {
+    Fp8State st(d);
+    Runtime rt;
+    std::vector<double> q, x{std::nan(""), 4.0};
+    st.quantize("x", parse_format("e4m3:sat"), x.data(), 2, q, rt, nullptr);
+    CHECK(st.scale("x") == 112.0f);
+    CHECK(std::isnan(q[0]));
+    CHECK(q[1] == 4.0);
+  }
+  // A quotient that overflows binary32 becomes FLT_MAX.
+  CHECK(fp8_scales(d, {1e-38})[1] == std::numeric_limits<float>::max());
+  // Current scaling: the cast's own amax; 1 for an all-zero tensor.
+  Fp8Config c;
+  c.scaling = Fp8Scaling::current;
+  CHECK(fp8_scales(c, {3, 0}) == std::vector<float>{448.0f / 3.0f, 1, 1});
+  {
+    Fp8State st(c);
+    Runtime rt;
+    std::vector<double> q, x{3.0, -1.5};
+    st.quantize("x", parse_format("e4m3:sat"), x.data(), 2, q, rt, nullptr);
+    CHECK(q == std::vector<double>{448.0, -224.0});  // 3·(448/3) = 447.99997 rounds to 448
+  }
+}
+
+TEST_CASE("fp8-hybrid lowers only linear; an opted-in op gets scaled fp8, outputs stay fp32",
+          "[sim][policy][fp8]") {
+  Policy p = preset_policy("fp8-hybrid");
+  for (int i = 0; i < kOpCount; ++i)
+    CHECK(p.rule(OpKind(i)) == (OpKind(i) == OpKind::linear ? CastRule::lower : CastRule::input));
+  Fp8State st(p.fp8_config);
+  Runtime rt;
+  rt.fp8 = &st;
+  ContextGuard g(&p, &rt);
+  // An unscaled e4m3 cast would flush 2^-12 (e4m3's smallest subnormal is 2^-9).
+  Tensor a = Tensor::from({2, 2}, {std::ldexp(1.0, -12), 0, 0, std::ldexp(1.0, -12)}, F32, true);
+  Tensor b = Tensor::from({2, 2}, {1, 2, 3, 4}, F32, true);
+  Tensor y = matmul(a, b);
+  CHECK(y.dtype() == F32);
+  CHECK(y.data()[0] == std::ldexp(1.0, -12));
+  // Opted in: an fp8 GEMM with per-tensor scales (current scaling): the products of the scaled
+  // operands accumulate in fp32 and the sum is multiplied by 1/s_a · 1/s_b in fp32.
+  p.set(OpKind::matmul, CastRule::lower);
+  p.fp8_config.scaling = Fp8Scaling::current;
+  Fp8State st2(p.fp8_config);
+  rt.fp8 = &st2;
+  Tensor b2 = Tensor::from({2, 2}, {1, 2, 2, 4}, F32, true);
+  Tensor y2 = matmul(a, b2);
+  CHECK(y2.dtype() == F32);
+  const float sa = 448.0f / std::ldexp(1.0f, -12), sb = 448.0f / 4.0f, sg = 57344.0f;
+  // a·s_a = 448 and b·s_b = 112, 224, 224, 448: all e4m3 values, so only the epilogue rounds.
+  CHECK(y2.data()[0] == double((448.0f * 112.0f) * ((1.0f / sa) * (1.0f / sb))));
+  y2.backward(1.0);
+  // dA = Gq·Bqᵀ·(1/s_g·1/s_b) with Gq = 57344 (e5m2's largest value, scale 57344 / 1).
+  CHECK(a.grad()[0] == double((sg * (112.0f + 224.0f)) * ((1.0f / sg) * (1.0f / sb))));
+  // Another op opted in reads its input dequantized and computes in fp32.
+  p.set(OpKind::relu, CastRule::lower);
+  Tensor r = relu(Tensor::from({3}, {0.1, -2, 7}, F32));
+  CHECK(r.dtype() == F32);
+  CHECK(r.data()[2] == 7.0);
+  CHECK(r.data()[0] == 0.1015625);  // scale 448/7 = 64: 6.4 rounds to e4m3's 6.5, 6.5/64
 }

@@ -117,6 +117,40 @@ std::string resolve(const std::string& base, const std::string& p) {
   return (std::filesystem::path(base) / p).lexically_normal().string();
 }
 
+/// fp8-hybrid's options in [precision] (Transformer Engine's recipe names and defaults).
+void parse_fp8_options(const toml::table& t, const std::string& w, Policy& p) {
+  const bool fp8_keys = t.get("amax_history_len") || t.get("margin") || t.get("fp8_forward") ||
+                        t.get("fp8_backward") || t.get("scaling") || t.get("amax_compute_algo");
+  if (fp8_keys && !p.fp8)
+    throw InputError("amax_history_len/margin/fp8_forward/fp8_backward/scaling/amax_compute_algo "
+                     "need policy fp8-hybrid");
+  Fp8Config& f = p.fp8_config;
+  if (auto v = get_str(t, w, "scaling", false)) {
+    if (*v != "delayed" && *v != "current")
+      throw InputError("'precision.scaling' must be \"delayed\" or \"current\", got '" + *v + "'");
+    f.scaling = *v == "current" ? Fp8Scaling::current : Fp8Scaling::delayed;
+  }
+  if (f.scaling == Fp8Scaling::current && (t.get("amax_history_len") || t.get("amax_compute_algo")))
+    throw InputError("amax_history_len/amax_compute_algo apply to scaling = \"delayed\" only");
+  if (auto v = get_int(t, w, "amax_history_len", false)) {
+    if (*v < 1 || *v > 1000000)
+      throw InputError("'precision.amax_history_len' must be in 1..1000000");
+    f.amax_history_len = int(*v);
+  }
+  if (auto v = get_str(t, w, "amax_compute_algo", false)) {
+    if (*v != "max" && *v != "most_recent")
+      throw InputError("'precision.amax_compute_algo' must be \"max\" or \"most_recent\", got '" +
+                       *v + "'");
+    f.amax_compute_algo = *v == "most_recent" ? AmaxAlgo::most_recent : AmaxAlgo::max;
+  }
+  if (auto v = get_int(t, w, "margin", false)) {
+    if (*v < -126 || *v > 126) throw InputError("'precision.margin' must be in -126..126");
+    f.margin = int(*v);
+  }
+  if (auto v = get_str(t, w, "fp8_forward", false)) f.fwd = parse_format(*v);
+  if (auto v = get_str(t, w, "fp8_backward", false)) f.bwd = parse_format(*v);
+}
+
 }  // namespace
 
 TrainConfig parse_config(const std::string& text, const std::string& base_dir,
@@ -254,7 +288,8 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     const toml::table& t = *table(root, "precision", true);
     const std::string w = "precision.";
     check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
-                      "amax_history_len", "margin", "fp8_forward", "fp8_backward"});
+                      "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
+                      "amax_compute_algo"});
     const std::string name = *get_str(t, w, "policy", true);
     if (name == "custom") {
       c.policy = Policy{};
@@ -294,17 +329,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
         c.policy.set(op, parse_rule(*v.value<std::string_view>()));
       }
     }
-    const bool fp8_keys = t.get("amax_history_len") || t.get("margin") ||
-                          t.get("fp8_forward") || t.get("fp8_backward");
-    if (fp8_keys && !c.policy.fp8)
-      throw InputError("amax_history_len/margin/fp8_forward/fp8_backward need policy fp8-hybrid");
-    if (auto v = get_int(t, w, "amax_history_len", false)) {
-      if (*v < 1 || *v > 1000000) throw InputError("'precision.amax_history_len' must be >= 1");
-      c.policy.fp8_config.amax_history_len = int(*v);
-    }
-    if (auto v = get_int(t, w, "margin", false)) c.policy.fp8_config.margin = to_int(*v, w + "margin");
-    if (auto f = get_str(t, w, "fp8_forward", false)) c.policy.fp8_config.fwd = parse_format(*f);
-    if (auto f = get_str(t, w, "fp8_backward", false)) c.policy.fp8_config.bwd = parse_format(*f);
+    parse_fp8_options(t, w, c.policy);
   }
 
   // [scaler]

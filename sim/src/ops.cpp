@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 
@@ -85,11 +86,23 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
   return Tensor(out);
 }
 
+Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string& grad_name,
+                     const char* op);
+
 /// Apply the policy's rule for `op`: returns the compute dtype and replaces the inputs by
-/// their casts where needed. Empty tensors (an absent bias) are skipped.
+/// their casts where needed. Empty tensors (an absent bias) are skipped. Under an fp8 policy a
+/// lowered op gets scaled fp8 casts of its inputs and computes in fp32.
 DType prepare(OpKind op, std::vector<Tensor>& ts, std::initializer_list<const char*> roles) {
   const Policy* pol = context().policy;
   const CastRule r = pol ? pol->rule(op) : CastRule::input;
+  if (r == CastRule::lower && pol->fp8) {
+    size_t i = 0;
+    for (const char* role : roles) {
+      Tensor& t = ts[i++];
+      if (t) t = fp8_cast_node(t, scoped(role), scoped(grad_suffix(role)), op_name(op));
+    }
+    return DType::f32();
+  }
   DType dt;
   bool first = true;
   auto widen = [&](const DType& d) {
@@ -289,8 +302,6 @@ constexpr double kSqrt2 = 1.41421356237309504880;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
-Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
-
 /// A linear layer's output y (x's shape with the last dimension nout) rounded into dt, as the
 /// node whose parents are x, w and, when present, b.
 Ptr linear_output(Runtime& rt, const DType& dt, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -304,6 +315,186 @@ Ptr linear_output(Runtime& rt, const DType& dt, const Tensor& x, const Tensor& w
   return make_node("linear", os, dt, std::move(y), parents);
 }
 
+// ---- fp8: Transformer Engine's per-tensor scaling ---------------------------------------------
+
+/// A GEMM operand as an fp8 GEMM reads it: the scaled values rounded into fp8, and 1/scale.
+struct Fp8Operand {
+  Vec q;
+  float inv = 1.0f;
+};
+
+Fp8State& fp8_state(Runtime& rt) {
+  if (!rt.fp8) throw std::logic_error("fp8 policy without scaling state");
+  return *rt.fp8;
+}
+
+bool fp8_lowers(OpKind op) {
+  const Policy* pol = context().policy;
+  return pol && pol->fp8 && pol->rule(op) == CastRule::lower;
+}
+
+/// x quantized into f with the per-tensor scale kept under `key` (also its trace name).
+Fp8Operand fp8_quantize(Runtime& rt, const std::string& key, const Format& f, const Vec& x,
+                        TraceKind kind, const char* op) {
+  Fp8Operand o;
+  const TraceTag tag{key, op, kind};
+  o.inv = 1.0f / fp8_state(rt).quantize(key, f, x.data(), x.size(), o.q, rt, &tag);
+  return o;
+}
+
+/// The fp8 copy a GEMM's backward keeps (memory accounting).
+std::shared_ptr<const TensorImpl> fp8_copy(const Vec& q, const Shape& s, const Format& f,
+                                           bool weight) {
+  auto t = std::make_shared<TensorImpl>();
+  t->shape = s;
+  t->dtype = DType::low(f);
+  t->data = q;
+  t->weight = weight;
+  return t;
+}
+
+/// C = A·B with `dt`'s arithmetic, for the batched loops below.
+using GemmFn = std::function<void(int64_t m, int64_t n, int64_t k, const double* A,
+                                  const double* B, double* C, Layout layout)>;
+
+GemmFn gemm_in(Runtime* rt, DType dt) {
+  return [rt, dt](int64_t m, int64_t n, int64_t k, const double* A, const double* B, double* C,
+                  Layout l) { gemm_dt(*rt, dt, m, n, k, A, B, nullptr, C, l); };
+}
+
+/// An fp8 GEMM (cuBLASLt's scaled fp8 GEMM with an fp32 output): the fp8 products accumulate
+/// in fp32, then C = fl32(fl32(acc)·alpha) (+ bias in fp32), alpha the product of the operands'
+/// inverse scales.
+void gemm_fp8(Runtime& rt, int64_t m, int64_t n, int64_t k, const double* A, const double* B,
+              const double* bias, double* C, Layout layout, float alpha) {
+  gemm_dt(rt, DType::f32(), m, n, k, A, B, nullptr, C, layout);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float v = static_cast<float>(C[i * n + j]) * alpha;
+      if (bias) v = v + static_cast<float>(bias[j]);
+      C[i * n + j] = v;
+    }
+}
+
+GemmFn gemm_fp8_fn(Runtime* rt, float alpha) {
+  return [rt, alpha](int64_t m, int64_t n, int64_t k, const double* A, const double* B,
+                     double* C, Layout l) { gemm_fp8(*rt, m, n, k, A, B, nullptr, C, l, alpha); };
+}
+
+/// An op's input under an fp8 policy that opts the op in: quantized with its own per-tensor
+/// scale and handed to the op dequantized, fl32(q·(1/s)), as TE dequantizes; the op computes
+/// in fp32. The backward quantizes the gradient into the backward format with its own scale
+/// (trace name `grad_name`) and dequantizes it the same way.
+Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string& grad_name,
+                     const char* op) {
+  Runtime& rt = runtime();
+  const Fp8Config& cfg = fp8_state(rt).config();
+  Fp8Operand q = fp8_quantize(rt, name, cfg.fwd, x.data(), fwd_kind(*x.impl()), op);
+  for (double& v : q.q) v = static_cast<float>(v) * q.inv;
+  Ptr out = make_node("cast", x.shape(), DType::f32(), std::move(q.q), {x.ptr()});
+  out->name = name;
+  out->weight = x.impl()->weight;
+  if (out->requires_grad) {
+    TensorImpl* o = out.get();
+    Ptr xp = x.ptr();
+    Runtime* r = &rt;
+    out->backward_fn = [o, xp, r, grad_name, op]() {
+      const Format bwd = fp8_state(*r).config().bwd;
+      Fp8Operand g = fp8_quantize(*r, grad_name, bwd, o->grad, grad_kind(*xp), op);
+      for (double& v : g.q) v = static_cast<float>(v) * g.inv;
+      round_into(*r, xp->dtype, g.q, nullptr);
+      accumulate(*r, *xp, std::move(g.q));
+    };
+  }
+  return Tensor(out);
+}
+
+// ---- matmul's batched GEMMs --------------------------------------------------------------------
+
+/// A (..., m, k) · B (k, n) or (..., k, n) with the same batch dimensions.
+struct MatmulDims {
+  int64_t batch = 0, m = 0, n = 0, k = 0;
+  bool b2 = true;  ///< B is one 2-D matrix shared by the batch
+};
+
+MatmulDims matmul_dims(const Tensor& a, const Tensor& b) {
+  if (a.rank() < 2 || b.rank() < 2)
+    throw InputError("matmul needs operands of rank >= 2, got " + shape_str(a.shape()) +
+                     " and " + shape_str(b.shape()));
+  MatmulDims d;
+  d.m = a.dim(-2);
+  d.k = a.dim(-1);
+  d.n = b.dim(-1);
+  if (b.dim(-2) != d.k)
+    throw InputError("matmul shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                     " do not match");
+  d.b2 = b.rank() == 2;
+  if (!d.b2 && (b.rank() != a.rank() ||
+                !std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin())))
+    throw InputError("matmul batch dimensions of " + shape_str(a.shape()) + " and " +
+                     shape_str(b.shape()) + " differ");
+  d.batch = (d.m * d.k != 0) ? a.numel() / (d.m * d.k) : 0;
+  return d;
+}
+
+/// Y = A·B.
+Vec mm_forward(const MatmulDims& d, const double* A, const double* B, const GemmFn& gemm) {
+  Vec y(size_t(d.batch * d.m * d.n));
+  if (d.b2) {
+    gemm(d.batch * d.m, d.n, d.k, A, B, y.data(), Layout::nn);
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i)
+      gemm(d.m, d.n, d.k, A + i * d.m * d.k, B + i * d.k * d.n, y.data() + i * d.m * d.n,
+           Layout::nn);
+  }
+  return y;
+}
+
+/// dA = G·Bᵀ.
+Vec mm_grad_a(const MatmulDims& d, const double* G, const double* B, const GemmFn& gemm) {
+  Vec g(size_t(d.batch * d.m * d.k));
+  if (d.b2) {
+    const Vec bt = transpose2d(B, d.k, d.n);
+    gemm(d.batch * d.m, d.k, d.n, G, bt.data(), g.data(), Layout::nt);
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i) {
+      const Vec bt = transpose2d(B + i * d.k * d.n, d.k, d.n);
+      gemm(d.m, d.k, d.n, G + i * d.m * d.n, bt.data(), g.data() + i * d.m * d.k, Layout::nt);
+    }
+  }
+  return g;
+}
+
+/// dB = Aᵀ·G (over the whole batch when B is shared).
+Vec mm_grad_b(const MatmulDims& d, const double* A, const double* G, const GemmFn& gemm) {
+  Vec g(size_t((d.b2 ? 1 : d.batch) * d.k * d.n));
+  if (d.b2) {
+    const Vec at = transpose2d(A, d.batch * d.m, d.k);
+    gemm(d.k, d.n, d.batch * d.m, at.data(), G, g.data(), Layout::tn);
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i) {
+      const Vec at = transpose2d(A + i * d.m * d.k, d.m, d.k);
+      gemm(d.k, d.n, d.m, at.data(), G + i * d.m * d.n, g.data() + i * d.k * d.n, Layout::tn);
+    }
+  }
+  return g;
+}
+
+Shape matmul_shape(const Tensor& a, const MatmulDims& d) {
+  Shape os = a.shape();
+  os.back() = d.n;
+  return os;
+}
+
+/// fp32 unless an input is fp64: where an fp8 GEMM's output goes.
+DType fp8_out_dtype(const Tensor& a, const Tensor& b) {
+  const DType dt = widest(a.dtype(), b.dtype());
+  return dt.is_low() ? DType::f32() : dt;
+}
+
+Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d);
+Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
+
 }  // namespace
 
 // ---- casts -----------------------------------------------------------------------------------
@@ -316,37 +507,16 @@ Tensor cast(const Tensor& x, const DType& dt, const std::string& name, TraceKind
 // ---- matmul and linear -----------------------------------------------------------------------
 
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
-  if (a0.rank() < 2 || b0.rank() < 2)
-    throw InputError("matmul needs operands of rank >= 2, got " + shape_str(a0.shape()) +
-                     " and " + shape_str(b0.shape()));
+  const MatmulDims d = matmul_dims(a0, b0);
+  if (fp8_lowers(OpKind::matmul)) return matmul_fp8(a0, b0, d);
   std::vector<Tensor> in{a0, b0};
   const DType dt = prepare(OpKind::matmul, in, {"input", "other"});
   const Tensor &a = in[0], &b = in[1];
-  const int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
-  if (b.dim(-2) != k)
-    throw InputError("matmul shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
-                     " do not match");
-  const bool b2 = b.rank() == 2;
-  if (!b2 && (b.rank() != a.rank() ||
-              !std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin())))
-    throw InputError("matmul batch dimensions of " + shape_str(a.shape()) + " and " +
-                     shape_str(b.shape()) + " differ");
-  const int64_t batch = (m * k != 0) ? a.numel() / (m * k) : 0;
   Runtime& rt = runtime();
-  Shape os = a.shape();
-  os.back() = n;
-  Vec y(size_t(batch * m * n));
-  if (b2) {
-    gemm_dt(rt, dt, batch * m, n, k, a.data().data(), b.data().data(), nullptr, y.data(),
-            Layout::nn);
-  } else {
-    for (int64_t i = 0; i < batch; ++i)
-      gemm_dt(rt, dt, m, n, k, a.data().data() + i * m * k, b.data().data() + i * k * n,
-              nullptr, y.data() + i * m * n, Layout::nn);
-  }
+  Vec y = mm_forward(d, a.data().data(), b.data().data(), gemm_in(&rt, dt));
   const TraceTag tag{scoped("output"), "matmul", TraceKind::activation};
   round_into(rt, dt, y, &tag);
-  Ptr out = make_node("matmul", os, dt, std::move(y), {a.ptr(), b.ptr()});
+  Ptr out = make_node("matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr ap = a.ptr(), bp = b.ptr();
@@ -354,35 +524,15 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     const TraceTag ta{scoped("grad_input"), "matmul", grad_kind(*ap)};
     const TraceTag tb{scoped("grad_other"), "matmul", grad_kind(*bp)};
     out->saved = {ap, bp};
-    out->backward_fn = [o, ap, bp, r, ta, tb, dt, batch, m, n, k, b2]() {
-      const double* G = o->grad.data();
+    out->backward_fn = [o, ap, bp, r, ta, tb, dt, d]() {
+      const GemmFn gemm = gemm_in(r, dt);
       if (ap->requires_grad) {
-        Vec g(ap->data.size());
-        if (b2) {
-          const Vec bt = transpose2d(bp->data.data(), k, n);
-          gemm_dt(*r, dt, batch * m, k, n, G, bt.data(), nullptr, g.data(), Layout::nt);
-        } else {
-          for (int64_t i = 0; i < batch; ++i) {
-            const Vec bt = transpose2d(bp->data.data() + i * k * n, k, n);
-            gemm_dt(*r, dt, m, k, n, G + i * m * n, bt.data(), nullptr, g.data() + i * m * k,
-                    Layout::nt);
-          }
-        }
+        Vec g = mm_grad_a(d, o->grad.data(), bp->data.data(), gemm);
         round_into(*r, ap->dtype, g, &ta);
         accumulate(*r, *ap, std::move(g));
       }
       if (bp->requires_grad) {
-        Vec g(bp->data.size());
-        if (b2) {
-          const Vec at = transpose2d(ap->data.data(), batch * m, k);
-          gemm_dt(*r, dt, k, n, batch * m, at.data(), G, nullptr, g.data(), Layout::tn);
-        } else {
-          for (int64_t i = 0; i < batch; ++i) {
-            const Vec at = transpose2d(ap->data.data() + i * m * k, m, k);
-            gemm_dt(*r, dt, k, n, m, at.data(), G + i * m * n, nullptr, g.data() + i * k * n,
-                    Layout::tn);
-          }
-        }
+        Vec g = mm_grad_b(d, ap->data.data(), o->grad.data(), gemm);
         round_into(*r, bp->dtype, g, &tb);
         accumulate(*r, *bp, std::move(g));
       }
@@ -400,9 +550,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   if (b0 && b0.numel() != nout)
     throw InputError("linear bias " + shape_str(b0.shape()) + " does not match weight " +
                      shape_str(w0.shape()));
-  const Policy* pol = context().policy;
-  if (pol && pol->fp8 && pol->rule(OpKind::linear) == CastRule::lower)
-    return linear_fp8(x0, w0, b0);
+  if (fp8_lowers(OpKind::linear)) return linear_fp8(x0, w0, b0);
   std::vector<Tensor> in{x0, w0, b0};
   const DType dt = prepare(OpKind::linear, in, {"input", "weight", "bias"});
   const Tensor &x = in[0], &w = in[1], &b = in[2];
@@ -451,87 +599,97 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
 
 namespace {
 
-// fp8 linear with delayed scaling: Y = (Xq·Wqᵀ)·(1/sx·1/sw) + b with an fp32 accumulator, the
-// gradients from Gq = fl_bwd(G·sg) likewise; everything outside the GEMM stays in fp32.
+/// The fp8 GEMMs of a matmul both of whose operands the config opts in: A and B in the forward
+/// format, the output gradient in the backward format, each with its own scale.
+Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
+  Runtime& rt = runtime();
+  const Fp8Config& cfg = fp8_state(rt).config();
+  const Fp8Operand aq =
+      fp8_quantize(rt, scoped("input"), cfg.fwd, a.data(), fwd_kind(*a.impl()), "matmul");
+  const Fp8Operand bq =
+      fp8_quantize(rt, scoped("other"), cfg.fwd, b.data(), fwd_kind(*b.impl()), "matmul");
+  Vec y = mm_forward(d, aq.q.data(), bq.q.data(), gemm_fp8_fn(&rt, aq.inv * bq.inv));
+  const DType dt = fp8_out_dtype(a, b);
+  const TraceTag tag{scoped("output"), "matmul", TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  Ptr out = make_node("matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
+  if (out->requires_grad) {
+    out->saved = {fp8_copy(aq.q, a.shape(), cfg.fwd, false),
+                  fp8_copy(bq.q, b.shape(), cfg.fwd, false)};
+    TensorImpl* o = out.get();
+    Ptr ap = a.ptr(), bp = b.ptr();
+    Runtime* r = &rt;
+    const std::string kg = scoped("grad_output");
+    const TraceTag ta{scoped("grad_input"), "matmul", grad_kind(*ap)};
+    const TraceTag tb{scoped("grad_other"), "matmul", grad_kind(*bp)};
+    out->backward_fn = [o, ap, bp, r, aq, bq, kg, ta, tb, d]() {
+      const Format bwd = fp8_state(*r).config().bwd;
+      const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "matmul");
+      if (ap->requires_grad) {
+        Vec ga = mm_grad_a(d, g.q.data(), bq.q.data(), gemm_fp8_fn(r, g.inv * bq.inv));
+        round_into(*r, ap->dtype, ga, &ta);
+        accumulate(*r, *ap, std::move(ga));
+      }
+      if (bp->requires_grad) {
+        Vec gb = mm_grad_b(d, aq.q.data(), g.q.data(), gemm_fp8_fn(r, g.inv * aq.inv));
+        round_into(*r, bp->dtype, gb, &tb);
+        accumulate(*r, *bp, std::move(gb));
+      }
+    };
+  }
+  return Tensor(out);
+}
+
+/// An fp8 linear layer (TE's Linear): Y = (Xq·Wqᵀ)·(1/sx·1/sw) + b with an fp32 accumulator;
+/// dgrad and wgrad from Gq = fl_bwd(G·sg) likewise. Outputs and gradients stay in fp32.
 Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
   Runtime& rt = runtime();
-  if (!rt.fp8) throw std::logic_error("fp8 policy without delayed-scaling state");
-  Fp8State& st = *rt.fp8;
-  const Fp8Config& cfg = st.config();
+  const Fp8Config& cfg = fp8_state(rt).config();
   const int64_t nout = w.dim(0), nin = w.dim(1);
   const int64_t M = nin ? x.numel() / nin : 0;
-  DType dt = widest(x.dtype(), w.dtype());
-  if (dt.is_low()) dt = DType::f32();
-  const std::string kx = scoped("input"), kw = scoped("weight"), kg = scoped("grad_output");
-  const TraceTag tx{kx, "linear", fwd_kind(*x.impl())};
-  const TraceTag tw{kw, "linear", TraceKind::weight};
-  Vec xq, wq;
-  const float sx = st.quantize(kx, cfg.fwd, x.data().data(), x.data().size(), xq, rt, &tx);
-  const float sw = st.quantize(kw, cfg.fwd, w.data().data(), w.data().size(), wq, rt, &tw);
-  const float inv_x = 1.0f / sx, inv_w = 1.0f / sw;
-  const Vec wqt = transpose2d(wq.data(), nout, nin);
+  const Fp8Operand xq =
+      fp8_quantize(rt, scoped("input"), cfg.fwd, x.data(), fwd_kind(*x.impl()), "linear");
+  const Fp8Operand wq =
+      fp8_quantize(rt, scoped("weight"), cfg.fwd, w.data(), TraceKind::weight, "linear");
+  const Vec wqt = transpose2d(wq.q.data(), nout, nin);
   Vec y(size_t(M * nout));
-  gemm_dt(rt, DType::f32(), M, nout, nin, xq.data(), wqt.data(), nullptr, y.data(), Layout::nt);
-  const float alpha = inv_x * inv_w;
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < nout; ++j) {
-      float v = static_cast<float>(y[size_t(i * nout + j)]) * alpha;
-      if (b) v = v + static_cast<float>(b.data()[size_t(j)]);
-      y[size_t(i * nout + j)] = v;
-    }
-  Ptr out = linear_output(rt, dt, x, w, b, nout, std::move(y));
+  gemm_fp8(rt, M, nout, nin, xq.q.data(), wqt.data(), b ? b.data().data() : nullptr, y.data(),
+           Layout::nt, xq.inv * wq.inv);
+  Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
-    // The fp8 copies are what the backward keeps (memory accounting).
-    auto keep = [&](const Vec& q, const Shape& s) {
-      auto t = std::make_shared<TensorImpl>();
-      t->shape = s;
-      t->dtype = DType::low(cfg.fwd);
-      t->data = q;
-      return t;
-    };
-    auto xqt = keep(xq, x.shape());
-    auto wqt_keep = keep(wq, w.shape());
-    wqt_keep->weight = true;
-    out->saved = {xqt, wqt_keep};
+    out->saved = {fp8_copy(xq.q, x.shape(), cfg.fwd, false),
+                  fp8_copy(wq.q, w.shape(), cfg.fwd, true)};
     TensorImpl* o = out.get();
     Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
     Runtime* r = &rt;
-    Fp8State* stp = &st;
-    const TraceTag tg{kg, "linear", TraceKind::activation_grad};
+    const std::string kg = scoped("grad_output");
     const TraceTag tgx{scoped("grad_input"), "linear", grad_kind(*xp)};
     const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
     const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
-    out->backward_fn = [o, xp, wp, bp, r, stp, xq, wq, inv_x, inv_w, kg, tg, tgx, tgw, tgb, M,
-                        nin, nout]() {
-      Vec gq;
-      const float sg = stp->quantize(kg, stp->config().bwd, o->grad.data(), o->grad.size(), gq,
-                                     *r, &tg);
-      const float inv_g = 1.0f / sg;
+    out->backward_fn = [o, xp, wp, bp, r, xq, wq, kg, tgx, tgw, tgb, M, nin, nout]() {
+      const Format bwd = fp8_state(*r).config().bwd;
+      const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "linear");
       if (xp->requires_grad) {
-        Vec g(size_t(M * nin));
-        gemm_dt(*r, DType::f32(), M, nin, nout, gq.data(), wq.data(), nullptr, g.data(),
-                Layout::nn);
-        const float a = inv_g * inv_w;
-        for (double& v : g) v = static_cast<float>(v) * a;
-        round_into(*r, xp->dtype, g, &tgx);
-        accumulate(*r, *xp, std::move(g));
+        Vec gx(size_t(M * nin));
+        gemm_fp8(*r, M, nin, nout, g.q.data(), wq.q.data(), nullptr, gx.data(), Layout::nn,
+                 g.inv * wq.inv);
+        round_into(*r, xp->dtype, gx, &tgx);
+        accumulate(*r, *xp, std::move(gx));
       }
       if (wp->requires_grad) {
-        const Vec gt = transpose2d(gq.data(), M, nout);
-        Vec g(size_t(nout * nin));
-        gemm_dt(*r, DType::f32(), nout, nin, M, gt.data(), xq.data(), nullptr, g.data(),
-                Layout::tn);
-        const float a = inv_g * inv_x;
-        for (double& v : g) v = static_cast<float>(v) * a;
-        round_into(*r, wp->dtype, g, &tgw);
-        accumulate(*r, *wp, std::move(g));
+        const Vec gt = transpose2d(g.q.data(), M, nout);
+        Vec gw(size_t(nout * nin));
+        gemm_fp8(*r, nout, nin, M, gt.data(), xq.q.data(), nullptr, gw.data(), Layout::tn,
+                 g.inv * xq.inv);
+        round_into(*r, wp->dtype, gw, &tgw);
+        accumulate(*r, *wp, std::move(gw));
       }
       if (bp && bp->requires_grad) {
-        Vec g(size_t(nout), 0.0);
+        Vec gb(size_t(nout), 0.0);
         for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < nout; ++j) g[size_t(j)] += o->grad[size_t(i * nout + j)];
-        round_into(*r, bp->dtype, g, &tgb);
-        accumulate(*r, *bp, std::move(g));
+          for (int64_t j = 0; j < nout; ++j) gb[size_t(j)] += o->grad[size_t(i * nout + j)];
+        round_into(*r, bp->dtype, gb, &tgb);
+        accumulate(*r, *bp, std::move(gb));
       }
     };
   }

@@ -60,6 +60,12 @@ CastRule parse_rule(std::string_view name) {
                    "' (rules: lower fp32 promote input)");
 }
 
+const char* scaling_name(Fp8Scaling s) {
+  return s == Fp8Scaling::current ? "current" : "delayed";
+}
+
+const char* amax_algo_name(AmaxAlgo a) { return a == AmaxAlgo::most_recent ? "most_recent" : "max"; }
+
 bool Policy::master_weights() const {
   if (param_dtype != DType::f32()) return false;
   if (fp8) return true;
@@ -107,15 +113,17 @@ Policy preset_policy(std::string_view name) {
     return p;
   }
   if (n == "fp8-hybrid") {
-    // Transformer Engine's HYBRID recipe: e4m3 forward, e5m2 gradients, saturating casts
-    // (__NV_SATFINITE), fp32 everywhere else.
+    // Transformer Engine's HYBRID recipe: only a linear layer's GEMM operands are fp8 (input
+    // and weight in e4m3, the output gradient in e5m2, saturating casts as __NV_SATFINITE),
+    // each with its own per-tensor scale; GEMMs accumulate in fp32 and everything else,
+    // attention's matmuls included, stays fp32 unless the config opts an op in.
     Policy p;
     p.name = n;
     p.fp8 = true;
     p.fp8_config.fwd = parse_format("e4m3:sat");
     p.fp8_config.bwd = parse_format("e5m2:sat");
     p.low = DType::low(p.fp8_config.fwd);
-    for (OpKind k : {OpKind::matmul, OpKind::linear}) p.set(k, CastRule::lower);
+    p.set(OpKind::linear, CastRule::lower);
     return p;
   }
   std::string list;

@@ -357,7 +357,11 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   if (c.policy.fp8) {
     pol["fp8_forward"] = format_name(c.policy.fp8_config.fwd);
     pol["fp8_backward"] = format_name(c.policy.fp8_config.bwd);
-    pol["amax_history_len"] = c.policy.fp8_config.amax_history_len;
+    pol["scaling"] = scaling_name(c.policy.fp8_config.scaling);
+    if (c.policy.fp8_config.scaling == Fp8Scaling::delayed) {
+      pol["amax_history_len"] = c.policy.fp8_config.amax_history_len;
+      pol["amax_compute_algo"] = amax_algo_name(c.policy.fp8_config.amax_compute_algo);
+    }
     pol["margin"] = c.policy.fp8_config.margin;
   }
   json rules = json::object();

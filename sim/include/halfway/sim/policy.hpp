@@ -33,15 +33,27 @@ enum class CastRule : uint8_t { input, lower, fp32, promote };  // input = 0: th
 const char* rule_name(CastRule r);
 CastRule parse_rule(std::string_view name);
 
-/// fp8 with per-tensor delayed scaling (Transformer Engine's recipe): lowered ops quantize
-/// their inputs to `fwd` (activations, weights) and their output gradient to `bwd`, each with
-/// scale = (max finite / amax over the history) / 2^margin.
+/// How an fp8 cast picks its per-tensor scale (Transformer Engine's recipes).
+/// `delayed`: DelayedScaling, from an amax history of earlier casts of the same tensor;
+/// `current`: Float8CurrentScaling, from the amax of the tensor being cast.
+enum class Fp8Scaling : uint8_t { delayed, current };
+/// DelayedScaling's amax_compute_algo: the largest amax of the history, or the latest one.
+enum class AmaxAlgo : uint8_t { max, most_recent };
+
+/// fp8 with per-tensor scaling (Transformer Engine's HYBRID recipe): a linear layer's GEMM
+/// operands are quantized, input and weight to `fwd`, the output gradient to `bwd`, each with
+/// its own scale = fp8 max · 2^-margin / amax; GEMMs accumulate in fp32 and their outputs stay
+/// in fp32. Ops a config opts in (`[precision.ops] op = "lower"`) get their own scaled casts.
 struct Fp8Config {
   Format fwd;
   Format bwd;
+  Fp8Scaling scaling = Fp8Scaling::delayed;
   int amax_history_len = 1024;
+  AmaxAlgo amax_compute_algo = AmaxAlgo::max;
   int margin = 0;
 };
+const char* scaling_name(Fp8Scaling s);
+const char* amax_algo_name(AmaxAlgo a);
 
 struct Policy {
   std::string name = "fp32";
@@ -52,7 +64,7 @@ struct Policy {
   /// Accumulation model of matmul/linear (see accumulate.hpp): "fp32" for the CUDA presets
   /// (cuBLAS with an fp32 compute type), "torch-cpu" for torch-cpu-bf16.
   std::string accumulation = "fp32";
-  bool fp8 = false;                  ///< lowered ops use fp8 with delayed scaling
+  bool fp8 = false;                  ///< lowered ops use scaled fp8 (fp8_config)
   Fp8Config fp8_config{};
 
   CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }

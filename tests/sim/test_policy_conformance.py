@@ -1,0 +1,218 @@
+"""Every precision preset does exactly what docs/sim.md's policy table says.
+
+The table is parsed from the documentation, not restated here. For every preset, one traced
+step of the tiny transformer and one of the MLP are run, and every low-precision rounding in
+trace.csv must be allowed by the preset's row:
+  - its dtype is one of the row's "low-precision dtypes" (fp32: no rounding at all);
+  - where the row qualifies a dtype with "(op: role, role)", the rounding comes from that op
+    and is one of those operands (fp8-hybrid: only a linear layer's input, weight and output
+    gradient, and every linear layer has all three);
+  - no op on the row's "fp32" list rounds into a low dtype;
+  - every op on the "lower" list, and for "everything in the low dtype" every op the models
+    run, rounds into the low dtype.
+A preset the tool knows but the table lacks (or the reverse) fails too.
+
+usage: test_policy_conformance.py PATH/TO/halfway
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simtest  # noqa: E402
+
+DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "sim.md")
+
+MODELS = {
+    "transformer": """\
+[model]
+kind = "transformer"
+vocab = 16
+seq_len = 8
+d_model = 32
+heads = 2
+blocks = 1
+[data]
+synthetic = "copy"
+batch_size = 16
+n = 64
+[loss]
+kind = "cross_entropy"
+""",
+    "mlp": """\
+[model]
+kind = "mlp"
+layers = [16, 64, 64, 1]
+activation = "gelu"
+[data]
+synthetic = "regression"
+batch_size = 16
+n = 64
+[loss]
+kind = "mse"
+""",
+}
+
+TAIL = """\
+[optimizer]
+kind = "adam"
+lr = 0.003
+[precision]
+policy = "{policy}"
+[scaler]
+kind = "none"
+[run]
+steps = {steps}
+seed = 0
+"""
+
+
+def split_list(cell):
+    """'a, b (note, more), c' -> ['a', 'b', 'c']; a cell starting with an em dash -> []."""
+    cell = re.sub(r"\([^)]*\)", "", cell).strip()
+    if cell.startswith("\u2014"):
+        return []
+    return [x.strip() for x in cell.split(",") if x.strip()]
+
+
+def parse_dtypes(cell):
+    """'fp16' or 'e4m3:sat (linear: input, weight), e5m2:sat (linear: grad_output)' ->
+    {dtype: None | (op, {roles})}."""
+    out = {}
+    if cell.strip().startswith("\u2014"):
+        return out
+    for m in re.finditer(r"([\w:]+)(?:\s*\((\w+):\s*([\w, ]+)\))?", cell):
+        dtype, op, roles = m.group(1), m.group(2), m.group(3)
+        out[dtype] = (op, {r.strip() for r in roles.split(",")}) if op else None
+    return out
+
+
+def policy_table():
+    with open(DOC) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("| preset | low-precision dtypes"))
+    rows = {}
+    for l in lines[start + 2:]:
+        if not l.startswith("|"):
+            break
+        cells = [c.strip() for c in l.strip().strip("|").split("|")]
+        name = cells[0].strip("`")
+        lower = cells[2]
+        rows[name] = {
+            "dtypes": parse_dtypes(cells[1]),
+            "everything": "everything in the low dtype" in lower,
+            "lower": [] if "everything" in lower else split_list(lower),
+            "fp32": split_list(cells[3]),
+        }
+    return rows
+
+
+def tool_presets(halfway, w):
+    """The presets the tool itself lists when asked for an unknown one."""
+    path = w.write("bad.toml", MODELS["mlp"] + TAIL.format(policy="no-such-policy", steps=1))
+    r = simtest.run(halfway, "train", path, "--out", w.file("bad"))
+    m = re.search(r"presets: ([^;)]*)", r.stderr)
+    simtest.check(r.returncode == 2 and m, "unknown policy is refused with the preset list: "
+                  + r.stderr)
+    return m.group(1).split()
+
+
+def traced_step(halfway, w, model, policy):
+    tag = "%s-%s" % (model, policy)
+    path = w.write(tag + ".toml", MODELS[model] + TAIL.format(policy=policy, steps=1))
+    simtest.train(halfway, path, w.file(tag))
+    return simtest.read_csv(os.path.join(w.file(tag), "trace.csv"))
+
+
+def scope_role(name):
+    """'blocks.0.attn.q.weight' -> ('blocks.0.attn.q', 'weight')."""
+    scope, _, role = name.rpartition(".")
+    return scope, role
+
+
+def check_preset(name, row, traces, all_ops, linear_scopes):
+    errors = []
+    dtypes = row["dtypes"]
+    seen_ops = {}
+    for model, rows in traces.items():
+        fp8_roles = {}
+        for r in rows:
+            what = "%s/%s: %s (op %s, %s)" % (name, model, r["name"], r["op"], r["dtype"])
+            if r["dtype"] not in dtypes:
+                errors.append(what + ": dtype not in the table's " + str(sorted(dtypes)))
+                continue
+            if r["op"] in row["fp32"]:
+                errors.append(what + ": op is on the fp32 list")
+            q = dtypes[r["dtype"]]
+            if q is not None:
+                scope, role = scope_role(r["name"])
+                if r["op"] != q[0] or role not in q[1]:
+                    errors.append(what + ": only %s's %s may be %s" % (q[0], sorted(q[1]),
+                                                                       r["dtype"]))
+                else:
+                    fp8_roles.setdefault(scope, set()).add(role)
+            seen_ops.setdefault(r["op"], set()).add(r["dtype"])
+        qualified = [q for q in dtypes.values() if q is not None]
+        if qualified:
+            want = set().union(*(q[1] for q in qualified))
+            for scope in linear_scopes[model]:
+                if fp8_roles.get(scope) != want:
+                    errors.append("%s/%s: linear layer %s has fp8 %s, the table says %s"
+                                  % (name, model, scope, sorted(fp8_roles.get(scope, [])),
+                                     sorted(want)))
+    for op in row["lower"]:
+        if not seen_ops.get(op):
+            errors.append("%s: op %s is on the lower list but never rounds into %s"
+                          % (name, op, sorted(dtypes)))
+    if row["everything"]:
+        for op in sorted(all_ops - set(seen_ops) - {"cast"}):
+            errors.append("%s: everything should be in the low dtype, but op %s never is"
+                          % (name, op))
+    if not dtypes and any(traces.values()):
+        errors.append("%s: the table lists no low-precision dtype, yet %d roundings were traced"
+                      % (name, sum(len(t) for t in traces.values())))
+    return errors
+
+
+def main(halfway):
+    w = simtest.Workdir("policy_conformance")
+    try:
+        table = policy_table()
+        presets = tool_presets(halfway, w)
+        simtest.check(sorted(table) == sorted(presets),
+                      "docs/sim.md's table lists %s, the tool knows %s" % (sorted(table),
+                                                                           sorted(presets)))
+        traces = {p: {m: traced_step(halfway, w, m, p) for m in MODELS} for p in presets}
+        # The ops that round into a low dtype under any preset, and the models' linear layers
+        # (from the autocast run, where each has a low-precision output).
+        all_ops, linear_scopes = set(), {}
+        for p in presets:
+            for m, rows in traces[p].items():
+                all_ops |= {r["op"] for r in rows}
+        for m, rows in traces["torch-cuda-fp16"].items():
+            linear_scopes[m] = sorted({scope_role(r["name"])[0] for r in rows
+                                       if r["op"] == "linear" and r["name"].endswith(".output")})
+        simtest.check(len(linear_scopes["mlp"]) == 3 and len(linear_scopes["transformer"]) == 7,
+                      "linear layers found: %s" % linear_scopes)
+        errors = []
+        for p in presets:
+            e = check_preset(p, table[p], traces[p], all_ops, linear_scopes)
+            n = sum(len(t) for t in traces[p].values())
+            print("%-16s %5d traced roundings: %s" % (p, n, "ok" if not e else "%d errors" % len(e)))
+            errors += e
+        # Negative control: the table's fp8-hybrid row must reject a rounding it does not allow.
+        bad = dict(traces["fp8-hybrid"])
+        bad["transformer"] = bad["transformer"] + [{
+            "name": "blocks.0.attn.proj.grad_input", "op": "linear", "dtype": "e4m3:sat"}]
+        simtest.check(check_preset("fp8-hybrid", table["fp8-hybrid"], bad, all_ops, linear_scopes),
+                      "negative control: an e4m3 grad_input is reported")
+        for e in errors[:40]:
+            print("FAIL " + e)
+        simtest.check(not errors, "%d rounding(s) the documentation does not allow" % len(errors))
+        print("all %d presets conform to docs/sim.md's table" % len(presets))
+    finally:
+        w.cleanup()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
