@@ -1,9 +1,12 @@
 """One figure style for every experiment, and helpers that read a sweep's results.
 
 Figures use the Okabe-Ito colour-blind-safe palette, labelled axes with units, shaded format
-ranges, and a caption line naming the sweep (file and definition hash), halfway's version and
-the git revision of the build that produced the results. `save` writes PNG and PDF without
-timestamps, so the same results give the same files.
+ranges, legends outside the data (`legend_right`, `legend_below`), and a caption line naming the
+sweep (file and definition hash), halfway's version and the git revision of the build that
+produced the results, set below everything else. `save` writes PNG and PDF without timestamps,
+so the same results give the same files, and NAME.texts.json: every text of the figure except
+tick labels (titles, axis labels, legend entries, annotations, the caption), so that a test can
+check each number a figure prints against the results.
 
 Plot scripts read only results: `sweep.csv`, `sweep.json` and the run folders.
 """
@@ -27,6 +30,8 @@ FP16_MAX = 65504.0
 BF16_MIN_SUB = 2.0 ** -133
 BF16_MIN_NORMAL = 2.0 ** -126
 BF16_MAX = 3.3895313892515355e38
+
+CAPTION_GID = "halfway-caption"
 
 
 def setup():
@@ -67,6 +72,12 @@ def read_run_csv(results, row, name):
     return pd.read_csv(run_file(results, row, name))
 
 
+def run_config(results, row):
+    """The full config of one run (its manifest's `config`), as a dict."""
+    with open(run_file(results, row, "manifest.json")) as f:
+        return json.load(f)["config"]
+
+
 def provenance(results):
     """'sweep FILE (hash H), halfway V, git REV' from the results folder."""
     df, d = load(results)
@@ -79,16 +90,126 @@ def provenance(results):
         d.get("sweep_file", "?"), d.get("sweep_hash", "?")[:12], len(df), version, rev[:12])
 
 
-def caption(fig, results, extra=""):
-    text = provenance(results)
-    if extra:
-        text = extra + " | " + text
-    fig.text(0.005, 0.005, text, fontsize=6, color="#555555", ha="left", va="bottom")
+def caption(fig, results, extra="", text=None):
+    """The caption line (`extra | provenance`, or `text` as given); `save` sets it below the
+    axes and legends."""
+    if text is None:
+        text = provenance(results)
+        if extra:
+            text = extra + " | " + text
+    fig.text(0.005, 0.005, text, fontsize=6, color="#555555", ha="left", va="top",
+             gid=CAPTION_GID)
+
+
+def _unique(handles, labels):
+    seen, h2, l2 = set(), [], []
+    for h, lab in zip(handles, labels):
+        if lab and not lab.startswith("_") and lab not in seen:
+            seen.add(lab)
+            h2.append(h)
+            l2.append(lab)
+    return h2, l2
+
+
+def legend_right(ax, **kw):
+    """The axes' legend outside it, to its right (off the data)."""
+    h, lab = _unique(*ax.get_legend_handles_labels())
+    kw.setdefault("fontsize", 7)
+    return ax.legend(h, lab, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                     **kw)
+
+
+def legend_below(fig, axes, ncol=3, extra=(), **kw):
+    """One legend for `axes` (entries with the same label drawn once, plus `extra` (handle,
+    label) pairs) under the figure's axes, off the data; call after tight_layout. `save` puts
+    the caption below it."""
+    hs, ls = [], []
+    for a in axes:
+        h, lab = a.get_legend_handles_labels()
+        hs += h
+        ls += lab
+    for h, lab in extra:
+        hs.append(h)
+        ls.append(lab)
+    # Bars (the data of a histogram) before lines and shades.
+    from matplotlib.container import Container
+    order = sorted(range(len(hs)), key=lambda i: not isinstance(hs[i], Container))
+    hs, ls = _unique([hs[i] for i in order], [ls[i] for i in order])
+    r = fig.canvas.get_renderer()
+    y0 = min(a.get_tightbbox(r).y0 for a in fig.axes)
+    y = fig.transFigure.inverted().transform((0, y0))[1]
+    kw.setdefault("fontsize", 7)
+    return fig.legend(hs, ls, loc="upper center", bbox_to_anchor=(0.5, y - 0.01), ncol=ncol,
+                      frameon=False, **kw)
+
+
+def _place_caption(fig):
+    """Move the caption under everything else that is drawn (axes, their labels, legends)."""
+    caps = [t for t in fig.texts if t.get_gid() == CAPTION_GID]
+    if not caps:
+        return
+    r = fig.canvas.get_renderer()
+    for c in caps:
+        c.set_visible(False)
+    boxes = [a.get_tightbbox(r) for a in fig.axes] + [
+        lg.get_window_extent(r) for lg in fig.legends] + [
+        t.get_window_extent(r) for t in fig.texts if t.get_visible()]
+    y0 = min(b.y0 for b in boxes if b is not None)
+    x0 = min(b.x0 for b in boxes if b is not None)
+    inv = fig.transFigure.inverted()
+    x, y = inv.transform((x0, y0 - 4))
+    for c in caps:
+        c.set_visible(True)
+        c.set_position((x, y))
+
+
+def figure_texts(fig):
+    """Every non-empty visible text of the figure except tick labels and axis offset texts, in
+    drawing-tree order: [{"role": ..., "text": ...}]."""
+    from matplotlib.axis import Axis, Tick
+    from matplotlib.legend import Legend
+    from matplotlib.text import Annotation, Text
+
+    roles = {}
+    for ax in fig.axes:
+        for t, role in ((ax.title, "title"), (ax._left_title, "title"),
+                        (ax._right_title, "title"), (ax.xaxis.label, "xlabel"),
+                        (ax.yaxis.label, "ylabel")):
+            roles[id(t)] = role
+    if fig._suptitle is not None:
+        roles[id(fig._suptitle)] = "suptitle"
+    out, seen = [], set()
+
+    def walk(a, in_legend):
+        if isinstance(a, Tick) or id(a) in seen:
+            return
+        seen.add(id(a))
+        if isinstance(a, Axis):
+            skip = {id(a.offsetText)}
+        else:
+            skip = set()
+        if isinstance(a, Text) and a.get_visible() and a.get_text().strip():
+            if a.get_gid() == CAPTION_GID:
+                role = "caption"
+            elif isinstance(a, Annotation):
+                role = "annotation"
+            elif in_legend:
+                role = "legend title" if a is in_legend.get_title() else "legend"
+            else:
+                role = roles.get(id(a), "text")
+            out.append({"role": role, "text": a.get_text()})
+        for c in a.get_children():
+            if id(c) not in skip:
+                walk(c, a if isinstance(a, Legend) else in_legend)
+
+    walk(fig, None)
+    return out
 
 
 def shade_fp16(ax, axis="x", log2=True, bf16=True, labels=True):
     """Shade fp16's underflow, subnormal and normal ranges on a magnitude axis (log2 units when
-    `log2`, else the values), and mark bf16's range for comparison."""
+    `log2`, else the values), mark its largest finite value, and bf16's smallest normal for
+    comparison. Every shade and line has a legend label (with `labels`)."""
     import math
 
     def t(v):
@@ -98,17 +219,19 @@ def shade_fp16(ax, axis="x", log2=True, bf16=True, labels=True):
     line = ax.axvline if axis == "x" else ax.axhline
     lo, hi = (ax.get_xlim() if axis == "x" else ax.get_ylim())
     span(min(lo, t(FP16_MIN_SUB) - 1), t(FP16_MIN_SUB) - 1, color="#D55E00", alpha=0.10, lw=0,
-         label="fp16 underflow (→ 0)" if labels else None)
-    span(t(FP16_MIN_SUB) - 1, t(FP16_MIN_NORMAL), color="#E69F00", alpha=0.15, lw=0,
-         label="fp16 subnormal" if labels else None)
-    span(t(FP16_MIN_NORMAL), t(FP16_MAX), color="#009E73", alpha=0.08, lw=0,
-         label="fp16 normal" if labels else None)
-    line(t(FP16_MAX), color="#D55E00", lw=0.8, ls="--")
+         zorder=0,
+         label="fp16 underflow: |x| ≤ 2^-25 rounds to 0" if labels else None)
+    span(t(FP16_MIN_SUB) - 1, t(FP16_MIN_NORMAL), color="#E69F00", alpha=0.15, lw=0, zorder=0,
+         label="fp16 subnormal: 2^-25 < |x| < 2^-14" if labels else None)
+    span(t(FP16_MIN_NORMAL), t(FP16_MAX), color="#009E73", alpha=0.08, lw=0, zorder=0,
+         label="fp16 normal: 2^-14 ≤ |x| ≤ 65504" if labels else None)
+    line(t(FP16_MAX), color="#D55E00", lw=0.8, ls="--",
+         label="fp16 largest finite value 65504" if labels else None)
     if bf16:
         for v in (BF16_MIN_NORMAL,):
             if lo <= t(v) <= hi:
                 line(t(v), color="#0072B2", lw=0.8, ls=":",
-                     label="bf16 smallest normal" if labels else None)
+                     label="bf16 smallest normal 2^-126" if labels else None)
     if axis == "x":
         ax.set_xlim(lo, hi)
     else:
@@ -116,9 +239,11 @@ def shade_fp16(ax, axis="x", log2=True, bf16=True, labels=True):
 
 
 def save(fig, results, name):
-    """Write figures/NAME.png and figures/NAME.pdf under the results folder."""
+    """Write figures/NAME.png and figures/NAME.pdf under the results folder, and
+    figures/NAME.texts.json (`figure_texts`)."""
     out = os.path.join(results, "figures")
     os.makedirs(out, exist_ok=True)
+    _place_caption(fig)
     paths = []
     for ext, meta in (("png", {"Software": None}),
                       ("pdf", {"CreationDate": None, "ModDate": None, "Producer": None,
@@ -126,5 +251,8 @@ def save(fig, results, name):
         p = os.path.join(out, name + "." + ext)
         fig.savefig(p, metadata=meta, bbox_inches="tight")
         paths.append(p)
+    with open(os.path.join(out, name + ".texts.json"), "w") as f:
+        json.dump(figure_texts(fig), f, indent=1, ensure_ascii=False)
+        f.write("\n")
     plt.close(fig)
     return paths

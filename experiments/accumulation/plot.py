@@ -40,12 +40,12 @@ def main(results):
     ax.set_xlabel("dot-product length n")
     ax.set_ylabel("relative error |computed − exact| / exact")
     ax.set_title("accumulation error against length (fp16 inputs uniform in [0, 1))")
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.text(0.005, 0.005, "median over %d trials, band: min-max; 0 drawn at 1e-12 | %s, seed "
-             "%d, halfway %s, git %s" % (man["trials"], man["config_file"], man["seed"],
-                                         man["halfway_version"], man["git_revision"][:12]),
-             fontsize=6, color="#555555")
+    style.legend_right(ax)
+    fig.tight_layout()
+    style.caption(fig, results, text="median over %d trials, band: min-max; 0 drawn at 1e-12 | "
+                  "%s, seed %d, halfway %s, git %s"
+                  % (man["trials"], man["config_file"], man["seed"], man["halfway_version"],
+                     man["git_revision"][:12]))
     style.save(fig, results, "accumulation")
     print(df.groupby(["model", "n"], sort=False)["rel_error"].median().unstack().to_string())
 

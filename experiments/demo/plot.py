@@ -31,7 +31,6 @@ def main(results):
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("training loss (mean squared error)")
     ax[0].set_title("loss")
-    ax[0].legend()
 
     for c in cases:
         s = steps[c]
@@ -42,7 +41,6 @@ def main(results):
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("gradient values flushed to zero (%)")
     ax[1].set_title("underflow in low-precision gradients")
-    ax[1].legend()
 
     ref = "fp16-noscale"
     if ref in steps:
@@ -61,8 +59,8 @@ def main(results):
     ax[2].set_xlabel("step")
     ax[2].set_ylabel("loss scale (log2)")
     ax[2].set_title("fp16 loss scale and its safe window")
-    ax[2].legend(loc="best")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.tight_layout()
+    style.legend_below(fig, ax, ncol=4)
     style.caption(fig, results, "fp16 underflow below 2^-25, subnormal below 2^-14; "
                                 "bf16 normal down to 2^-126")
     paths = style.save(fig, results, "demo")

@@ -29,16 +29,17 @@ def main(results):
                 label=lab)
         sk = s[s["skipped"] != 0]
         ax.plot(sk["step"], [math.log2(v) for v in sk["loss_scale"]], "x", color=c, ms=5,
-                label="skipped steps (%d)" % len(sk))
+                label="growth_interval = %d: %d skipped steps (x)"
+                % (row["scaler.growth_interval"], len(sk)))
         axes[1].plot(s["step"], s["loss"], color=c, lw=1, label=lab)
     axes[0].set_ylabel("loss scale (log2)")
     axes[0].set_title("dynamic loss scaling, tiny transformer, torch-cuda-fp16")
-    axes[0].legend(fontsize=7, loc="best")
+    style.legend_right(axes[0])
     axes[1].set_yscale("log")
     axes[1].set_xlabel("step")
     axes[1].set_ylabel("training loss (nats)")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    style.legend_right(axes[1])
+    fig.tight_layout()
     style.caption(fig, results, "x: step skipped because a scaled gradient overflowed fp16 "
                                 "(max 65504)")
     style.save(fig, results, "dynamic_scaler")

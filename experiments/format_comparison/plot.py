@@ -19,22 +19,30 @@ def main(results):
     models = list(dict.fromkeys(df["model"]))
     formats = list(dict.fromkeys(df["format"]))
     fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.8), squeeze=False)
+    # One legend for all panels: a format's label names its number of seeds in each panel.
+    seeds = df.groupby(["format", "model"], sort=False).size()
+    labels = {}
+    for f in formats:
+        counts = [int(seeds.get((f, m), 0)) for m in models]
+        labels[f] = "%s (%s seeds)" % (f, counts[0] if len(set(counts)) == 1 else
+                                       ", ".join("%s %d" % (m, c) for m, c in zip(models, counts)))
     for a, m in zip(axes[0], models):
         for i, f in enumerate(formats):
             sel = df[(df["model"] == m) & (df["format"] == f)]
+            if not len(sel):
+                continue
             curves = pd.concat([style.read_run_csv(results, r, "steps.csv").set_index("step")["loss"]
                                 for _, r in sel.iterrows()], axis=1)
             c = style.color(i)
-            a.plot(curves.index, curves.median(axis=1), color=c, lw=1.2,
-                   label="%s (%d seeds)" % (f, curves.shape[1]))
+            a.plot(curves.index, curves.median(axis=1), color=c, lw=1.2, label=labels[f])
             a.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=c,
                            alpha=0.2, lw=0)
         a.set_yscale("log")
         a.set_xlabel("step")
         a.set_ylabel("training loss (%s)" % ("mean squared error" if m == "mlp" else "cross-entropy, nats"))
         a.set_title(m)
-        a.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout()
+    style.legend_below(fig, axes[0], ncol=len(formats))
     style.caption(fig, results, "line: median over seeds; band: min-max")
     style.save(fig, results, "format_comparison")
     print(df.groupby(["model", "format"], sort=False)["final_loss"]

@@ -59,7 +59,8 @@ def main(results):
     fig.colorbar(im, ax=ax, label="underflow (% of the tensor's values)")
 
     ax2 = fig.add_subplot(gs[1])
-    ax2.plot(ks, df["final_loss"], "o-", color=style.color(0), ms=3, label="final loss")
+    ax2.plot(ks, df["final_loss"], "o-", color=style.color(0), ms=3,
+             label="middle: final loss of each run")
     ax2.set_yscale("log")
     ax2.set_xlabel("loss scale (log2)")
     ax2.set_ylabel("final training loss (mean squared error)")
@@ -68,9 +69,9 @@ def main(results):
     ax3 = fig.add_subplot(gs[2])
     floor = 1e-5  # zero is drawn on the axis floor of the log scale
     ax3.plot(ks, np.maximum(100.0 * df["grad_underflow_fraction"], floor), "o",
-             color=style.color(0), ms=4, label="measured (each run)")
+             color=style.color(0), ms=4, label="right: underflow measured in each run")
     ax3.plot(pred_frac.index, np.maximum(pred_frac.values, floor), "-", color=style.color(1),
-             label="predicted from the run at 2^%d" % ks[0])
+             label="right: underflow predicted from the run at 2^%d" % ks[0])
     ax3.set_xlim(ks[0] - 0.5, ks[-1] + 0.5)
     ax3.set_yscale("log")
     ax3.set_ylim(floor / 2, 100)
@@ -79,19 +80,21 @@ def main(results):
     ax3.set_title("one traced run predicts the sweep")
     over = df[df["found_inf_steps"] > 0]
     if len(over):
-        ax3.axvline(math.log2(over["scaler.scale"].min()) - 0.5, color=style.color(3), lw=1,
-                    label="measured: first scale with overflow")
+        k = int(round(math.log2(over["scaler.scale"].min())))
+        ax3.axvline(k - 0.5, color=style.color(3), lw=1,
+                    label="right: first scale with overflow, measured: 2^%d" % k)
     if len(pred_over):
         ax3.axvline(pred_over.index.min() - 0.5, color=style.color(3), lw=1, ls="--",
-                    label="predicted: first overflow")
+                    label="right: first scale with overflow, predicted: 2^%d"
+                    % pred_over.index.min())
 
     for a in (ax, ax2, ax3):
         if k_lo == k_lo:
             a.axvspan(k_lo - 0.5, k_hi + 0.5, facecolor="none", edgecolor=style.color(2),
-                      hatch="//", lw=1.2, label="predicted safe window")
-    ax2.legend(loc="best")
-    ax3.legend(loc="best", fontsize=6)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+                      hatch="//", lw=1.2,
+                      label="all panels: predicted safe window 2^%d..2^%d" % (k_lo, k_hi))
+    fig.tight_layout()
+    style.legend_below(fig, [ax, ax2, ax3], ncol=3)
     style.caption(fig, results, "torch-cuda-fp16, static scales; window: no underflow and no "
                                 "overflow on any step")
     style.save(fig, results, "loss_scale_sweep")
@@ -101,6 +104,11 @@ def main(results):
                                                   int(((df["grad_underflow"] == 0) &
                                                        (df["found_inf_steps"] == 0)).sum()),
                                                   len(df)))
+    else:
+        print("loss_scale_sweep: the run at 2^%d predicts no safe window; measured: %d of %d "
+              "scales without underflow or overflow"
+              % (ks[0], int(((df["grad_underflow"] == 0) & (df["found_inf_steps"] == 0)).sum()),
+                 len(df)))
 
 
 if __name__ == "__main__":

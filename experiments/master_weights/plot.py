@@ -35,13 +35,13 @@ def main(results):
     for a in ax:
         a.set_xscale("log")
         a.set_xlabel("learning rate (SGD)")
-        a.legend(fontsize=7)
     ax[0].set_ylabel("weight updates lost to rounding (%)")
     ax[0].set_title("updates that vanish in fp16 weights")
     ax[1].set_yscale("log")
     ax[1].set_ylabel("final training loss (mean squared error)")
     ax[1].set_title("effect on the loss")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout()
+    style.legend_below(fig, ax, ncol=2)
     style.caption(fig, results, "pure-fp16; master copy: the update is applied in fp32; a lost "
                                 "update: w + Δw rounds back to w")
     style.save(fig, results, "master_weights")

@@ -32,10 +32,15 @@ def main(results):
     ax.set_xlabel("precision policy")
     ax.set_title("training memory by dtype (weights, copies, activations, gradients, "
                  "optimizer state)")
-    ax.legend(title="dtype", fontsize=7)
+    style.legend_right(ax, title="dtype")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    style.caption(fig, results, "64-256-256-1 MLP, batch 64, Adam; elements x bits / 8")
+    fig.tight_layout()
+    c = style.run_config(results, df.iloc[0])
+    style.caption(fig, results, "%s %s, batch %d, %s; elements x bits / 8"
+                  % ("-".join(str(n) for n in c["model"].get("layers", [])),
+                     c["model"]["kind"].upper(), c["data"]["batch_size"],
+                     {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}.get(
+                         c["optimizer"]["kind"], c["optimizer"]["kind"])))
     style.save(fig, results, "memory")
     print((table / 1024.0).round(1).to_string())
 

@@ -19,28 +19,28 @@ def main(results):
     for i, (_, row) in enumerate(df.iterrows()):
         s = style.read_run_csv(results, row, "steps.csv")
         loss = s["loss"].where(np.isfinite(s["loss"]))
-        ax[0].plot(s["step"], loss, color=style.color(i), lw=1.1, label=row["case"],
-                   ls=("-", "--", ":", "-.")[i % 4])
+        label = row["case"]
         bad = s[~np.isfinite(s["loss"]) | (s["loss"] > 1e6)]
         if len(bad):
-            ax[0].annotate("%s:\nloss %s from step %d" % (row["case"], "inf/NaN" if not
-                                                        np.isfinite(bad["loss"].iloc[0])
-                                                        else "> 1e6", bad["step"].iloc[0]),
-                           xy=(0.35, 0.55), xycoords="axes fraction", fontsize=7,
-                           color=style.color(i))
+            label += ": loss %s from step %d" % ("inf/NaN" if not np.isfinite(bad["loss"].iloc[0])
+                                                 else "> 1e6", bad["step"].iloc[0])
+        ax[0].plot(s["step"], loss, color=style.color(i), lw=1.1, label=label,
+                   ls=("-", "--", ":", "-.")[i % 4])
         frac = 100.0 * s["grad_underflow"] / s["grad_values"].where(s["grad_values"] > 0)
-        ax[1].plot(s["step"], frac, color=style.color(i), lw=1.1, label=row["case"])
+        ax[1].plot(s["step"], frac, color=style.color(i), lw=1.1, label=label,
+                   ls=("-", "--", ":", "-.")[i % 4])
     ax[0].set_yscale("log")
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("training loss (mean squared error; gaps: inf/NaN)")
     ax[0].set_title("loss")
-    ax[0].legend(fontsize=7)
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("gradient values flushed to zero (%)")
     ax[1].set_title("underflow")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    style.caption(fig, results, "SGD momentum 0.9, lr 0.01; the bug: optimizer.step() before "
-                                "scaler.unscale_()")
+    fig.tight_layout()
+    style.legend_below(fig, ax, ncol=2)
+    opt = style.run_config(results, df.iloc[0])["optimizer"]
+    style.caption(fig, results, "SGD momentum %g, lr %g; the bug: optimizer.step() before "
+                                "scaler.unscale_()" % (opt.get("momentum", 0), opt["lr"]))
     style.save(fig, results, "pitfalls")
     print(df[["case", "final_loss", "skipped_steps", "grad_underflow"]].to_string(index=False))
 

@@ -62,8 +62,9 @@ for n in names:
     pngs = [f for f in files if f.endswith(".png")]
     pdfs = [f for f in files if f.endswith(".pdf")]
     check(len(pngs) >= 1 and sorted(f[:-4] for f in pngs) == sorted(f[:-4] for f in pdfs) and
-          all(os.path.getsize(os.path.join(d, f)) > 1000 for f in files),
-          "%s: PNG and PDF figures %s" % (n, pngs))
+          all(os.path.getsize(os.path.join(d, f)) > 1000 for f in pngs + pdfs) and
+          all(f[:-4] + ".texts.json" in files for f in pngs),
+          "%s: PNG and PDF figures and their texts %s" % (n, pngs))
     for f in files:
         with open(os.path.join(d, f), "rb") as fh:
             figs[(n, f)] = fh.read()
