@@ -1,0 +1,685 @@
+"""Every number the experiments print, checked against the results they were drawn from.
+
+For each experiment (the tiny versions of tests/experiments/test_experiments.py: every run cut
+to 6 steps), this runs its plot.py and takes its console output and figures/*.texts.json (every
+text of each figure except tick labels: titles, axis labels, legend entries, annotations, the
+caption; written by style.save). An experiment's checker here recomputes each printed number
+from the run's CSVs (sweep.csv, runs/*/steps.csv, trace.csv, scale_window.csv, memory.csv,
+accumulation.csv) and manifests with pandas/numpy, sharing no code with style.py or any
+plot.py, and checks format constants (2^-24, 65504, ...) against numpy's float16/float32
+limits. A number agrees when it is the recomputed value rounded to the digits printed. Each
+checked number is blanked out; a digit left over in any text or console line is an unchecked
+number and fails the test, and so does an experiment without a checker. Negative controls:
+a corrupted CSV value, the gradient histogram's old double counting of zeros, and a new number
+in a figure must each be caught.
+
+usage: test_experiment_numbers.py PATH/TO/halfway
+       test_experiment_numbers.py --check NAME RESULTS_DIR [PLOT_PY]
+         (run PLOT_PY, default experiments/NAME/plot.py, on existing results and check them)
+Exits 77 (skipped) when matplotlib, pandas or numpy is missing.
+"""
+import concurrent.futures
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import matplotlib  # noqa: F401  (plot.py needs it)
+    import numpy as np
+    import pandas as pd
+except ImportError as e:
+    print("skip: %s" % e)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "..", "..", "experiments")
+
+# Format limits, from numpy (not from style.py). bf16 has binary32's exponent range.
+F16 = np.finfo(np.float16)
+F32 = np.finfo(np.float32)
+LOG2_F16_MIN_SUB = int(math.log2(float(F16.smallest_subnormal)))   # -24
+LOG2_F16_MIN_NORMAL = int(math.log2(float(F16.tiny)))               # -14
+LOG2_F16_FLUSH = LOG2_F16_MIN_SUB - 1        # |x| <= 2^-25 rounds to zero (tie to even)
+F16_MAX = float(F16.max)                                            # 65504
+LOG2_BF16_MIN_NORMAL = int(math.log2(float(F32.tiny)))              # -126
+LOG2_U_F16 = int(math.log2(float(F16.eps))) - 1                     # unit roundoff 2^-11
+LOG2_U_F32 = int(math.log2(float(F32.eps))) - 1                     # 2^-24
+PAPER_SHIFT, PAPER_YEAR = 3, 2018    # Micikevicius et al. 2018 scale gradients by 2^3
+
+NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan|NaN"
+# A number standing on its own in a table cell (not the digits of a name such as fp16).
+CELL = re.compile(r"(?<![\w.^])(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?![\w.])"
+                  r"|(?<!\w)(?:[-+]?inf|nan|NaN)(?!\w)")
+# Names that contain digits but are no numbers.
+NAMES = re.compile(r"(?<!\w)(?:fp8|fp16|fp32|fp64|bf16|log2)(?!\w)")
+BLANK = "\u2591"
+
+
+def agree(text, value):
+    """`text` (a printed number) is `value` rounded to the digits shown."""
+    t = text.strip()
+    if isinstance(value, str):
+        return t == value
+    v = float(value)
+    low = t.lower()
+    if low == "nan":
+        return math.isnan(v)
+    if low.lstrip("+-") == "inf":
+        return math.isinf(v) and (v < 0) == low.startswith("-")
+    if not math.isfinite(v):
+        return False
+    m = re.fullmatch(r"[-+]?(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?", t)
+    if not m:
+        return False
+    unit = 10.0 ** (int(m.group(3) or 0) - len(m.group(2) or ""))
+    return abs(float(t) - v) <= 0.5 * unit * (1 + 1e-9) + 1e-12 * abs(v)
+
+
+def template(s, full):
+    """A regex from a template: {N} a number, {I} an integer, {P} 2^k (the group is k); the rest
+    literal."""
+    parts = re.split(r"(\{[NIP]\})", s)
+    rx = "".join({"{N}": "(" + NUM + ")", "{I}": r"([-+]?\d+)", "{P}": r"2\^([-+]?\d+)"}.get(
+        p, re.escape(p)) for p in parts)
+    return re.compile("^" + rx + "$" if full else rx)
+
+
+class Doc:
+    """The texts of one figure (or the console lines of one plot.py); checked numbers are blanked
+    out, mismatches collected in `errors`."""
+
+    def __init__(self, what, texts):
+        self.what = what
+        self.texts = list(texts)
+        self.errors = []
+
+    def _take(self, rx, values, optional=False, label=None):
+        """The first text that matches with all numbers agreeing, else the first that matches
+        (an error per number that disagrees); blanks the match."""
+        found = []
+        for i, t in enumerate(self.texts):
+            m = rx.search(t)
+            if m:
+                if len(m.groups()) != len(values):
+                    raise AssertionError("template %r has %d numbers, %d values given"
+                                         % (rx.pattern, len(m.groups()), len(values)))
+                good = all(agree(g, v) for g, v in zip(m.groups(), values))
+                found.append((not good, i, m))
+                if good:
+                    break
+        if found:
+            _, i, m = min(found, key=lambda f: (f[0], f[1]))
+            t = self.texts[i]
+            for g, v in zip(m.groups(), values):
+                if not agree(g, v):
+                    self.errors.append("%s: %r: printed %s, the results give %r"
+                                       % (self.what, t, g, v))
+            self.texts[i] = t[:m.start()] + BLANK + t[m.end():]
+            return m
+        if not optional:
+            self.errors.append("%s: no text matches %r (values %r)"
+                               % (self.what, label or rx.pattern, list(values)))
+        return None
+
+    def expect(self, tmpl, *values, full=False, optional=False):
+        """One text (a legend entry etc. when `full`) reads `tmpl` with these numbers."""
+        return self._take(template(tmpl, full), values, optional, tmpl)
+
+    def text(self, s):
+        """A text (whole) that holds no number, or only names: just present."""
+        return self.expect(s, full=True)
+
+    def row(self, label, values, line=None):
+        """A table line (the first one not yet checked, or line number `line`): `label`, then
+        exactly these numbers."""
+        for i, t in enumerate(self.texts):
+            s = t.strip()
+            if line is not None and i != line:
+                continue
+            if s.startswith(label) and (len(s) == len(label) or s[len(label)].isspace()):
+                cells = CELL.findall(s[len(label):])
+                if len(cells) != len(values) or not all(agree(c, v)
+                                                          for c, v in zip(cells, values)):
+                    self.errors.append("%s: row %r: printed %s, the results give %r"
+                                       % (self.what, label, cells, list(values)))
+                self.texts[i] = BLANK
+                return
+        self.errors.append("%s: no table row %r" % (self.what, label))
+
+    def header(self, first, values):
+        """A table header: the word `first`, then these column names (strings) or numbers."""
+        for i, t in enumerate(self.texts):
+            w = t.split()
+            if w[:1] == [first]:
+                if len(w) - 1 != len(values) or not all(agree(c, v)
+                                                          for c, v in zip(w[1:], values)):
+                    self.errors.append("%s: table header %s, the results give %r"
+                                       % (self.what, w, list(values)))
+                self.texts[i] = BLANK
+                return w[1:]
+        self.errors.append("%s: no table header %r" % (self.what, first))
+        return []
+
+    def leftovers(self):
+        for t in self.texts:
+            rest = NAMES.sub("", t)
+            if re.search(r"\d", rest):
+                self.errors.append("%s: a number nothing checks: %r" % (self.what, t))
+        return self.errors
+
+
+# ---------------------------------------------------------------- reading the results
+
+def sweep(res):
+    return pd.read_csv(os.path.join(res, "sweep.csv"))
+
+
+def run_csv(res, row, name):
+    return pd.read_csv(os.path.join(res, row["dir"], name))
+
+
+def manifest(res, row):
+    with open(os.path.join(res, row["dir"], "manifest.json")) as f:
+        return json.load(f)
+
+
+def steps_summary(s):
+    """What a run's steps.csv says: final loss and scale, sums, skipped steps."""
+    return {"final_loss": float(s["loss"].iloc[-1]),
+            "final_scale": float(s["next_scale"].iloc[-1]),
+            "grad_values": int(s["grad_values"].sum()),
+            "grad_underflow": int(s["grad_underflow"].sum()),
+            "skipped": int((s["skipped"] != 0).sum()),
+            "found_inf": int((s["found_inf"] != 0).sum())}
+
+
+def safe_ks(sw, tol):
+    """The k (log2 of the loss scale) that no step's prediction flags: underflow fraction at most
+    `tol` and no overflow on every step."""
+    if not len(sw):
+        return []
+    bad = (sw["underflow_fraction"] > tol) | (sw["overflow"] != 0)
+    per_k = bad.groupby(sw["k"]).any()
+    return sorted(int(k) for k, b in per_k.items() if not b)
+
+
+def window(res, row):
+    """(k_low, k_high) of the run from scale_window.csv, or None; the window must be all safe."""
+    tol = manifest(res, row)["config"].get("trace", {}).get("underflow_tolerance", 0.0)
+    ks = safe_ks(run_csv(res, row, "scale_window.csv"), tol)
+    if not ks:
+        return None
+    assert ks == list(range(ks[0], ks[-1] + 1)), "safe scales not contiguous: %s" % ks
+    return ks[0], ks[-1]
+
+
+def provenance(doc, res):
+    """The caption's 'sweep FILE (hash H), N runs, halfway V, git R' against sweep.json, sweep.csv
+    and the manifests."""
+    with open(os.path.join(res, "sweep.json")) as f:
+        d = json.load(f)
+    df = sweep(res)
+    mans = [manifest(res, r) for _, r in df.iterrows()]
+    rx = re.compile(r"sweep (\S+) \(hash ([0-9a-f]+)\), (\d+) runs, halfway (\S+), git ([0-9a-f]+)")
+    for i, t in enumerate(doc.texts):
+        m = rx.search(t)
+        if m:
+            want = (d["sweep_file"], d["sweep_hash"][:12], str(len(df)),
+                    mans[0]["halfway_version"], mans[0]["git_revision"][:12])
+            if m.groups() != want or len(os.listdir(os.path.join(res, "runs"))) != len(df) or \
+                    any((x["halfway_version"], x["git_revision"]) != (mans[0]["halfway_version"],
+                                                                      mans[0]["git_revision"])
+                        for x in mans):
+                doc.errors.append("%s: caption %r, the results give %r" % (doc.what, m.group(0),
+                                                                            want))
+            doc.texts[i] = t[:m.start()] + BLANK + t[m.end():]
+            return
+    doc.errors.append("%s: no provenance caption" % doc.what)
+
+
+def parse_hist(s):
+    """'e:count;...' into {e: count}."""
+    out = {}
+    if isinstance(s, str) and s:
+        for item in s.split(";"):
+            e, c = item.split(":")
+            out[int(e)] = out.get(int(e), 0) + int(c)
+    return out
+
+
+# ---------------------------------------------------------------- one checker per experiment
+# Each takes the results folder, {figure name: Doc} and the console Doc, and checks every
+# number they print.
+
+def check_accumulation(res, figs, con):
+    df = pd.read_csv(os.path.join(res, "accumulation.csv"))
+    with open(os.path.join(res, "manifest.json")) as f:
+        man = json.load(f)
+    doc = figs["accumulation"]
+    doc.expect("fp16 inputs uniform in [{N}, {N})", 0, 1)
+    for m in dict.fromkeys(df["model"]):
+        doc.text(m)
+    doc.expect("n·u, fp16 (u = {P})", LOG2_U_F16, full=True)
+    doc.expect("n·u, fp32 (u = {P})", LOG2_U_F32, full=True)
+    trials = df["trial"].nunique()
+    floor = 1e-12   # the drawing floor of a zero error: must lie below every non-zero error
+    pos = df.loc[df["rel_error"] > 0, "rel_error"]
+    if len(pos) and not pos.min() > floor:
+        doc.errors.append("accumulation: the floor 1e-12 is not below the smallest error")
+    doc.expect("median over {I} trials, band: min-max; 0 drawn at {N} | ", trials, floor)
+    if trials != man["trials"]:
+        doc.errors.append("accumulation: %d trials in the CSV, %d in the manifest"
+                          % (trials, man["trials"]))
+    doc.expect("%s, seed {I}, halfway %s, git %s" % (man["config_file"], man["halfway_version"],
+                                                     man["git_revision"][:12]), man["seed"])
+    # The console: median relative error per model (rows) and length (columns).
+    ns = [int(n) for n in sorted(df["n"].unique())]
+    con.header("n", ns)
+    med = df.groupby(["model", "n"])["rel_error"].median()
+    for mdl in dict.fromkeys(df["model"]):
+        con.row(mdl, [med[(mdl, n)] for n in ns])
+
+
+def check_demo(res, figs, con):
+    df = sweep(res)
+    doc = figs["demo"]
+    ss = {r["case"]: steps_summary(run_csv(res, r, "steps.csv")) for _, r in df.iterrows()}
+    for c in df["case"]:
+        doc.text(c)
+    doc.expect("no scaling ({P})", 0, full=True)
+    doc.expect("fp16 underflow below {P}, subnormal below {P}; bf16 normal down to {P}",
+               LOG2_F16_FLUSH, LOG2_F16_MIN_NORMAL, LOG2_BF16_MIN_NORMAL)
+    provenance(doc, res)
+    for _, r in df.iterrows():
+        s = ss[r["case"]]
+        gv, gu = s["grad_values"], s["grad_underflow"]
+        con.row(r["case"], [s["final_loss"], gv] + ([gu, 100.0 * gu / gv] if gv else []) +
+                [s["skipped"], s["final_scale"]])
+    ref = "fp16-noscale"
+    if ref in ss:
+        w = window(res, df[df["case"] == ref].iloc[0])
+        if w:
+            con.expect("safe loss-scale window predicted from the single %s run: {P} .. {P} "
+                       "(every step: no underflow, no overflow)" % ref, *w)
+        else:
+            con.text("no loss scale keeps every step of %s free of underflow and overflow" % ref)
+
+
+def check_dynamic_scaler(res, figs, con):
+    df = sweep(res)
+    doc = figs["dynamic_scaler"]
+    for _, r in df.iterrows():
+        gi = int(r["scaler.growth_interval"])
+        s = steps_summary(run_csv(res, r, "steps.csv"))
+        doc.expect("growth_interval = {I}", gi, full=True)   # the scale ...
+        doc.expect("growth_interval = {I}", gi, full=True)   # ... and the loss
+        doc.expect("growth_interval = {I}: {I} skipped steps (x)", gi, s["skipped"], full=True)
+        con.expect("dynamic_scaler: growth_interval {I}: {I} skipped steps, final scale {N}, "
+                   "final loss {N}", gi, s["skipped"], s["final_scale"], s["final_loss"],
+                   full=True)
+    doc.expect("overflowed fp16 (max {N})", F16_MAX)
+    provenance(doc, res)
+
+
+def check_format_comparison(res, figs, con):
+    df = sweep(res)
+    doc = figs["format_comparison"]
+    df["final"] = [steps_summary(run_csv(res, r, "steps.csv"))["final_loss"]
+                   for _, r in df.iterrows()]
+    models, formats = list(dict.fromkeys(df["model"])), list(dict.fromkeys(df["format"]))
+    for m in models:
+        doc.text(m)
+    for f in formats:
+        counts = [int(((df["model"] == m) & (df["format"] == f)).sum()) for m in models]
+        if len(set(counts)) == 1:
+            doc.expect(f + " ({I} seeds)", counts[0], full=True)
+        else:
+            doc.expect(f + " (" + ", ".join(m + " {I}" for m in models) + " seeds)", *counts,
+                       full=True)
+    provenance(doc, res)
+    # The console: median, min, max of the final loss per (model, format), model names shown
+    # on the first row of each model.
+    g = df.groupby(["model", "format"])["final"]
+    lines = [i for i, t in enumerate(con.texts) if t.strip()]
+    body = [i for i in lines if CELL.search(con.texts[i])]
+    want = [(m, f) for m in models for f in formats if ((df["model"] == m) &
+                                                        (df["format"] == f)).any()]
+    if len(body) != len(want):
+        con.errors.append("format_comparison: %d table rows, %d (model, format) groups"
+                          % (len(body), len(want)))
+    for i, (m, f) in zip(body, want):
+        s = con.texts[i].strip()
+        if s.startswith(m + " "):
+            s = s[len(m):].strip()
+        con.texts[i] = s
+        con.row(f, [g.median()[(m, f)], g.min()[(m, f)], g.max()[(m, f)]], line=i)
+
+
+def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
+    df = sweep(res)
+    row = df.iloc[0]
+    doc = figs["gradient_histogram"]
+    t = run_csv(res, row, "trace.csv")
+    t = t[t["kind"] == "activation_grad"]
+    hist = {}
+    for h in t["hist"]:
+        for e, c in parse_hist(h).items():
+            hist[e] = hist.get(e, 0) + c
+    n = int(t["total"].sum())
+    in_hist = sum(hist.values())
+    zeros, underflow = int(t["zeros"].sum()), int(t["underflow"].sum())
+    nonfinite = int(t["nonfinite_in"].sum())
+    exact = zeros - underflow
+    # docs/sim.md: hist holds the finite non-zero values before rounding (those that underflow
+    # included), zeros every zero result (exact zeros and underflows), so each value is counted
+    # once here.
+    if in_hist + exact + nonfinite != n:
+        doc.errors.append("gradient_histogram: hist %d + exact zeros %d + inf/NaN %d != total %d"
+                          % (in_hist, exact, nonfinite, n))
+    below = sum(c for e, c in hist.items() if e < LOG2_F16_FLUSH)
+    steps = len(run_csv(res, row, "steps.csv"))
+    if steps != manifest(res, row)["config"]["run"]["steps"]:
+        doc.errors.append("gradient_histogram: steps.csv has %d steps, the config %d"
+                          % (steps, manifest(res, row)["config"]["run"]["steps"]))
+    title = "activation gradients over {I} steps: {N}% exact zeros, {N}% flushed to 0 by fp16"
+    vals = [steps, 100.0 * exact / n, 100.0 * underflow / n]
+    if nonfinite:
+        title += ", {N}% inf/NaN"
+        vals.append(100.0 * nonfinite / n)
+    doc.expect(title, *vals, full=True)
+    doc.expect("{N}%", 100.0 * exact / n, full=True)      # the exact-zero bar
+    w = window(res, row)
+    curves, note = {}, False
+    for s in shifts:
+        if s == "safe":
+            if w:
+                curves.setdefault(w[0], []).append("lowest safe scale of this run")
+            else:
+                note = True
+        else:
+            curves.setdefault(int(s), []).append("Micikevicius et al. {I}" if int(s) == PAPER_SHIFT
+                                                 else "chosen with --shift")
+    for k, why in curves.items():
+        vals = [k] + [PAPER_YEAR for x in why if "{I}" in x]
+        doc.expect("shifted by {P}: " + ", ".join(why), *vals, full=True)
+    if note:
+        doc.text("no loss scale is safe on every step of this run")
+    doc.expect("fp16 underflow: |x| ≤ {P} rounds to {I}", LOG2_F16_FLUSH, 0, full=True)
+    doc.expect("fp16 subnormal: {P} < |x| < {P}", LOG2_F16_FLUSH, LOG2_F16_MIN_NORMAL, full=True)
+    doc.expect("fp16 normal: {P} ≤ |x| ≤ {N}", LOG2_F16_MIN_NORMAL, F16_MAX, full=True)
+    doc.expect("fp16 largest finite value {N}", F16_MAX, full=True)
+    doc.expect("bf16 smallest normal {P}", LOG2_BF16_MIN_NORMAL, full=True, optional=True)
+    doc.expect("right: fp16 smallest subnormal {P}", LOG2_F16_MIN_SUB, full=True)
+    doc.expect("right: fp16 smallest normal {P}", LOG2_F16_MIN_NORMAL, full=True)
+    doc.expect("(bin e holds [2^e, 2^(e+{I})))", 1)
+    provenance(doc, res)
+    con.expect("gradient_histogram: {I} activation-gradient values: {N}% exact zeros, {N}% "
+               "flushed to zero by fp16 ({N}% below {P} before rounding); ",
+               n, 100.0 * exact / n, 100.0 * underflow / n, 100.0 * below / n, LOG2_F16_FLUSH)
+    if w:
+        con.expect("lowest safe scale {P}", w[0])
+    else:
+        con.expect("no safe loss scale")
+
+
+def check_loss_scale_sweep(res, figs, con):
+    df = sweep(res)
+    df = df.sort_values("scaler.scale")
+    doc = figs["loss_scale_sweep"]
+    ks = [int(round(math.log2(s))) for s in df["scaler.scale"]]
+    ref = df.iloc[0]
+    w = window(res, ref)
+    ss = [steps_summary(run_csv(res, r, "steps.csv")) for _, r in df.iterrows()]
+    sw = run_csv(res, ref, "scale_window.csv")
+    if w:
+        doc.expect("all panels: predicted safe window {P}..{P}", *w, full=True)
+    doc.expect("right: underflow predicted from the run at {P}", ks[0], full=True)
+    measured = [k for k, s in zip(ks, ss) if s["found_inf"] > 0]
+    if measured:
+        doc.expect("right: first scale with overflow, measured: {P}", min(measured), full=True)
+    predicted = sorted(set(sw.loc[sw["overflow"] != 0, "k"]))
+    if predicted:
+        doc.expect("right: first scale with overflow, predicted: {P}", int(predicted[0]),
+                   full=True)
+    doc.expect("(%; {I} at the floor)", 0)
+    provenance(doc, res)
+    clean = sum(1 for s in ss if s["grad_underflow"] == 0 and s["found_inf"] == 0)
+    if w:
+        con.expect("loss_scale_sweep: predicted safe window {P}..{P}; measured: {I} of {I} "
+                   "scales without underflow or overflow", *w, clean, len(df), full=True)
+    else:
+        con.expect("loss_scale_sweep: the run at {P} predicts no safe window; measured: {I} of "
+                   "{I} scales without underflow or overflow", ks[0], clean, len(df), full=True)
+
+
+def check_master_weights(res, figs, con):
+    df = sweep(res)
+    doc = figs["master_weights"]
+    provenance(doc, res)
+    for _, r in df.iterrows():
+        u = run_csv(res, r, "trace.csv")
+        u = u[u["kind"] == "update"]
+        if r["precision.params"] == "fp32":
+            # An fp32 master copy: no update is rounded into fp16, so none can vanish.
+            if len(u):
+                con.errors.append("master_weights: fp32 master weights, but %d update roundings"
+                                  % len(u))
+            lost = 0.0
+        else:
+            lost = 100.0 * u["vanished"].sum() / u["total"].sum()
+        s = steps_summary(run_csv(res, r, "steps.csv"))
+        con.row(r["precision.params"], [r["optimizer.lr"], lost, s["final_loss"]])
+
+
+def check_memory(res, figs, con):
+    df = sweep(res)
+    doc = figs["memory"]
+    kib = {}
+    for _, r in df.iterrows():
+        m = run_csv(res, r, "memory.csv")
+        kib[r["precision.policy"]] = (m.groupby("dtype")["bytes"].sum() / 1024.0).to_dict()
+    dtypes = sorted({d for v in kib.values() for d in v})
+    for d in dtypes:
+        doc.text(d)
+    c = manifest(res, df.iloc[0])["config"]
+    doc.expect("%s %s, batch {I}, %s; elements x bits / {I}"
+               % ("-".join(str(x) for x in c["model"]["layers"]), c["model"]["kind"].upper(),
+                  {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}[c["optimizer"]["kind"]]),
+               c["data"]["batch_size"], 8)
+    if any(manifest(res, r)["config"]["model"] != c["model"] for _, r in df.iterrows()):
+        doc.errors.append("memory: the runs' models differ; the caption names one")
+    provenance(doc, res)
+    # The console: KiB per policy (rows) and dtype (columns, in header order), 1 decimal.
+    cols = con.header("dtype", dtypes)
+    for p, v in kib.items():
+        con.row(p, [v.get(d, 0.0) for d in cols])
+
+
+def check_pitfalls(res, figs, con):
+    df = sweep(res)
+    doc = figs["pitfalls"]
+    for _, r in df.iterrows():
+        st = run_csv(res, r, "steps.csv")
+        s = steps_summary(st)
+        bad = st[~np.isfinite(st["loss"]) | (st["loss"] > 1e6)]
+        if not len(bad):
+            doc.text(r["case"])
+        elif np.isfinite(bad["loss"].iloc[0]):
+            doc.expect(r["case"] + ": loss > {N} from step {I}", 1e6, int(bad["step"].iloc[0]),
+                       full=True)
+        else:
+            doc.expect(r["case"] + ": loss inf/NaN from step {I}", int(bad["step"].iloc[0]),
+                       full=True)
+        con.row(r["case"], [s["final_loss"], s["skipped"], s["grad_underflow"]])
+    opts = [manifest(res, r)["config"]["optimizer"] for _, r in df.iterrows()]
+    if any(o != opts[0] for o in opts) or opts[0]["kind"] != "sgd":
+        doc.errors.append("pitfalls: the caption names one SGD setting, the runs have %s" % opts)
+    doc.expect("SGD momentum {N}, lr {N}; ", opts[0].get("momentum", 0.0), opts[0]["lr"])
+    provenance(doc, res)
+
+
+CHECKERS = {"accumulation": check_accumulation, "demo": check_demo,
+            "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
+            "gradient_histogram": check_gradient_histogram,
+            "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
+            "memory": check_memory, "pitfalls": check_pitfalls}
+
+
+def texts_of(res):
+    """{figure name: [text, ...]} from figures/*.texts.json."""
+    out = {}
+    for p in sorted(glob.glob(os.path.join(res, "figures", "*.texts.json"))):
+        with open(p) as f:
+            out[os.path.basename(p)[:-len(".texts.json")]] = [e["text"] for e in json.load(f)]
+    return out
+
+
+def check(name, res, texts, console, checker=None):
+    """Every error of one experiment's printed numbers (an empty list when all agree)."""
+    figs = {k: Doc("%s figure %s" % (name, k), v) for k, v in texts.items()}
+    con = Doc("%s console" % name, console.splitlines())
+    checker = checker or CHECKERS.get(name)
+    if checker is None:
+        return ["%s: no checker in test_experiment_numbers.py" % name]
+    try:
+        checker(res, figs, con)
+    except KeyError as e:
+        return ["%s: no figure or column %s" % (name, e)]
+    except AssertionError as e:
+        return ["%s: %s" % (name, e)]
+    errors = []
+    for d in list(figs.values()) + [con]:
+        errors += d.leftovers()
+    return errors
+
+
+def plot(plot_py, res):
+    """Run plot.py in the results folder; its console output."""
+    r = subprocess.run([sys.executable, os.path.abspath(plot_py), "."], cwd=res,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (plot_py, r.stderr[-3000:]))
+    return r.stdout
+
+
+def main_check(argv):
+    name, res = argv[0], argv[1]
+    plot_py = argv[2] if len(argv) > 2 else os.path.join(SRC, name, "plot.py")
+    out = plot(plot_py, res)
+    errors = check(name, res, texts_of(res), out)
+    print(out)
+    for e in errors:
+        print("FAIL " + e)
+    print("%s: %s" % (name, "%d errors" % len(errors) if errors else "every number agrees"))
+    return 1 if errors else 0
+
+
+def main(halfway):
+    tmp = tempfile.mkdtemp(prefix="halfway_numbers_test_")
+    failures = []
+
+    def ok(cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            failures.append(what)
+
+    exps, res_root = os.path.join(tmp, "experiments"), os.path.join(tmp, "results")
+    shutil.copytree(SRC, exps, ignore=shutil.ignore_patterns("__pycache__"))
+    names = sorted(d for d in os.listdir(exps) if os.path.exists(os.path.join(exps, d, "plot.py")))
+    ok(set(names) == set(CHECKERS), "a checker for every experiment (%s)" % ", ".join(names))
+    env = dict(os.environ, HALFWAY_PYTHON=sys.executable)
+    for n in names:
+        p = os.path.join(exps, n, "accumulation.toml")
+        if os.path.exists(p):
+            with open(p, "w") as f:
+                f.write("lengths = [16, 256]\ntrials = 2\nseed = 0\n")
+            r = subprocess.run([halfway, "run", os.path.join(exps, n), "--results", res_root],
+                               capture_output=True, text=True, env=env)
+            ok(r.returncode == 0, "%s: halfway run (tiny)" % n)
+        p = os.path.join(exps, n, "sweep.toml")
+        if os.path.exists(p):
+            with open(p) as f:
+                s = f.read()
+            with open(p, "w") as f:
+                f.write(re.sub(r"(?m)^steps = \d+", "steps = 6", s))
+            r = subprocess.run([halfway, "sweep", p, "--out", os.path.join(res_root, n),
+                                "--jobs", "2", "--quiet"], capture_output=True, text=True, env=env)
+            ok(r.returncode == 0, "%s: halfway sweep (tiny) %s" % (n, r.stderr.strip()[-300:]))
+
+    # Two plot.py at a time (each is mostly matplotlib's start-up and PDF writing).
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        jobs = {n: pool.submit(plot, os.path.join(exps, n, "plot.py"), os.path.join(res_root, n))
+                for n in names}
+    seen = {}
+    for n in names:
+        res = os.path.join(res_root, n)
+        try:
+            out = jobs[n].result()
+        except RuntimeError as e:
+            ok(False, str(e))
+            continue
+        texts = texts_of(res)
+        seen[n] = (res, texts, out)
+        ok(len(texts) >= 1 and all(texts.values()), "%s: figure texts %s" % (n, sorted(texts)))
+        errors = check(n, res, texts, out)
+        for e in errors:
+            print("     " + e)
+        ok(not errors, "%s: every number in %d figure texts and %d console lines agrees with the "
+           "results" % (n, sum(len(v) for v in texts.values()), len(out.splitlines())))
+
+    # Negative controls: the checkers must notice each of these.
+    if "demo" in seen:
+        res, texts, out = seen["demo"]
+        bad = os.path.join(tmp, "demo-corrupt")
+        shutil.copytree(res, bad)
+        df = sweep(bad)
+        row = df[df["case"] == "fp16-noscale"].iloc[0]
+        p = os.path.join(bad, row["dir"], "steps.csv")
+        s = pd.read_csv(p, dtype=str, keep_default_na=False)
+        s.loc[0, "grad_underflow"] = str(int(s.loc[0, "grad_underflow"]) + 7)
+        s.to_csv(p, index=False)
+        errors = check("demo", bad, texts, out)
+        ok(any("fp16-noscale" in e for e in errors),
+           "negative control: 7 more underflows in one step of fp16-noscale's steps.csv are "
+           "caught (%s)" % (errors[:1],))
+    if "gradient_histogram" in seen:
+        res, texts, out = seen["gradient_histogram"]
+        t = run_csv(res, sweep(res).iloc[0], "trace.csv")
+        t = t[t["kind"] == "activation_grad"]
+        zeros = int(t["zeros"].sum())
+        in_hist = sum(sum(parse_hist(h).values()) for h in t["hist"])
+        old = 100.0 * zeros / (in_hist + zeros)   # zeros counted with the underflows, twice
+        rx = re.compile(r"(over \d+ steps: )(" + NUM + r")(% exact zeros)")
+        doctored = {k: [rx.sub(lambda m: m.group(1) + "%.2f" % old + m.group(3), x) for x in v]
+                    for k, v in texts.items()}
+        changed = doctored != texts
+        errors = check("gradient_histogram", res, doctored, out)
+        ok(int(t["underflow"].sum()) > 0 and changed and
+           any("exact zeros" in e for e in errors),
+           "negative control: the old count of exact zeros (%.2f%%, zeros after rounding over "
+           "hist + zeros) is caught" % old)
+        extra = {k: v + ["a new number: 42"] for k, v in texts.items()}
+        errors = check("gradient_histogram", res, extra, out)
+        ok(any("nothing checks" in e and "42" in e for e in errors),
+           "negative control: a number no checker knows fails the test")
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print("%d FAILED" % len(failures))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--check":
+        sys.exit(main_check(sys.argv[2:]))
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(os.path.abspath(sys.argv[1])))
