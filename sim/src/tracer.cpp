@@ -47,9 +47,10 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size
   // One pass over the bit patterns (magnitudes order like them): the exponent bin of each
   // non-zero finite value, the extremes, the non-finite inputs. Bin index e - kMinExp is the
   // biased exponent + 22 for normals, 31 - clz for subnormals; bin 277 collects zeros and
-  // non-finite values. Branch-free apart from the counter increments.
+  // non-finite values. p counts the exact powers of two the same way (no fraction bits set
+  // for a normal, one bit set for a subnormal). Branch-free apart from the counter increments.
   constexpr size_t kSlots = TraceRecord::kBins + 1;
-  uint64_t h[kSlots] = {};
+  uint64_t h[kSlots] = {}, p[kSlots] = {};
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(pre);
   uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
   uint64_t nonfinite = 0;
@@ -59,12 +60,16 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size
     const uint32_t field = b >> 23;
     const uint32_t bin = field ? field + 22 : uint32_t(31 - __builtin_clz(b | 1));
     h[finite_nonzero ? bin : TraceRecord::kBins]++;
+    const uint32_t rest = field ? (b & 0x7FFFFFu) : (b & (b - 1u));
+    p[finite_nonzero && rest == 0 ? bin : TraceRecord::kBins]++;
     nonfinite += b >= 0x7F800000u;
     max_bits = std::max(max_bits, finite_nonzero ? b : 0u);
     min_bits = std::min(min_bits, finite_nonzero ? b : 0xFFFFFFFFu);
   }
-  for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j)
+  for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j) {
     r.hist[j] += h[j];
+    r.pow2[j] += p[j];
+  }
   r.nonfinite_in += nonfinite;
   if (min_bits == 0xFFFFFFFFu) max_bits = 0;
   if (max_bits) {
@@ -129,6 +134,13 @@ std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, d
         const double last = std::floor(double(u) - 1.0 - t + 1e-9);  // highest such e
         const double idx = last - double(TraceRecord::kMinExp) + 1.0;  // bins below e + 1
         if (idx > 0) row.underflow += cum[size_t(std::min(idx, double(TraceRecord::kBins)))];
+        // The tie itself: a value exactly 2^(u - t), which needs an integer t. (Flushing keeps
+        // 2^emin, a normal number.)
+        const double ti = std::round(t);
+        if (!f.ftz && std::fabs(t - ti) < 1e-9) {
+          const double e = double(u) - ti - double(TraceRecord::kMinExp);
+          if (e >= 0 && e < double(TraceRecord::kBins)) row.underflow += r.pow2[size_t(e)];
+        }
       }
       if (r.max_abs > 0 && !row.overflow) {
         const double v = std::ldexp(r.max_abs, row.k) / loss_scale;  // exact for 2^j scales

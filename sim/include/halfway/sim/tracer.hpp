@@ -41,6 +41,10 @@ struct TraceRecord {
   double min_abs = 0;         ///< smallest non-zero finite pre-rounding magnitude (0: none)
   /// hist[e - kMinExp]: pre-rounding values with 2^e <= |v| < 2^(e+1) (finite, non-zero).
   std::array<uint64_t, kBins> hist{};
+  /// pow2[e - kMinExp]: those of them that are exactly ±2^e. At a power-of-two scale such a
+  /// value can land exactly on the underflow threshold, a tie that rounds to zero. (Gradients
+  /// computed from fp16 subnormals, which have few significant bits, often are powers of two.)
+  std::array<uint64_t, kBins> pow2{};
 
   bool has_values() const { return min_abs > 0; }
   int min_exp() const;  ///< floor(log2 min_abs); INT_MIN when no non-zero value
@@ -76,6 +80,8 @@ struct TracerOptions {
 /// value v at scale s becomes v·2^k/s at scale 2^k (exact for power-of-two ratios while it
 /// stays in the normal range); it underflows when that lands at or below half the smallest
 /// subnormal (RNE), and overflows when the largest one rounds past the largest finite value.
+/// For a power-of-two s the count is exact for the same pre-rounding values; a real run at 2^k
+/// differs through upstream roundings (see docs/sim.md, "Scale window").
 std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, double loss_scale,
                                       int k_min, int k_max);
 /// The safe window [k_low, k_high]: the smallest and largest k with no overflow and an
