@@ -109,6 +109,17 @@ def main(results):
               "scales without underflow or overflow"
               % (ks[0], int(((df["grad_underflow"] == 0) & (df["found_inf_steps"] == 0)).sum()),
                  len(df)))
+    # Above the reference scale the prediction is low: values that are exact zeros there,
+    # computed from an upstream gradient that underflowed, may still underflow at a larger scale
+    # (docs/sim.md, "Scale window"). Each scale with at least 100 measured underflows:
+    rows = [(k, int(m), int(pred["underflow"].get(k, 0))) for k, m in zip(ks, df["grad_underflow"])]
+    rows = [r for r in rows if r[0] > ks[0] and r[1] >= 100 and r[2] > 0]
+    if rows:
+        print("loss_scale_sweep: underflow above 2^%d, measured and predicted from the run at "
+              "2^%d, which misses the values that are zero there because an upstream gradient "
+              "underflowed:" % (ks[0], ks[0]))
+        for k, m, p in rows:
+            print("  2^%d: measured %d, predicted %d, measured/predicted %.2f" % (k, m, p, m / p))
 
 
 if __name__ == "__main__":

@@ -456,6 +456,18 @@ def check_loss_scale_sweep(res, figs, con):
     else:
         con.expect("loss_scale_sweep: the run at {P} predicts no safe window; measured: {I} of "
                    "{I} scales without underflow or overflow", ks[0], clean, len(df), full=True)
+    # Above the reference scale, each scale with at least 100 measured underflows (steps.csv)
+    # against the reference's prediction summed over its steps.
+    pred = sw.groupby("k")["underflow"].sum()
+    rows = [(k, s["grad_underflow"], int(pred.get(k, 0))) for k, s in zip(ks, ss)]
+    rows = [r for r in rows if r[0] > ks[0] and r[1] >= 100 and r[2] > 0]
+    if rows:
+        con.expect("loss_scale_sweep: underflow above {P}, measured and predicted from the run at "
+                   "{P}, which misses the values that are zero there because an upstream gradient "
+                   "underflowed:", ks[0], ks[0], full=True)
+    for k, m, p in rows:
+        con.expect("  {P}: measured {I}, predicted {I}, measured/predicted {N}", k, m, p, m / p,
+                   full=True)
 
 
 def check_master_weights(res, figs, con):
