@@ -289,26 +289,44 @@ def check_accumulation(res, figs, con):
 def check_demo(res, figs, con):
     df = sweep(res)
     doc = figs["demo"]
-    ss = {r["case"]: steps_summary(run_csv(res, r, "steps.csv")) for _, r in df.iterrows()}
-    for c in df["case"]:
-        doc.text(c)
+    seeds = sorted(int(x) for x in df["run.seed"].unique())
+    cases = list(dict.fromkeys(df["case"]))
+    for c in cases:
+        doc.expect(c + " ({I} seeds)", len(seeds), full=True)
+    doc.text("loss, every seed")
+    doc.expect("underflow in fp16/bf16 gradients (seed {I})", seeds[0], full=True)
+    doc.expect("fp16 loss scale and its safe window (seed {I})", seeds[0], full=True)
     doc.expect("no scaling ({P})", 0, full=True)
     doc.expect("fp16 underflow below {P}, subnormal below {P}; bf16 normal down to {P}",
                LOG2_F16_FLUSH, LOG2_F16_MIN_NORMAL, LOG2_BF16_MIN_NORMAL)
     provenance(doc, res)
-    for _, r in df.iterrows():
-        s = ss[r["case"]]
-        gv, gu = s["grad_values"], s["grad_underflow"]
-        con.row(r["case"], [s["final_loss"], gv] + ([gu, 100.0 * gu / gv] if gv else []) +
-                [s["skipped"], s["final_scale"]])
+    con.header("configuration", ["seed", "final", "loss", "grad", "values", "lost", "to",
+                                 "underflow", "skipped", "final", "scale", "first-layer", "zeros"])
+    final = {}
+    for c in cases:
+        for seed in seeds:
+            r = df[(df["case"] == c) & (df["run.seed"] == seed)].iloc[0]
+            s = steps_summary(run_csv(res, r, "steps.csv"))
+            final[c, seed] = s["final_loss"]
+            gv, gu = s["grad_values"], s["grad_underflow"]
+            t = run_csv(res, r, "trace.csv")
+            t = t[t["name"] == "0.weight.grad"]      # the first layer's fp16/bf16 weight gradient
+            z = [100.0 * t["zeros"].sum() / t["total"].sum()] if t["total"].sum() else []
+            con.row(c, [seed, s["final_loss"], gv] + ([gu, 100.0 * gu / gv] if gv else []) +
+                    [s["skipped"], s["final_scale"]] + z)
+    listed = ", ".join(["{N}"] * len(seeds))
+    for num, den in (("fp16-noscale", "fp16-dynamic"), ("fp16-dynamic", "fp32")):
+        con.expect("final loss of %s / %s: %s (seeds %s)" % (num, den, listed,
+                                                            ", ".join(["{I}"] * len(seeds))),
+                   *([final[num, x] / final[den, x] for x in seeds] + seeds), full=True)
     ref = "fp16-noscale"
-    if ref in ss:
-        w = window(res, df[df["case"] == ref].iloc[0])
-        if w:
-            con.expect("safe loss-scale window predicted from the single %s run: {P} .. {P} "
-                       "(every step: no underflow, no overflow)" % ref, *w)
-        else:
-            con.text("no loss scale keeps every step of %s free of underflow and overflow" % ref)
+    w = window(res, df[(df["case"] == ref) & (df["run.seed"] == seeds[0])].iloc[0])
+    if w:
+        con.expect("safe loss-scale window predicted from the single %s run (seed {I}): {P} .. {P} "
+                   "(every step: underflow within the tolerance, no overflow)" % ref, seeds[0], *w)
+    else:
+        con.expect("no loss scale keeps every step of %s (seed {I}) free of underflow and "
+                   "overflow" % ref, seeds[0])
 
 
 def check_dynamic_scaler(res, figs, con):
