@@ -5,39 +5,15 @@
 
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
-
-// The fp32 kernel is built twice, with and without the FMA instructions, and picked at load
-// time; both compute the same correctly rounded fused multiply-add (glibc's fmaf is exact).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HW_FMA_CLONES __attribute__((target_clones("fma", "default")))
-#else
-#define HW_FMA_CLONES
-#endif
+#include "gemm_f32.hpp"
 
 namespace halfway::sim {
 
 namespace {
 
-struct F32Args {
-  int64_t n, k;
-  const float *A, *B, *bias;
-  float* C;
-};
-
-HW_FMA_CLONES void gemm_rows_f32(int64_t i0, int64_t i1, void* p) {
-  const F32Args& a = *static_cast<const F32Args*>(p);
-  const int64_t n = a.n, k = a.k;
-  for (int64_t i = i0; i < i1; ++i) {
-    float* c = a.C + i * n;
-    for (int64_t j = 0; j < n; ++j) c[j] = 0.0f;
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const float x = a.A[i * k + kk];
-      const float* b = a.B + kk * n;
-      for (int64_t j = 0; j < n; ++j) c[j] = __builtin_fmaf(x, b[j], c[j]);
-    }
-    if (a.bias)
-      for (int64_t j = 0; j < n; ++j) c[j] = c[j] + a.bias[j];
-  }
+void gemm_rows_f32(int64_t i0, int64_t i1, void* p) {
+  detail::gemm_f32_rows(*static_cast<const detail::GemmF32*>(p), i0, i1,
+                        detail::gemm_f32_best_path());
 }
 
 class Fp32Sequential final : public Accumulator {
@@ -45,7 +21,7 @@ class Fp32Sequential final : public Accumulator {
   std::string name() const override { return "fp32"; }
   void gemm(int64_t m, int64_t n, int64_t k, const float* A, const float* B, const float* bias,
             float* C, const DType&, const BulkOptions&, int threads, Layout) const override {
-    F32Args args{n, k, A, B, bias, C};
+    detail::GemmF32 args{n, k, A, B, bias, C};
     parallel_rows(m, threads, m * n * k, gemm_rows_f32, &args);
   }
 };
@@ -138,6 +114,8 @@ const Accumulator& fp32_sequential() {
   static const Fp32Sequential a;
   return a;
 }
+
+const char* fp32_gemm_path() { return detail::gemm_f32_path_name(detail::gemm_f32_best_path()); }
 
 const Accumulator& in_format() {
   static const InFormat a(true);

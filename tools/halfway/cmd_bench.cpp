@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/sim/accumulate.hpp"
 #include "verify_oracle.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -165,6 +167,38 @@ void native_fma(const float* a, const float* b, const float* c, float* o, size_t
   for (size_t i = 0; i < n; ++i) o[i] = std::fma(a[i], b[i], c[i]);
 }
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// One core's fp32 FMA peak: independent FMA chains (more than latency × ports) in registers,
+// for the instruction set the fp32 GEMM runs on; `flops` floating-point operations per call.
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HALFWAY_FMA_PEAK(NAME, TARGET, VEC, W, SET1, FMA, STORE)                             \
+  __attribute__((target(TARGET))) void NAME(double flops, float* sink) {                      \
+    VEC a[12];                                                                                \
+    for (int i = 0; i < 12; ++i) a[i] = SET1(1.0f + float(i) * 1e-7f);                        \
+    const VEC x = SET1(0.9999999f), y = SET1(1e-7f);                                          \
+    const int64_t iters = int64_t(flops / (12.0 * W * 2)) + 1;                                \
+    for (int64_t it = 0; it < iters; ++it)                                                    \
+      for (int i = 0; i < 12; ++i) a[i] = FMA(a[i], x, y);                                    \
+    for (int i = 1; i < 12; ++i) a[0] = FMA(a[0], x, a[i]);                                   \
+    STORE(sink, a[0]);                                                                        \
+  }
+HALFWAY_FMA_PEAK(fma_peak_avx512, "avx512f", __m512, 16, _mm512_set1_ps, _mm512_fmadd_ps,
+                 _mm512_storeu_ps)
+HALFWAY_FMA_PEAK(fma_peak_avx2, "avx2,fma", __m256, 8, _mm256_set1_ps, _mm256_fmadd_ps,
+                 _mm256_storeu_ps)
+#undef HALFWAY_FMA_PEAK
+#endif
+
+/// The peak loop for `path` (sim::fp32_gemm_path()), or null for the scalar path.
+void (*fma_peak_for(const std::string& path))(double, float*) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (path == "avx512") return fma_peak_avx512;
+  if (path == "avx2") return fma_peak_avx2;
+#endif
+  return nullptr;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Measurement
@@ -344,6 +378,10 @@ class Bench {
     counts_vs_plain("e5m2", Rounding::stochastic, small);
     counts_vs_plain("fp16", Rounding::near_even, small);
     if (s_.exhaustive) exhaustive_fp16_add();
+    // The simulator's fp32 GEMM (sequential FMA per element) against one core's FMA peak.
+    for (const auto& [m, n, k] : {std::array<int64_t, 3>{64, 64, 64}, {256, 256, 256},
+                                  {2048, 256, 256}, {2048, 1024, 256}})
+      if (!s_.quick || m <= 256) matmul_vs_peak(m, n, k);
   }
 
  private:
@@ -355,6 +393,37 @@ class Bench {
     if (s_.filter.empty()) return true;
     const std::string key = name + " " + fname + " " + rounding_name(rnd);
     return key.find(s_.filter) != std::string::npos;
+  }
+
+  void matmul_vs_peak(int64_t m, int64_t n, int64_t k) {
+    const std::string path = sim::fp32_gemm_path();
+    const std::string shape = fmt::format("{}x{}x{}", m, n, k);
+    if (!wanted("matmul fp32 " + shape, "fp32", Rounding::near_even)) return;
+    std::vector<float> A(size_t(m * k)), B(size_t(k * n)), C(size_t(m * n));
+    std::mt19937 g(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : A) x = u(g);
+    for (auto& x : B) x = u(g);
+    const double flops = 2.0 * double(m) * double(n) * double(k);
+    auto ours = [&] {
+      sim::fp32_sequential().gemm(m, n, k, A.data(), B.data(), nullptr, C.data(),
+                                  sim::DType::f32(), {}, 1, sim::Layout::nn);
+    };
+    Row r{"matmul fp32 " + shape, "fp32", "near_even", size_t(m * n * k), 0,
+          "FMA-throughput loop (" + path + ")", std::nullopt, 0.5,
+          "items: multiply-adds; ratio: share of one core's fp32 FMA peak"};
+    const auto peak = fma_peak_for(path);
+    if (!peak) {
+      r.items_per_second = double(m * n * k) / time_call(ours, calibrate(ours, s_.min_seconds));
+      r.reference = "skipped: no vector FMA path";
+      emit(r);
+      return;
+    }
+    float sink[16];
+    const Measure ms = measure(s_, ours, [&] { peak(flops, sink); });
+    r.items_per_second = double(m * n * k) / ms.ours_seconds;
+    r.ratio = ms.ratio;
+    emit(r);
   }
 
   void round_vs_f16c(const std::string& name, const std::string& fname, Rounding rnd, size_t n,

@@ -36,6 +36,9 @@ class Accumulator {
 /// acc ← fl32(acc + a·b) with one rounding (fused multiply-add), then fl32(acc + bias): what
 /// cuBLAS/oneDNN do with an fp32 compute type, in a defined (sequential) order.
 const Accumulator& fp32_sequential();
+/// The vector path fp32_sequential() runs on this CPU: "avx512", "avx2" (with FMA) or
+/// "scalar" (a register-blocked micro-kernel on the first two; all give the same bits).
+const char* fp32_gemm_path();
 /// acc ← fl_F(acc + a·b) with one rounding in the output format F (inputs converted to F),
 /// then fl_F(acc + bias): fp16 accumulation as with CUBLAS_COMPUTE_16F / HFMA chains.
 const Accumulator& in_format();

@@ -1,0 +1,147 @@
+// The fp32 sequential-FMA GEMM: C[i][j] = fl32(...fl32(fl32(0 + A[i][0]·B[0][j]) + A[i][1]·B[1][j])...)
+// with one rounding per step (a fused multiply-add), then + bias[j] in fp32. That per-element
+// order is the semantics; the speed comes from running many elements' chains side by side:
+// a register-blocked micro-kernel keeps an MR × NR tile of C in vector registers for the whole
+// k loop, each lane its own FMA chain, broadcasting A[i][kk] and loading one row slice of B
+// per step. Every path (AVX-512, AVX2+FMA, scalar) computes the same correctly rounded fused
+// multiply-adds in the same order, so the results are identical bit for bit.
+#include "gemm_f32.hpp"
+
+#include <cmath>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HALFWAY_X86_KERNELS 1
+#endif
+
+namespace halfway::sim::detail {
+
+namespace {
+
+/// One element's chain (tails and the portable path).
+inline float chain(int64_t k, const float* a, const float* b, int64_t ldb) {
+  float c = 0.0f;
+  for (int64_t kk = 0; kk < k; ++kk) c = std::fma(a[kk], b[kk * ldb], c);
+  return c;
+}
+
+void rows_scalar(const GemmF32& g, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    float* c = g.C + i * g.n;
+    for (int64_t j = 0; j < g.n; ++j) c[j] = 0.0f;
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      const float x = g.A[i * g.k + kk];
+      const float* b = g.B + kk * g.n;
+      for (int64_t j = 0; j < g.n; ++j) c[j] = std::fma(x, b[j], c[j]);
+    }
+    if (g.bias)
+      for (int64_t j = 0; j < g.n; ++j) c[j] = c[j] + g.bias[j];
+  }
+}
+
+#ifdef HALFWAY_X86_KERNELS
+
+/// The tile [i, i+MR) × [j, j+V·NV) with V-wide vectors (VEC is __m512 or __m256).
+#define HALFWAY_TILE(NAME, TARGET, VEC, W, SET0, LOAD, STORE, BCAST, FMA, ADD)                  \
+  template <int MR, int NV>                                                                      \
+  __attribute__((target(TARGET))) inline void NAME(const GemmF32& g, int64_t i, int64_t j) {   \
+    VEC acc[MR][NV];                                                                             \
+    for (int r = 0; r < MR; ++r)                                                                 \
+      for (int v = 0; v < NV; ++v) acc[r][v] = SET0();                                           \
+    const float* a = g.A + i * g.k;                                                              \
+    const float* b = g.B + j;                                                                    \
+    for (int64_t kk = 0; kk < g.k; ++kk) {                                                       \
+      VEC bv[NV];                                                                                \
+      for (int v = 0; v < NV; ++v) bv[v] = LOAD(b + kk * g.n + v * W);                           \
+      for (int r = 0; r < MR; ++r) {                                                             \
+        const VEC x = BCAST(a[r * g.k + kk]);                                                    \
+        for (int v = 0; v < NV; ++v) acc[r][v] = FMA(x, bv[v], acc[r][v]);                       \
+      }                                                                                          \
+    }                                                                                            \
+    for (int r = 0; r < MR; ++r)                                                                 \
+      for (int v = 0; v < NV; ++v) {                                                             \
+        VEC c = acc[r][v];                                                                       \
+        if (g.bias) c = ADD(c, LOAD(g.bias + j + v * W));                                        \
+        STORE(g.C + (i + r) * g.n + j + v * W, c);                                               \
+      }                                                                                          \
+  }
+
+HALFWAY_TILE(tile512, "avx512f", __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps)
+HALFWAY_TILE(tile256, "avx2,fma", __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+             _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps)
+#undef HALFWAY_TILE
+
+/// Columns past the last whole tile, row by row, with the scalar chain (same FMAs, same order).
+void tail_columns(const GemmF32& g, int64_t i0, int64_t i1, int64_t j0) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = j0; j < g.n; ++j) {
+      float c = chain(g.k, g.A + i * g.k, g.B + j, g.n);
+      if (g.bias) c = c + g.bias[j];
+      g.C[i * g.n + j] = c;
+    }
+}
+
+/// Rows in blocks of MR (then 1), columns in tiles of NV vectors of W lanes (then one vector).
+template <int W, int MR, int NV, class Tile>
+void rows_blocked(const GemmF32& g, int64_t i0, int64_t i1, Tile tile) {
+  const int64_t wide = NV * W;
+  const int64_t jw = g.n / wide * wide, jv = g.n / W * W;
+  int64_t i = i0;
+  for (; i + MR <= i1; i += MR) {
+    for (int64_t j = 0; j < jw; j += wide) tile.template operator()<MR, NV>(g, i, j);
+    for (int64_t j = jw; j < jv; j += W) tile.template operator()<MR, 1>(g, i, j);
+  }
+  for (; i < i1; ++i) {
+    for (int64_t j = 0; j < jw; j += wide) tile.template operator()<1, NV>(g, i, j);
+    for (int64_t j = jw; j < jv; j += W) tile.template operator()<1, 1>(g, i, j);
+  }
+  tail_columns(g, i0, i1, jv);
+}
+
+struct Tile512 {
+  template <int MR, int NV>
+  void operator()(const GemmF32& g, int64_t i, int64_t j) const { tile512<MR, NV>(g, i, j); }
+};
+struct Tile256 {
+  template <int MR, int NV>
+  void operator()(const GemmF32& g, int64_t i, int64_t j) const { tile256<MR, NV>(g, i, j); }
+};
+
+#endif  // HALFWAY_X86_KERNELS
+
+}  // namespace
+
+GemmF32Path gemm_f32_best_path() {
+#ifdef HALFWAY_X86_KERNELS
+  static const GemmF32Path best = __builtin_cpu_supports("avx512f")
+                                      ? GemmF32Path::avx512
+                                      : (__builtin_cpu_supports("avx2") &&
+                                                 __builtin_cpu_supports("fma")
+                                             ? GemmF32Path::avx2
+                                             : GemmF32Path::scalar);
+  return best;
+#else
+  return GemmF32Path::scalar;
+#endif
+}
+
+const char* gemm_f32_path_name(GemmF32Path p) {
+  switch (p) {
+    case GemmF32Path::avx512: return "avx512";
+    case GemmF32Path::avx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+void gemm_f32_rows(const GemmF32& g, int64_t i0, int64_t i1, GemmF32Path path) {
+#ifdef HALFWAY_X86_KERNELS
+  // 6 rows × 2 vectors: 12 accumulators, 2 row slices of B and a broadcast in registers.
+  if (path == GemmF32Path::avx512) return rows_blocked<16, 6, 2>(g, i0, i1, Tile512{});
+  if (path == GemmF32Path::avx2) return rows_blocked<8, 6, 2>(g, i0, i1, Tile256{});
+#endif
+  (void)path;
+  rows_scalar(g, i0, i1);
+}
+
+}  // namespace halfway::sim::detail
