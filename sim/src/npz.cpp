@@ -1,26 +1,68 @@
 #include "halfway/sim/npz.hpp"
 
-#include <zlib.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zip.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <algorithm>
+#include <stdexcept>
 
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
-#include "halfway/sim/io.hpp"
 
 namespace halfway::sim {
 
 namespace {
 
-uint64_t le(const std::string& b, size_t off, int n, const std::string& what) {
-  if (off + size_t(n) > b.size()) throw InputError(what + ": truncated file");
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[off + size_t(i)]);
-  return v;
-}
+// Every size that comes from a file goes through these: a product or sum that does not fit
+// in 64 bits is an error, never a wrapped value.
+bool mul_u64(uint64_t a, uint64_t b, uint64_t& r) { return !__builtin_mul_overflow(a, b, &r); }
+bool add_u64(uint64_t a, uint64_t b, uint64_t& r) { return !__builtin_add_overflow(a, b, &r); }
+
+std::string sys_error() { return std::strerror(errno); }
 
 void put_le(std::string& b, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+uint64_t get_le(const unsigned char* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+/// A stream of bytes: read() returns how many it gave (0 only at the end) or throws.
+struct ByteSource {
+  virtual ~ByteSource() = default;
+  virtual size_t read(char* dst, size_t n) = 0;
+};
+
+struct StringSource : ByteSource {
+  const std::string& s;
+  size_t pos = 0;
+  explicit StringSource(const std::string& str) : s(str) {}
+  size_t read(char* dst, size_t n) override {
+    const size_t k = std::min(n, s.size() - pos);
+    std::memcpy(dst, s.data() + pos, k);
+    pos += k;
+    return k;
+  }
+};
+
+/// Read exactly n bytes; false when the stream ends first.
+bool read_exact(ByteSource& in, char* dst, size_t n) {
+  while (n) {
+    const size_t k = in.read(dst, n);
+    if (!k) return false;
+    dst += k;
+    n -= k;
+  }
+  return true;
 }
 
 /// Value of `key` in numpy's header dict (a Python literal), up to the next top-level comma.
@@ -37,30 +79,77 @@ std::string dict_value(const std::string& h, const std::string& key, const std::
   for (; e < h.size(); ++e) {
     const char c = h[e];
     if (c == '(' || c == '[') ++depth;
-    if (c == ')' || c == ']') --depth;
+    if ((c == ')' || c == ']') && --depth < 0) throw InputError(what + ": malformed npy header");
     if ((c == ',' || c == '}') && depth == 0) break;
   }
-  return h.substr(p, e - p);
+  if (e == h.size()) throw InputError(what + ": malformed npy header");
+  size_t end = e;
+  while (end > p && h[end - 1] == ' ') --end;
+  return h.substr(p, end - p);
 }
 
-}  // namespace
-
-NpyArray parse_npy(const std::string& b, const std::string& what) {
-  if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0)
-    throw InputError(what + ": not a .npy array");
-  const int major = static_cast<unsigned char>(b[6]);
-  size_t hlen, hoff;
-  if (major == 1) {
-    hlen = le(b, 8, 2, what);
-    hoff = 10;
-  } else {
-    hlen = le(b, 8, 4, what);
-    hoff = 12;
+/// numpy's shape tuple: "()", "(3,)", "(3, 4)". Every dimension a non-negative integer that
+/// fits in int64; nothing else is accepted.
+Shape parse_shape(const std::string& s, const std::string& what) {
+  const auto bad = [&]() { return InputError(what + ": malformed shape " + s + " in npy header"); };
+  if (s.size() < 2 || s.front() != '(' || s.back() != ')') throw bad();
+  Shape shape;
+  size_t i = 1;
+  const size_t end = s.size() - 1;
+  auto spaces = [&]() {
+    while (i < end && s[i] == ' ') ++i;
+  };
+  spaces();
+  while (i < end) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) throw bad();
+    uint64_t v = 0;
+    while (i < end && std::isdigit(static_cast<unsigned char>(s[i]))) {
+      if (!mul_u64(v, 10, v) || !add_u64(v, uint64_t(s[i] - '0'), v) || v > uint64_t(INT64_MAX))
+        throw InputError(what + ": dimension too large in shape " + s);
+      ++i;
+    }
+    if (shape.size() >= 64) throw InputError(what + ": more than 64 dimensions in npy header");
+    shape.push_back(int64_t(v));
+    spaces();
+    if (i < end) {
+      if (s[i] != ',') throw bad();
+      ++i;
+      spaces();
+    }
   }
-  if (hoff + hlen > b.size()) throw InputError(what + ": truncated npy header");
-  const std::string h = b.substr(hoff, hlen);
+  if (shape.size() == 1 && s.find(',') == std::string::npos) throw bad();  // "(3)" is no tuple
+  return shape;
+}
+
+constexpr uint64_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes
+
+/// Parse one `.npy` image of exactly `total` bytes from `in`, taking its values' memory
+/// (8 bytes a value) out of `budget`. Nothing is allocated before the header's sizes have been
+/// checked against `total` and `budget`; the data are converted in chunks as they arrive.
+NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
+                          const std::string& what) {
+  unsigned char pre[12];
+  if (total < 10 || !read_exact(in, reinterpret_cast<char*>(pre), 10) ||
+      std::memcmp(pre, "\x93NUMPY", 6) != 0)
+    throw InputError(what + ": not a .npy array");
+  const int major = pre[6];
+  if (major < 1 || major > 3)
+    throw InputError(what + ": unsupported .npy version " + std::to_string(major));
+  uint64_t hoff = 10, hlen = get_le(pre + 8, 2);
+  if (major > 1) {
+    if (total < 12 || !read_exact(in, reinterpret_cast<char*>(pre) + 10, 2))
+      throw InputError(what + ": truncated npy header");
+    hoff = 12;
+    hlen = get_le(pre + 8, 4);
+  }
+  if (hlen > kMaxHeader) throw InputError(what + ": npy header of " + std::to_string(hlen) +
+                                          " bytes (more than 1 MiB)");
+  if (hoff + hlen > total) throw InputError(what + ": truncated npy header");
+  std::string h(size_t(hlen), '\0');
+  if (!read_exact(in, h.data(), h.size())) throw InputError(what + ": truncated npy header");
+
   std::string descr = dict_value(h, "descr", what);
-  if (descr.size() < 4 || (descr[0] != '\'' && descr[0] != '"'))
+  if (descr.size() < 4 || (descr[0] != '\'' && descr[0] != '"') || descr.back() != descr[0])
     throw InputError(what + ": unsupported dtype " + descr);
   descr = descr.substr(1, descr.size() - 2);
   const char order = descr[0];
@@ -69,22 +158,6 @@ NpyArray parse_npy(const std::string& b, const std::string& what) {
     throw InputError(what + ": unsupported dtype '" + descr + "'");
   NpyArray a;
   a.dtype = descr.substr(1);
-  const bool fortran = dict_value(h, "fortran_order", what).find("True") != std::string::npos;
-  const std::string shp = dict_value(h, "shape", what);
-  {
-    size_t i = 0;
-    while (i < shp.size()) {
-      if (std::isdigit(static_cast<unsigned char>(shp[i]))) {
-        int64_t v = 0;
-        while (i < shp.size() && std::isdigit(static_cast<unsigned char>(shp[i])))
-          v = v * 10 + (shp[i++] - '0');
-        a.shape.push_back(v);
-      } else {
-        ++i;
-      }
-    }
-  }
-  const int64_t n = numel(a.shape);
   static const std::pair<const char*, int> kinds[] = {
       {"f2", 2}, {"f4", 4}, {"f8", 8}, {"i1", 1}, {"i2", 2}, {"i4", 4}, {"i8", 8},
       {"u1", 1}, {"u2", 2}, {"u4", 4}, {"u8", 8}, {"b1", 1}};
@@ -92,47 +165,88 @@ NpyArray parse_npy(const std::string& b, const std::string& what) {
   for (const auto& [k, s] : kinds)
     if (a.dtype == k) size = s;
   if (!size) throw InputError(what + ": unsupported dtype '" + descr + "'");
-  const size_t off = hoff + hlen;
-  if (b.size() < off + size_t(n) * size_t(size)) throw InputError(what + ": truncated data");
+  const std::string fo = dict_value(h, "fortran_order", what);
+  if (fo != "True" && fo != "False")
+    throw InputError(what + ": malformed fortran_order " + fo + " in npy header");
+  const bool fortran = fo == "True";
+  a.shape = parse_shape(dict_value(h, "shape", what), what);
+
+  // Sizes: the element count, the data's bytes and the member's bytes, each checked.
+  uint64_t n = 1;
+  for (int64_t d : a.shape)
+    if (!mul_u64(n, uint64_t(d), n))
+      throw InputError(what + ": shape " + shape_str(a.shape) + " has too many elements");
+  uint64_t data_bytes = 0, expect = 0, value_bytes = 0;
+  if (!mul_u64(n, uint64_t(size), data_bytes) || !add_u64(hoff + hlen, data_bytes, expect) ||
+      !mul_u64(n, sizeof(double), value_bytes))
+    throw InputError(what + ": shape " + shape_str(a.shape) + " has too many elements");
+  if (expect != total)
+    throw InputError(what + ": holds " + std::to_string(total) + " bytes, but its header (" +
+                     shape_str(a.shape) + " " + a.dtype + ") implies " + std::to_string(expect) +
+                     (expect > total ? " (truncated data)" : ""));
+  if (value_bytes > budget)
+    throw InputError(what + ": array " + shape_str(a.shape) + " needs " +
+                     std::to_string(value_bytes) + " bytes in memory, over the limit of " +
+                     std::to_string(budget) + " bytes left for this .npz");
+  budget -= value_bytes;
+
   a.values.resize(size_t(n));
   const char kind = a.dtype[0];
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t raw = le(b, off + size_t(i) * size_t(size), size, what);
-    double v = 0;
-    if (kind == 'f') {
-      if (size == 2) {
-        Env env;
-        v = to_f64(formats::fp16, uint32_t(raw), env);
-      } else if (size == 4) {
-        float f;
-        const uint32_t r32 = uint32_t(raw);
-        std::memcpy(&f, &r32, 4);
-        v = f;
+  constexpr size_t kChunk = 1 << 16;  // a multiple of every item size
+  std::vector<unsigned char> buf(size_t(std::min<uint64_t>(kChunk, data_bytes)));
+  for (uint64_t done = 0; done < n;) {
+    const size_t k = size_t(std::min<uint64_t>(n - done, kChunk / size_t(size)));
+    if (!read_exact(in, reinterpret_cast<char*>(buf.data()), k * size_t(size)))
+      throw InputError(what + ": truncated data");
+    for (size_t j = 0; j < k; ++j) {
+      const uint64_t raw = get_le(buf.data() + j * size_t(size), size);
+      double v = 0;
+      if (kind == 'f') {
+        if (size == 2) {
+          Env env;
+          v = to_f64(formats::fp16, uint32_t(raw), env);
+        } else if (size == 4) {
+          float f;
+          const uint32_t r32 = uint32_t(raw);
+          std::memcpy(&f, &r32, 4);
+          v = f;
+        } else {
+          std::memcpy(&v, &raw, 8);
+        }
+      } else if (kind == 'i') {
+        const int shift = 64 - 8 * size;
+        v = double(int64_t(raw << shift) >> shift);
       } else {
-        std::memcpy(&v, &raw, 8);
+        v = double(raw);
       }
-    } else if (kind == 'i') {
-      const int shift = 64 - 8 * size;
-      v = double(int64_t(raw << shift) >> shift);
-    } else {
-      v = double(raw);
+      a.values[size_t(done + j)] = v;
     }
-    a.values[size_t(i)] = v;
+    done += k;
   }
-  if (fortran && a.shape.size() > 1) {
-    // Column-major → row-major.
-    std::vector<double> c(a.values.size());
+  // The end of the stream (for a zip member, this is where its CRC is checked).
+  char extra;
+  if (in.read(&extra, 1) != 0) throw InputError(what + ": data continue past the array");
+
+  if (fortran && a.shape.size() > 1 && n > 1) {
+    // Column-major → row-major. With no dimension 0 (n > 1), every stride is at most n.
     const size_t r = a.shape.size();
+    std::vector<uint64_t> stride(r);
+    for (size_t d = 0, s = 1; d < r; ++d) {
+      stride[d] = s;
+      s *= size_t(a.shape[d]);
+    }
+    std::vector<double> c(static_cast<size_t>(n));
     std::vector<int64_t> idx(r, 0);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t f = 0, stride = 1;
-      for (size_t d = 0; d < r; ++d) {
-        f += idx[d] * stride;
-        stride *= a.shape[d];
-      }
+    uint64_t f = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (f >= n) throw std::logic_error("npz: Fortran-order index out of range");
       c[size_t(i)] = a.values[size_t(f)];
       for (size_t d = r; d-- > 0;) {
-        if (++idx[d] < a.shape[d]) break;
+        if (++idx[d] < a.shape[d]) {
+          f += stride[d];
+          break;
+        }
+        f -= uint64_t(a.shape[d] - 1) * stride[d];
         idx[d] = 0;
       }
     }
@@ -141,96 +255,127 @@ NpyArray parse_npy(const std::string& b, const std::string& what) {
   return a;
 }
 
-NpzFile read_npz(const std::string& path) {
-  const std::string b = read_file(path);
-  const std::string what = "'" + path + "'";
-  // End of central directory: the last "PK\5\6" within the final 64 KiB + 22 bytes.
-  if (b.size() < 22) throw InputError(what + ": not an .npz (zip) file");
-  size_t eocd = std::string::npos;
-  const size_t lo = b.size() > 65557 ? b.size() - 65557 : 0;
-  for (size_t p = b.size() - 22 + 1; p-- > lo;)
-    if (le(b, p, 4, what) == 0x06054b50) {
-      eocd = p;
-      break;
+/// One member of an open archive, read through libzip (inflated and CRC-checked by it).
+struct ZipMemberSource : ByteSource {
+  zip_file_t* f;
+  std::string what;
+  ZipMemberSource(zip_file_t* file, std::string w) : f(file), what(std::move(w)) {}
+  ~ZipMemberSource() override { zip_fclose(f); }
+  size_t read(char* dst, size_t n) override {
+    const zip_int64_t k = zip_fread(f, dst, n);
+    if (k < 0) {
+      if (zip_error_code_zip(zip_file_get_error(f)) == ZIP_ER_CRC)
+        throw InputError(what + ": CRC mismatch");
+      throw InputError(what + ": cannot read (" + zip_file_strerror(f) + ")");
     }
-  if (eocd == std::string::npos) throw InputError(what + ": not an .npz (zip) file");
-  uint64_t entries = le(b, eocd + 10, 2, what);
-  uint64_t cd_off = le(b, eocd + 16, 4, what);
-  if ((entries == 0xFFFF || cd_off == 0xFFFFFFFF) && eocd >= 20 &&
-      le(b, eocd - 20, 4, what) == 0x07064b50) {
-    const uint64_t z = le(b, eocd - 20 + 8, 8, what);
-    if (le(b, size_t(z), 4, what) != 0x06064b50) throw InputError(what + ": bad ZIP64 record");
-    entries = le(b, size_t(z) + 32, 8, what);
-    cd_off = le(b, size_t(z) + 48, 8, what);
+    return size_t(k);
   }
+};
+
+struct ZipCloser {
+  zip_t* z;
+  ~ZipCloser() {
+    if (z) zip_discard(z);
+  }
+};
+
+std::string zip_open_error(int code) {
+  zip_error_t e;
+  zip_error_init_with_code(&e, code);
+  std::string s = zip_error_strerror(&e);
+  zip_error_fini(&e);
+  return s;
+}
+
+/// Deflate never expands more than 1032 to 1 (zlib's technical note); anything that claims
+/// more is a lie about its size.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+}  // namespace
+
+uint64_t default_npz_limit() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t(1) << 32;
+  return uint64_t(pages) / 5 * 4 * uint64_t(page);  // 80% of physical memory
+}
+
+NpyArray parse_npy(const std::string& b, const std::string& what, uint64_t max_bytes) {
+  StringSource in(b);
+  uint64_t budget = max_bytes ? max_bytes : default_npz_limit();
+  return parse_npy_stream(in, b.size(), budget, what);
+}
+
+NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
+  const std::string what = "'" + path + "'";
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError("cannot read " + what + ": " + sys_error());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError(what + ": not a regular file");
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  const uint64_t file_size = uint64_t(st.st_size);
+  int err = 0;
+  zip_t* za = zip_fdopen(fd, ZIP_CHECKCONS, &err);  // on success, libzip owns fd
+  if (!za) {
+    ::close(fd);
+    throw InputError(what + ": not an .npz (zip) file (" + zip_open_error(err) + ")");
+  }
+  ZipCloser closer{za};
+  const zip_int64_t entries = zip_get_num_entries(za, 0);
+  if (entries < 0) throw InputError(what + ": not an .npz (zip) file");
+  uint64_t budget = max_bytes ? max_bytes : default_npz_limit();
   NpzFile out;
-  size_t p = size_t(cd_off);
-  for (uint64_t e = 0; e < entries; ++e) {
-    if (le(b, p, 4, what) != 0x02014b50) throw InputError(what + ": corrupt zip directory");
-    const int method = int(le(b, p + 10, 2, what));
-    const uint32_t crc = uint32_t(le(b, p + 16, 4, what));
-    uint64_t csize = le(b, p + 20, 4, what), usize = le(b, p + 24, 4, what);
-    const size_t nlen = size_t(le(b, p + 28, 2, what)), xlen = size_t(le(b, p + 30, 2, what)),
-                 clen = size_t(le(b, p + 32, 2, what));
-    uint64_t loff = le(b, p + 42, 4, what);
-    const std::string name = b.substr(p + 46, nlen);
-    // ZIP64 extra field: the 0xFFFFFFFF fields, in order usize, csize, offset.
-    for (size_t x = p + 46 + nlen; x + 4 <= p + 46 + nlen + xlen;) {
-      const uint64_t id = le(b, x, 2, what), sz = le(b, x + 2, 2, what);
-      if (id == 0x0001) {
-        size_t q = x + 4;
-        if (usize == 0xFFFFFFFF) { usize = le(b, q, 8, what); q += 8; }
-        if (csize == 0xFFFFFFFF) { csize = le(b, q, 8, what); q += 8; }
-        if (loff == 0xFFFFFFFF) { loff = le(b, q, 8, what); q += 8; }
-      }
-      x += 4 + size_t(sz);
-    }
-    p += 46 + nlen + xlen + clen;
-    if (le(b, size_t(loff), 4, what) != 0x04034b50) throw InputError(what + ": corrupt zip entry");
-    const size_t data = size_t(loff) + 30 + size_t(le(b, size_t(loff) + 26, 2, what)) +
-                        size_t(le(b, size_t(loff) + 28, 2, what));
-    if (data + csize > b.size()) throw InputError(what + ": truncated zip entry '" + name + "'");
-    std::string raw;
-    if (method == 0) {
-      raw = b.substr(data, size_t(csize));
-    } else if (method == 8) {
-      raw.resize(size_t(usize));
-      z_stream zs{};
-      if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) throw InputError(what + ": zlib failure");
-      zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(b.data() + data));
-      zs.avail_in = uInt(csize);
-      zs.next_out = reinterpret_cast<Bytef*>(raw.data());
-      zs.avail_out = uInt(usize);
-      const int rc = inflate(&zs, Z_FINISH);
-      inflateEnd(&zs);
-      if (rc != Z_STREAM_END || zs.total_out != usize)
-        throw InputError(what + ": cannot inflate '" + name + "'");
-    } else {
-      throw InputError(what + ": zip compression method " + std::to_string(method) +
+  for (zip_int64_t i = 0; i < entries; ++i) {
+    zip_stat_t zs;
+    zip_stat_init(&zs);
+    if (zip_stat_index(za, zip_uint64_t(i), ZIP_FL_ENC_RAW, &zs) != 0)
+      throw InputError(what + ": corrupt zip directory (" + zip_strerror(za) + ")");
+    const zip_uint64_t need = ZIP_STAT_NAME | ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE |
+                              ZIP_STAT_COMP_METHOD | ZIP_STAT_ENCRYPTION_METHOD;
+    if ((zs.valid & need) != need) throw InputError(what + ": corrupt zip directory");
+    const std::string name = zs.name;
+    const std::string mwhat = what + " member '" + name + "'";
+    if (zs.encryption_method != ZIP_EM_NONE) throw InputError(mwhat + ": encrypted");
+    if (zs.comp_method != ZIP_CM_STORE && zs.comp_method != ZIP_CM_DEFLATE)
+      throw InputError(what + ": zip compression method " + std::to_string(zs.comp_method) +
                        " is not supported (use numpy.savez or savez_compressed)");
-    }
-    if (uint32_t(crc32(0L, reinterpret_cast<const Bytef*>(raw.data()), uInt(raw.size()))) != crc)
-      throw InputError(what + ": CRC mismatch in '" + name + "'");
+    // The declared sizes against what the file can hold: the compressed bytes lie within the
+    // file, and the uncompressed size is what they can expand to.
+    uint64_t most = 0;
+    if (zs.comp_size > file_size ||
+        (zs.comp_method == ZIP_CM_STORE && zs.size != zs.comp_size) ||
+        (zs.comp_method == ZIP_CM_DEFLATE &&
+         (!mul_u64(zs.comp_size, kMaxDeflateRatio, most) || zs.size > most + 1024)))
+      throw InputError(mwhat + ": declared size " + std::to_string(zs.size) +
+                       " does not fit its " + std::to_string(zs.comp_size) +
+                       " compressed bytes in a file of " + std::to_string(file_size));
+    zip_file_t* zf = zip_fopen_index(za, zip_uint64_t(i), 0);
+    if (!zf) throw InputError(mwhat + ": cannot open (" + zip_strerror(za) + ")");
+    ZipMemberSource src(zf, mwhat);
+    NpyArray arr = parse_npy_stream(src, zs.size, budget, mwhat);
     std::string key = name;
-    if (key.size() > 4 && key.compare(key.size() - 4, 4, ".npy") == 0)
-      key.resize(key.size() - 4);
-    out[key] = parse_npy(raw, what + " member '" + name + "'");
+    if (key.size() > 4 && key.compare(key.size() - 4, 4, ".npy") == 0) key.resize(key.size() - 4);
+    if (!out.emplace(key, std::move(arr)).second)
+      throw InputError(what + ": array '" + key + "' appears twice");
   }
   return out;
 }
 
-std::string npy_bytes(const NpyArray& a) {
-  std::string descr;
-  int size;
-  if (a.dtype == "f4") { descr = "<f4"; size = 4; }
-  else if (a.dtype == "f8") { descr = "<f8"; size = 8; }
-  else if (a.dtype == "i8") { descr = "<i8"; size = 8; }
-  else throw InputError("npy: cannot write dtype '" + a.dtype + "'");
-  std::string shape = "(";
-  for (size_t i = 0; i < a.shape.size(); ++i)
-    shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : i + 1 < a.shape.size() ? ", " : "");
-  shape += ")";
-  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+// ---------------------------------------------------------------------------------------------
+// Writing.
+
+namespace {
+
+std::string npy_header(const std::string& descr, const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
+  s += ")";
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + s + ", }";
   // Pad with spaces so the data starts on a 64-byte boundary; the header ends in '\n'.
   while ((10 + h.size() + 1) % 64) h.push_back(' ');
   h.push_back('\n');
@@ -238,7 +383,19 @@ std::string npy_bytes(const NpyArray& a) {
   b.push_back(1);
   b.push_back(0);
   put_le(b, h.size(), 2);
-  b += h;
+  return b + h;
+}
+
+int item_size(const std::string& dtype, std::string& descr) {
+  if (dtype == "f4") return descr = "<f4", 4;
+  if (dtype == "f8") return descr = "<f8", 8;
+  if (dtype == "i8") return descr = "<i8", 8;
+  throw InputError("npy: cannot write dtype '" + dtype + "'");
+}
+
+void put_values(std::string& b, const NpyArray& a) {
+  std::string descr;
+  const int size = item_size(a.dtype, descr);
   for (double v : a.values) {
     if (size == 4) {
       const float f = static_cast<float>(v);
@@ -253,61 +410,185 @@ std::string npy_bytes(const NpyArray& a) {
       put_le(b, uint64_t(int64_t(v)), 8);
     }
   }
+}
+
+/// 1980-01-01 00:00 local time: the zip (DOS) epoch, so that an archive's bytes do not depend
+/// on when it was written.
+time_t dos_epoch() {
+  std::tm t{};
+  t.tm_year = 80;
+  t.tm_mday = 1;
+  t.tm_isdst = -1;
+  return std::mktime(&t);
+}
+
+/// A window of the spool file as a libzip source: read with pread from one shared descriptor,
+/// so that an archive of many members opens no file per member.
+struct SpoolWindow {
+  int fd;
+  uint64_t offset, size, pos = 0;
+  time_t mtime;
+  zip_error_t error;
+};
+
+zip_int64_t spool_window(void* state, void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+  auto* w = static_cast<SpoolWindow*>(state);
+  switch (cmd) {
+    case ZIP_SOURCE_OPEN:
+      w->pos = 0;
+      return 0;
+    case ZIP_SOURCE_READ: {
+      const uint64_t n = std::min<uint64_t>(len, w->size - w->pos);
+      auto* dst = static_cast<char*>(data);
+      for (uint64_t done = 0; done < n;) {
+        const ssize_t k = ::pread(w->fd, dst + done, size_t(n - done), off_t(w->offset + w->pos + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+          zip_error_set(&w->error, ZIP_ER_READ, k < 0 ? errno : EIO);
+          return -1;
+        }
+        done += uint64_t(k);
+      }
+      w->pos += n;
+      return zip_int64_t(n);
+    }
+    case ZIP_SOURCE_CLOSE:
+      return 0;
+    case ZIP_SOURCE_STAT: {
+      zip_stat_t* st = ZIP_SOURCE_GET_ARGS(zip_stat_t, data, len, &w->error);
+      if (!st) return -1;
+      zip_stat_init(st);
+      st->size = st->comp_size = w->size;
+      st->mtime = w->mtime;
+      st->comp_method = ZIP_CM_STORE;
+      st->encryption_method = ZIP_EM_NONE;
+      st->valid = ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_MTIME | ZIP_STAT_COMP_METHOD |
+                  ZIP_STAT_ENCRYPTION_METHOD;
+      return sizeof(*st);
+    }
+    case ZIP_SOURCE_ERROR:
+      return zip_error_to_data(&w->error, data, len);
+    case ZIP_SOURCE_FREE:
+      zip_error_fini(&w->error);
+      delete w;
+      return 0;
+    case ZIP_SOURCE_SUPPORTS:
+      return ZIP_SOURCE_SUPPORTS_READABLE | ZIP_SOURCE_MAKE_COMMAND_BITMASK(ZIP_SOURCE_SUPPORTS);
+    default:
+      zip_error_set(&w->error, ZIP_ER_OPNOTSUPP, 0);
+      return -1;
+  }
+}
+
+}  // namespace
+
+std::string npy_bytes(const NpyArray& a) {
+  std::string descr;
+  item_size(a.dtype, descr);
+  std::string b = npy_header(descr, a.shape);
+  put_values(b, a);
   return b;
 }
 
-void write_npz(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& arrays) {
-  std::string zip, cd;
-  uint64_t count = 0;
-  for (const auto& [key, arr] : arrays) {
-    const std::string name = key + ".npy";
-    const std::string data = npy_bytes(arr);
-    const uint32_t crc =
-        uint32_t(crc32(0L, reinterpret_cast<const Bytef*>(data.data()), uInt(data.size())));
-    const uint64_t off = zip.size();
-    put_le(zip, 0x04034b50, 4);
-    put_le(zip, 20, 2);  // version needed
-    put_le(zip, 0, 2);   // flags
-    put_le(zip, 0, 2);   // stored
-    put_le(zip, 0, 2);   // time
-    put_le(zip, 0x21, 2);  // date 1980-01-01
-    put_le(zip, crc, 4);
-    put_le(zip, data.size(), 4);
-    put_le(zip, data.size(), 4);
-    put_le(zip, name.size(), 2);
-    put_le(zip, 0, 2);
-    zip += name + data;
-    put_le(cd, 0x02014b50, 4);
-    put_le(cd, 20, 2);
-    put_le(cd, 20, 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0x21, 2);
-    put_le(cd, crc, 4);
-    put_le(cd, data.size(), 4);
-    put_le(cd, data.size(), 4);
-    put_le(cd, name.size(), 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0, 2);
-    put_le(cd, 0, 4);
-    put_le(cd, off, 4);
-    cd += name;
-    ++count;
+NpzWriter::NpzWriter(std::string path) : path_(std::move(path)) {
+  const std::string pid = std::to_string(::getpid());
+  tmp_ = path_ + ".tmp." + pid;
+  spool_ = path_ + ".tmp." + pid + ".data";
+  spool_file_ = std::fopen(spool_.c_str(), "wb");
+  if (!spool_file_) throw InputError("cannot write '" + spool_ + "': " + sys_error());
+}
+
+NpzWriter::~NpzWriter() {
+  if (spool_file_) std::fclose(spool_file_);
+  std::remove(spool_.c_str());
+  if (!done_) std::remove(tmp_.c_str());
+}
+
+void NpzWriter::append(const std::string& key, const std::string& bytes) {
+  if (done_ || !spool_file_) throw std::logic_error("NpzWriter: add after commit");
+  if (std::fwrite(bytes.data(), 1, bytes.size(), spool_file_) != bytes.size())
+    throw std::runtime_error("write to '" + spool_ + "' failed: " + sys_error());
+  members_.push_back({key + ".npy", spool_size_, bytes.size()});
+  spool_size_ += bytes.size();
+}
+
+void NpzWriter::add(const std::string& key, const NpyArray& a) { append(key, npy_bytes(a)); }
+
+void NpzWriter::add_f4(const std::string& key, const Shape& shape, const float* v, size_t n) {
+  std::string b = npy_header("<f4", shape);
+  const size_t h = b.size();
+  b.resize(h + 4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t r;
+    std::memcpy(&r, &v[i], 4);
+    for (int k = 0; k < 4; ++k) b[h + 4 * i + size_t(k)] = char((r >> (8 * k)) & 0xFF);
   }
-  const uint64_t cd_off = zip.size();
-  zip += cd;
-  put_le(zip, 0x06054b50, 4);
-  put_le(zip, 0, 2);
-  put_le(zip, 0, 2);
-  put_le(zip, count, 2);
-  put_le(zip, count, 2);
-  put_le(zip, cd.size(), 4);
-  put_le(zip, cd_off, 4);
-  put_le(zip, 0, 2);
-  write_file_atomic(path, zip);
+  append(key, b);
+}
+
+void NpzWriter::commit() {
+  if (done_ || !spool_file_) throw std::logic_error("NpzWriter: commit twice");
+  const bool ok = std::fflush(spool_file_) == 0;
+  const std::string why = ok ? "" : sys_error();
+  std::fclose(spool_file_);
+  spool_file_ = nullptr;
+  if (!ok) throw std::runtime_error("write to '" + spool_ + "' failed: " + why);
+
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } spool{::open(spool_.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (spool.fd < 0) throw std::runtime_error("cannot read '" + spool_ + "': " + sys_error());
+  int err = 0;
+  zip_t* za = zip_open(tmp_.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+  if (!za) throw std::runtime_error("cannot write '" + tmp_ + "': " + zip_open_error(err));
+  const time_t epoch = dos_epoch();
+  auto fail = [&](const std::string& step) {
+    const std::string msg = "write to '" + tmp_ + "' failed: " + step + ": " + zip_strerror(za);
+    zip_discard(za);
+    std::remove(tmp_.c_str());
+    throw std::runtime_error(msg);
+  };
+  for (const Member& m : members_) {
+    auto* w = new SpoolWindow{spool.fd, m.offset, m.size, 0, epoch, {}};
+    zip_error_init(&w->error);
+    zip_source_t* src = zip_source_function(za, spool_window, w);
+    if (!src) {
+      zip_error_fini(&w->error);
+      delete w;
+      fail("member '" + m.name + "'");
+    }
+    const zip_int64_t idx = zip_file_add(za, m.name.c_str(), src, ZIP_FL_ENC_UTF_8);
+    if (idx < 0) {
+      zip_source_free(src);
+      fail("member '" + m.name + "'");
+    }
+    if (zip_set_file_compression(za, zip_uint64_t(idx), ZIP_CM_STORE, 0) != 0 ||
+        zip_file_set_mtime(za, zip_uint64_t(idx), epoch, 0) != 0)
+      fail("member '" + m.name + "'");
+  }
+  if (zip_close(za) != 0) fail("closing");
+  // libzip wrote a temporary file of its own and renamed it to tmp_; now flush and rename.
+  const int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why2 = sys_error();
+    std::remove(tmp_.c_str());
+    throw std::runtime_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + why2);
+  }
+  done_ = true;
+  std::remove(spool_.c_str());
+}
+
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& arrays) {
+  NpzWriter w(path);
+  for (const auto& [key, arr] : arrays) w.add(key, arr);
+  w.commit();
 }
 
 }  // namespace halfway::sim

@@ -1,12 +1,19 @@
 /// \file npz.hpp
-/// numpy `.npy`/`.npz` reading and writing, self-contained (zip "stored" and "deflated"
-/// members through zlib, ZIP64 extents). Arrays come back as doubles with their shape and
-/// numpy dtype; f2/f4/f8, signed/unsigned integers and bool are supported, little-endian,
-/// C or Fortran order.
+/// numpy `.npy`/`.npz` reading and writing. The zip container is libzip's (stored and deflated
+/// members, ZIP64); the `.npy` header parser is ours. Arrays come back as doubles with their
+/// shape and numpy dtype; f2/f4/f8, signed/unsigned integers and bool are supported,
+/// little-endian, C or Fortran order.
 ///
 ///     NpzFile f = read_npz("data.npz");     // f.at("x").shape, f.at("x").values
+///
+/// Every size read from a file is checked before it is used: the shape's element count and
+/// byte count in 64 bits without wrapping, a member's size against its header and against the
+/// compressed bytes in the file, and the memory its values take (8 bytes a value) against a
+/// limit. Nothing larger than what the file really holds is allocated.
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,12 +32,50 @@ struct NpyArray {
 
 using NpzFile = std::map<std::string, NpyArray>;
 
-/// Parse one `.npy` image. Throws InputError naming `what` on malformed input.
-NpyArray parse_npy(const std::string& bytes, const std::string& what);
-/// Read an `.npz` archive: member names without the ".npy" suffix. Throws InputError.
-NpzFile read_npz(const std::string& path);
+/// The memory read_npz may fill with one archive's values by default: 80% of physical memory.
+uint64_t default_npz_limit();
+
+/// Parse one `.npy` image (exactly: no bytes may follow the data). Throws InputError naming
+/// `what` on malformed input or when its values need more than `max_bytes` (0: the default).
+NpyArray parse_npy(const std::string& bytes, const std::string& what, uint64_t max_bytes = 0);
+/// Read an `.npz` archive: member names without the ".npy" suffix. `path` must be a regular
+/// file; all arrays together may take at most `max_bytes` (0: default_npz_limit()). Throws
+/// InputError, with one line, on anything else.
+NpzFile read_npz(const std::string& path, uint64_t max_bytes = 0);
 /// Serialise one array as `.npy` (dtype "f4", "f8" or "i8").
 std::string npy_bytes(const NpyArray& a);
+
+/// An uncompressed `.npz` (like numpy.savez) written in bounded memory: each array goes to a
+/// spool file next to `path` (`path.tmp.<pid>.data`) as it is added; commit() builds the
+/// archive from it (ZIP64 when needed) as `path.tmp.<pid>` and renames that over `path`.
+/// Without commit(), nothing is left behind.
+class NpzWriter {
+ public:
+  explicit NpzWriter(std::string path);
+  ~NpzWriter();
+  NpzWriter(const NpzWriter&) = delete;
+  NpzWriter& operator=(const NpzWriter&) = delete;
+  /// Add member `key`.npy (dtype "f4", "f8" or "i8").
+  void add(const std::string& key, const NpyArray& a);
+  /// Add member `key`.npy as float32 straight from `n` floats.
+  void add_f4(const std::string& key, const Shape& shape, const float* v, size_t n);
+  /// Write the archive and rename it into place. Throws std::runtime_error on failure.
+  void commit();
+  size_t members() const { return members_.size(); }
+
+ private:
+  struct Member {
+    std::string name;
+    uint64_t offset, size;
+  };
+  void append(const std::string& key, const std::string& bytes);
+  std::string path_, tmp_, spool_;
+  std::FILE* spool_file_ = nullptr;
+  uint64_t spool_size_ = 0;
+  std::vector<Member> members_;
+  bool done_ = false;
+};
+
 /// Write an uncompressed `.npz` (like numpy.savez), atomically (temporary file + rename).
 void write_npz(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& arrays);
 
