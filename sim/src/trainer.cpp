@@ -240,7 +240,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   trace.out() << "step,name,op,kind,dtype,total,zeros,underflow,subnormal,overflow,nan,inexact,"
                  "nonfinite_in,vanished,small_update,min_exp,max_exp,max_abs,hist\n";
   window.out() << "step,loss_scale,k,values,underflow,underflow_fraction,overflow,safe\n";
-  std::vector<std::pair<std::string, NpyArray>> grad_arrays;
+  // Each step's gradients go to disk as the run goes (grads.npz is built from them at the end).
+  std::unique_ptr<NpzWriter> grads_out;
+  if (c.save_grads) grads_out = std::make_unique<NpzWriter>(d + "grads.npz");
   // Rows are assembled with std::to_chars (locale-free, shortest round-trip text) and written
   // with one call per step and file.
   std::string line;
@@ -296,14 +298,10 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
       }
       window.out() << line;
     }
-    if (c.save_grads)
-      for (size_t i = 0; i < params.size(); ++i) {
-        NpyArray a;
-        a.dtype = "f4";
-        a.shape = params[i].t.shape();
-        a.values.assign(grads[i].begin(), grads[i].end());
-        grad_arrays.emplace_back("step" + std::to_string(r.step) + "." + params[i].name, a);
-      }
+    if (grads_out)
+      for (size_t i = 0; i < params.size(); ++i)
+        grads_out->add_f4("step" + std::to_string(r.step) + "." + params[i].name,
+                          params[i].t.shape(), grads[i].data(), grads[i].size());
   };
   TrainSummary sum = train(c, o, on_step);
 
@@ -331,7 +329,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     outputs.push_back("weights.npz");
   }
   if (c.save_grads) {
-    write_npz(d + "grads.npz", grad_arrays);
+    grads_out->commit();
     outputs.push_back("grads.npz");
   }
 
