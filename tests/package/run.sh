@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the build tree into a scratch prefix, then configures, builds and runs a consumer
-# project that uses find_package(halfway).
+# project that uses find_package(halfway). A fourth argument, when given, is the consumer's
+# CMAKE_CXX_FLAGS (a sanitizer build passes its -fsanitize flags).
 set -euo pipefail
-build="$1"; src="$2"; scratch="$3"
+build="$1"; src="$2"; scratch="$3"; flags="${4:-}"
 rm -rf "$scratch"
 cmake --install "$build" --prefix "$scratch/prefix" >/dev/null
-cmake -S "$src" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
+cmake -S "$src" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" \
+  ${flags:+"-DCMAKE_CXX_FLAGS=$flags"} >/dev/null
 cmake --build "$scratch/consumer" >/dev/null
 "$scratch/consumer/consumer"
