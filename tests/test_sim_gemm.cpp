@@ -1,8 +1,9 @@
-// The fp32 sequential-FMA GEMM's fast paths (sim/src/gemm_f32.cpp) against the definition, an
+// The simulator's GEMM. (1) The fp32 sequential-FMA GEMM's fast paths (sim/src/gemm_f32.cpp) against the definition, an
 // independent per-element loop: c = fma(a[i][kk], b[kk][j], c) for kk = 0..k-1 from +0, then
 // c + bias[j]. Every path this CPU has, on every shape class (whole tiles, partial row blocks,
 // vector and scalar column tails, k = 0) and on special values (±0, subnormals, ±inf, NaN,
-// huge products that overflow): identical bits, NaN for NaN.
+// huge products that overflow): identical bits, NaN for NaN. (2) Every named accumulation
+// resolves into lib's AccumulationModel, and a block-FMA GEMM gives lib's dot per element.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,6 +13,9 @@
 #include <vector>
 
 #include "../sim/src/gemm_f32.hpp"
+#include "halfway/halfway.hpp"
+#include "halfway/names.hpp"
+#include "halfway/sim/accumulate.hpp"
 #include "test_support.hpp"
 
 using namespace halfway::sim::detail;
@@ -80,4 +84,71 @@ TEST_CASE("fp32 GEMM fast paths give the definition's bits", "[sim][gemm]") {
     halfway_test::skip(std::string("this CPU has no ") +
                        (paths.size() == 1 ? "AVX2+FMA or AVX-512" : "AVX-512") +
                        ": those GEMM paths were not compared");
+}
+
+TEST_CASE("every named accumulation resolves into lib's model, and block FMAs follow lib's dot",
+          "[sim][gemm]") {
+  using namespace halfway;
+  using namespace halfway::sim;
+  const DType f16 = DType::low(formats::fp16);
+  BulkOptions o;
+  // Names and what they resolve to for an fp16 GEMM (and fp32 ones always sequential fp32).
+  CHECK(accumulation_names().size() == 9);
+  for (const std::string& name : accumulation_names()) {
+    const AccumulationModel f32 =
+        accumulator_by_name(name).resolve(DType::f32(), 4, 4, 4, Layout::nn, o);
+    CHECK(f32.kind == AccumulationModel::Kind::sequential_fma);
+    CHECK(f32.acc == accumulation::kF32);
+  }
+  CHECK(accumulator_by_name("in-format").resolve(f16, 4, 4, 4, Layout::nn, o).acc == formats::fp16);
+  CHECK(accumulator_by_name("torch-cpu").resolve(f16, 16, 16, 17, Layout::nn, o).acc ==
+        accumulation::kF32);
+  CHECK(accumulator_by_name("torch-cpu").resolve(f16, 4, 4, 4, Layout::nn, o).kind ==
+        AccumulationModel::Kind::sequential);
+  CHECK(accumulator_by_name("a100").resolve(f16, 4, 4, 4, Layout::nn, o).block == 8);
+  CHECK_THROWS_AS(accumulator_by_name("tpu"), InputError);
+
+  // gemm() under each block preset: per element, lib's dot from +0, then + bias in the
+  // accumulator format with round-to-nearest-even.
+  std::mt19937 g(3);
+  std::uniform_int_distribution<int> e(-12, 12);
+  std::uniform_real_distribution<float> u(1.0f, 2.0f);
+  const int64_t m = 3, n = 5, k = 37;
+  auto fp16_values = [&](size_t cnt) {
+    std::vector<float> v(cnt);
+    for (auto& x : v) {
+      Env env;
+      x = to_f32(formats::fp16,
+                 from_f32(formats::fp16, std::ldexp(u(g), e(g)) * (g() % 2 ? 1.0f : -1.0f), env),
+                 env);
+    }
+    return v;
+  };
+  const auto A = fp16_values(size_t(m * k)), B = fp16_values(size_t(k * n)),
+             bias = fp16_values(size_t(n));
+  for (const char* name : {"v100", "a100", "h100", "h100-fp16"}) {
+    const AccumulationModel model = accumulator_by_name(name).resolve(f16, m, n, k, Layout::nn, o);
+    std::vector<float> C(size_t(m * n)), F(size_t(m * n));
+    gemm(model, formats::fp16, m, n, k, A.data(), B.data(), bias.data(), C.data(), o, 1);
+    gemm(accumulation::fp32_sequential, formats::fp16, m, n, k, A.data(), B.data(), bias.data(),
+         F.data(), o, 1);
+    int64_t bad = 0, differs = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        std::vector<uint32_t> a(static_cast<size_t>(k)), b(static_cast<size_t>(k));
+        Env env;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          a[size_t(kk)] = from_f32(formats::fp16, A[size_t(i * k + kk)], env);
+          b[size_t(kk)] = from_f32(formats::fp16, B[size_t(kk * n + j)], env);
+        }
+        uint32_t acc = dot(model, formats::fp16, a.data(), b.data(), int(k), 0, env);
+        Env rne;
+        acc = halfway::add(model.acc, acc, from_f32(model.acc, bias[size_t(j)], rne), rne);
+        bad += !same(C[size_t(i * n + j)], to_f32(model.acc, acc, rne));
+        differs += !same(C[size_t(i * n + j)], F[size_t(i * n + j)]);
+      }
+    INFO(name << ": " << differs << " of " << m * n << " elements differ from fp32 accumulation");
+    CHECK(bad == 0);
+    CHECK(differs > 0);  // the model is really applied: its truncation shows on these values
+  }
 }

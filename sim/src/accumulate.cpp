@@ -16,130 +16,137 @@ void gemm_rows_f32(int64_t i0, int64_t i1, void* p) {
                         detail::gemm_f32_best_path());
 }
 
-class Fp32Sequential final : public Accumulator {
- public:
-  std::string name() const override { return "fp32"; }
-  void gemm(int64_t m, int64_t n, int64_t k, const float* A, const float* B, const float* bias,
-            float* C, const DType&, const BulkOptions&, int threads, Layout) const override {
-    detail::GemmF32 args{n, k, A, B, bias, C};
-    parallel_rows(m, threads, m * n * k, gemm_rows_f32, &args);
-  }
-};
-
-struct FmtArgs {
+struct ModelArgs {
+  AccumulationModel m;
+  Format in;
   int64_t n, k;
-  Format f;
-  const uint32_t *A, *B, *bias;
+  const uint32_t *A, *Bt, *bias;  ///< A and Bᵀ as encodings of `in`, the bias of `m.acc`
   float* C;
   BulkOptions o;
-  bool fused;
 };
 
-void gemm_rows_fmt(int64_t i0, int64_t i1, void* p) {
-  const FmtArgs& a = *static_cast<const FmtArgs*>(p);
-  const int64_t n = a.n, k = a.k;
+/// Each element: lib's dot product under the model from +0, then the bias added in the
+/// accumulator format (round to nearest even after a block model: the GEMM's epilogue).
+void gemm_rows_model(int64_t i0, int64_t i1, void* p) {
+  const ModelArgs& a = *static_cast<const ModelArgs*>(p);
+  const bool block = a.m.kind == AccumulationModel::Kind::block_fma;
   for (int64_t i = i0; i < i1; ++i)
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < a.n; ++j) {
       Env env{a.o.rounding, a.o.seed};
       env.tininess = a.o.tininess;
       // Stochastic rounding: one stream index per rounding, fixed by (i, j, kk).
-      env.sr_counter = a.o.offset + uint64_t(i * n + j) * uint64_t(k + 1);
-      uint32_t acc = 0;  // +0
-      if (a.fused) {
-        for (int64_t kk = 0; kk < k; ++kk)
-          acc = halfway::fma(a.f, a.A[i * k + kk], a.B[kk * n + j], acc, env);
-      } else {
-        for (int64_t kk = 0; kk < k; ++kk)
-          acc = halfway::add(a.f, acc, halfway::mul(a.f, a.A[i * k + kk], a.B[kk * n + j], env),
-                             env);
+      env.sr_counter = a.o.offset + uint64_t(i * a.n + j) * uint64_t(a.k + 1);
+      uint32_t acc = dot(a.m, a.in, a.A + i * a.k, a.Bt + j * a.k, int(a.k), 0, env);
+      if (a.bias) {
+        env.rounding = block ? Rounding::near_even : a.m.rounding;
+        acc = halfway::add(a.m.acc, acc, a.bias[j], env);
       }
-      if (a.bias) acc = halfway::add(a.f, acc, a.bias[j], env);
       Env d;
-      a.C[i * n + j] = to_f32(a.f, acc, d);
+      a.C[i * a.n + j] = to_f32(a.m.acc, acc, d);
     }
 }
 
-class InFormat final : public Accumulator {
- public:
-  explicit InFormat(bool fused) : fused_(fused) {}
-  std::string name() const override { return fused_ ? "in-format" : "in-format-unfused"; }
-  void gemm(int64_t m, int64_t n, int64_t k, const float* A, const float* B, const float* bias,
-            float* C, const DType& out, const BulkOptions& o, int threads,
-            Layout layout) const override {
-    if (!out.is_low()) {
-      fp32_sequential().gemm(m, n, k, A, B, bias, C, out, o, threads, layout);
-      return;
-    }
-    const Format f = out.fmt;
-    // The inputs are converted to the accumulation format (exact when they already are
-    // values of it, the usual case), as an HFMA chain takes fp16 operands.
-    auto encode = [&](const float* x, size_t cnt) {
-      std::vector<uint32_t> e(cnt);
-      for (size_t i = 0; i < cnt; ++i) {
-        Env env;
-        e[i] = from_f32(f, x[i], env);
-      }
-      return e;
-    };
-    const auto ea = encode(A, size_t(m * k));
-    const auto eb = encode(B, size_t(k * n));
-    std::vector<uint32_t> ebias;
-    if (bias) ebias = encode(bias, size_t(n));
-    FmtArgs args{n, k, f, ea.data(), eb.data(), bias ? ebias.data() : nullptr, C, o, fused_};
-    parallel_rows(m, threads, m * n * k * 16, gemm_rows_fmt, &args);
+std::vector<uint32_t> encode(const Format& f, const float* x, size_t count) {
+  std::vector<uint32_t> e(count);
+  for (size_t i = 0; i < count; ++i) {
+    Env env;
+    e[i] = from_f32(f, x[i], env);
   }
+  return e;
+}
 
- private:
-  bool fused_;
-};
+bool is_fast_fp32(const AccumulationModel& m) {
+  return m.kind == AccumulationModel::Kind::sequential_fma && m.acc == accumulation::kF32 &&
+         m.rounding == Rounding::near_even;
+}
 
-class TorchCpu final : public Accumulator {
- public:
-  std::string name() const override { return "torch-cpu"; }
-  void gemm(int64_t m, int64_t n, int64_t k, const float* A, const float* B, const float* bias,
-            float* C, const DType& out, const BulkOptions& o, int threads,
-            Layout layout) const override {
-    // at::native::use_mkldnn_bf16_matmul: m·k·n > 16·16·16 goes to oneDNN.
-    const bool onednn = m * n * k > 16 * 16 * 16;
-    if (!out.is_low() || onednn || layout == Layout::nt)
-      fp32_sequential().gemm(m, n, k, A, B, bias, C, out, o, threads, layout);
-    else
-      in_format_unfused().gemm(m, n, k, A, B, bias, C, out, o, threads, layout);
-  }
-};
+AccumulationModel sequential(AccumulationModel::Kind kind, const Format& acc, Rounding r) {
+  AccumulationModel m;
+  m.kind = kind;
+  m.acc = acc;
+  m.rounding = r;
+  return m;
+}
+
+Accumulation named(std::string name, Accumulation::Kind kind, AccumulationModel block = {}) {
+  Accumulation a;
+  a.name = std::move(name);
+  a.kind = kind;
+  a.block = block;
+  return a;
+}
+
+const std::vector<Accumulation>& all_accumulations() {
+  using K = Accumulation::Kind;
+  static const std::vector<Accumulation> all = {
+      named("fp32", K::fp32),
+      named("in-format", K::in_format),
+      named("in-format-unfused", K::in_format_unfused),
+      named("torch-cpu", K::torch_cpu),
+      named("v100", K::block, accumulation::v100_fp32),
+      named("a100", K::block, accumulation::a100_fp32),
+      named("h100", K::block, accumulation::h100_fp32),
+      named("h100-fp16", K::block, accumulation::h100_fp16),
+      named("h100-fp8", K::block, accumulation::h100_fp8_fp32),
+  };
+  return all;
+}
 
 }  // namespace
 
-const Accumulator& fp32_sequential() {
-  static const Fp32Sequential a;
-  return a;
+AccumulationModel Accumulation::resolve(const DType& out, int64_t m, int64_t n, int64_t k,
+                                        Layout layout, const BulkOptions& o) const {
+  using K = AccumulationModel::Kind;
+  if (!out.is_low() || kind == Kind::fp32) return accumulation::fp32_sequential;
+  switch (kind) {
+    case Kind::in_format: return sequential(K::sequential_fma, out.fmt, o.rounding);
+    case Kind::in_format_unfused: return sequential(K::sequential, out.fmt, o.rounding);
+    case Kind::torch_cpu:
+      // at::native::use_mkldnn_bf16_matmul: m·k·n > 16·16·16 goes to oneDNN.
+      if (m * n * k > 16 * 16 * 16 || layout == Layout::nt) return accumulation::fp32_sequential;
+      return sequential(K::sequential, out.fmt, o.rounding);
+    default: return block;
+  }
+}
+
+const Accumulation& accumulator_by_name(std::string_view name) {
+  if (name == "fp32-sequential") name = "fp32";
+  for (const Accumulation& a : all_accumulations())
+    if (a.name == name) return a;
+  std::string list;
+  for (const std::string& s : accumulation_names()) list += (list.empty() ? "" : " ") + s;
+  throw InputError("unknown accumulation '" + std::string(name) + "' (" + list + ")");
+}
+
+const std::vector<std::string>& accumulation_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Accumulation& a : all_accumulations()) v.push_back(a.name);
+    return v;
+  }();
+  return names;
+}
+
+void gemm(const AccumulationModel& model, const Format& in, int64_t m, int64_t n, int64_t k,
+          const float* A, const float* B, const float* bias, float* C, const BulkOptions& o,
+          int threads) {
+  if (is_fast_fp32(model)) {
+    detail::GemmF32 args{n, k, A, B, bias, C};
+    parallel_rows(m, threads, m * n * k, gemm_rows_f32, &args);
+    return;
+  }
+  std::vector<float> bt(size_t(n * k));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t j = 0; j < n; ++j) bt[size_t(j * k + kk)] = B[kk * n + j];
+  const auto ea = encode(in, A, size_t(m * k));
+  const auto eb = encode(in, bt.data(), size_t(n * k));
+  std::vector<uint32_t> ebias;
+  if (bias) ebias = encode(model.acc, bias, size_t(n));
+  ModelArgs args{model, in, n, k, ea.data(), eb.data(), bias ? ebias.data() : nullptr, C, o};
+  parallel_rows(m, threads, m * n * k * 16, gemm_rows_model, &args);
 }
 
 const char* fp32_gemm_path() { return detail::gemm_f32_path_name(detail::gemm_f32_best_path()); }
-
-const Accumulator& in_format() {
-  static const InFormat a(true);
-  return a;
-}
-
-const Accumulator& in_format_unfused() {
-  static const InFormat a(false);
-  return a;
-}
-
-const Accumulator& torch_cpu() {
-  static const TorchCpu a;
-  return a;
-}
-
-const Accumulator& accumulator_by_name(std::string_view name) {
-  if (name == "fp32" || name == "fp32-sequential") return fp32_sequential();
-  if (name == "in-format") return in_format();
-  if (name == "in-format-unfused") return in_format_unfused();
-  if (name == "torch-cpu") return torch_cpu();
-  throw InputError("unknown accumulation '" + std::string(name) +
-                   "' (fp32 in-format in-format-unfused torch-cpu)");
-}
 
 void gemm_f64(int64_t m, int64_t n, int64_t k, const double* A, const double* B,
               const double* bias, double* C) {

@@ -145,14 +145,15 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, cons
   }
   std::vector<float> fa(A, A + m * k), fb(B, B + k * n), fc(size_t(m * n)), fbias;
   if (bias) fbias.assign(bias, bias + n);
-  const Accumulator& acc = rt.accumulator ? *rt.accumulator : fp32_sequential();
+  const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
   BulkOptions o = rt.rounding;
   if (o.rounding == Rounding::stochastic) {
     o.offset = rt.sr_next;
     rt.sr_next += uint64_t(m * n * (k + 1));
   }
-  acc.gemm(m, n, k, fa.data(), fb.data(), bias ? fbias.data() : nullptr, fc.data(), dt, o,
-           rt.threads, layout);
+  const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
+  gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, fa.data(), fb.data(),
+       bias ? fbias.data() : nullptr, fc.data(), o, rt.threads);
   for (size_t i = 0; i < fc.size(); ++i) C[i] = fc[i];
 }
 

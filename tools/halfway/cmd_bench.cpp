@@ -406,8 +406,8 @@ class Bench {
     for (auto& x : B) x = u(g);
     const double flops = 2.0 * double(m) * double(n) * double(k);
     auto ours = [&] {
-      sim::fp32_sequential().gemm(m, n, k, A.data(), B.data(), nullptr, C.data(),
-                                  sim::DType::f32(), {}, 1, sim::Layout::nn);
+      sim::gemm(accumulation::fp32_sequential, accumulation::kF32, m, n, k, A.data(), B.data(),
+                nullptr, C.data(), {}, 1);
     };
     Row r{"matmul fp32 " + shape, "fp32", "near_even", size_t(m * n * k), 0,
           "FMA-throughput loop (" + path + ")", std::nullopt, 0.5,

@@ -139,7 +139,8 @@ HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, 
 }  // namespace detail
 
 /// Dot product c + Σ a_i·b_i of `n` encodings in format `in`, accumulated by model `m`; `c` and
-/// the result are encodings of `m.acc`.
+/// the result are encodings of `m.acc`. Sequential models convert each operand into `m.acc`
+/// first (a rounding step, unless `in` is `m.acc`), then multiply-add in order.
 HW_HD inline uint32_t dot(const AccumulationModel& m, const Format& in, const uint32_t* a,
                           const uint32_t* b, int n, uint32_t c, Env& env) {
   switch (m.kind) {
@@ -152,8 +153,12 @@ HW_HD inline uint32_t dot(const AccumulationModel& m, const Format& in, const ui
     default: {
       Env e = env;
       e.rounding = m.rounding;
+      // Operands already in the accumulator's format are used as they are: no conversion, so
+      // no rounding (and no stochastic-rounding draw) is spent on them.
+      const bool same = in == m.acc;
       for (int i = 0; i < n; ++i) {
-        const uint32_t ai = convert(in, a[i], m.acc, e), bi = convert(in, b[i], m.acc, e);
+        const uint32_t ai = same ? a[i] : convert(in, a[i], m.acc, e);
+        const uint32_t bi = same ? b[i] : convert(in, b[i], m.acc, e);
         c = m.kind == AccumulationModel::Kind::sequential_fma ? fma(m.acc, ai, bi, c, e)
                                                                : add(m.acc, mul(m.acc, ai, bi, e), c, e);
       }

@@ -1,9 +1,12 @@
 /// \file accumulate.hpp
-/// Accumulation models for matmul and linear. A model turns C = A·B (+ bias) over the inputs'
-/// exact values into the values the op then rounds into its output dtype. More models (tensor
-/// core block FMAs) plug in by deriving from `Accumulator`.
+/// How the simulator accumulates matmul and linear: one description, lib's
+/// `AccumulationModel` (halfway/accumulate.hpp), for every GEMM. A run names an accumulation
+/// (`[precision] accumulation`); for each GEMM the name resolves into the model that GEMM uses,
+/// which may depend on the output dtype and, for `torch-cpu`, on the GEMM's size and layout.
 ///
-///     const Accumulator& acc = accumulator_by_name("in-format");   // fp16 HFMA chain
+///     const Accumulation& acc = accumulator_by_name("a100");    // tensor-core block FMA
+///     AccumulationModel m = acc.resolve(DType::low(formats::fp16), m, n, k, Layout::nn, o);
+///     gemm(m, formats::fp16, m, n, k, A, B, bias, C, o, threads);
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "halfway/accumulate.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/sim/dtype.hpp"
 
@@ -18,42 +22,54 @@ namespace halfway::sim {
 
 /// Memory layout of the operands as a framework sees them: C = A·B ("nn"), A·Bᵀ with B a
 /// transposed view ("nt": a linear layer's forward), Aᵀ·B ("tn": a weight gradient). The
-/// results of most models do not depend on it; PyTorch's CPU kernels do.
+/// results of most accumulations do not depend on it; PyTorch's CPU kernels do.
 enum class Layout : uint8_t { nn, nt, tn };
 
-class Accumulator {
- public:
-  virtual ~Accumulator() = default;
-  virtual std::string name() const = 0;
-  /// C[m×n] = A[m×k]·B[k×n] (+ bias[n] when not null), all row-major binary32 values. Each
-  /// output element is accumulated in order kk = 0..k-1, so results never depend on `threads`.
-  /// `out` is the dtype the op rounds C into afterwards.
-  virtual void gemm(int64_t m, int64_t n, int64_t k, const float* A, const float* B,
-                    const float* bias, float* C, const DType& out, const BulkOptions& o,
-                    int threads, Layout layout) const = 0;
+/// A named accumulation of a run.
+///  - `fp32` (also `fp32-sequential`): sequential fused multiply-adds into an fp32
+///    accumulator, then + bias in fp32 (cuBLAS/oneDNN with an fp32 compute type, in order).
+///  - `in-format`: the same chain in the output format F (inputs are values of F), bias added
+///    in F: CUBLAS_COMPUTE_16F / HFMA chains.
+///  - `in-format-unfused`: every product and every sum rounded in F (c10::BFloat16 / __half
+///    scalar arithmetic).
+///  - `torch-cpu`: PyTorch 1.13's CPU matmul for bf16/fp16 with oneDNN bf16 support:
+///    m·n·k > 4096 goes to oneDNN (fp32), smaller ones to ATen's gemm (in-format-unfused),
+///    except a transposed second operand (a linear layer's forward: fp32). Measured against
+///    torch 1.13.1.
+///  - the tensor-core block-FMA presets of lib/ (`v100`, `a100`, `h100` with an fp32
+///    accumulator, `h100-fp16` with an fp16 one, `h100-fp8` for fp8 inputs): the low-precision
+///    operands' exact products summed in blocks, aligned and truncated as the model says, and
+///    the bias added in the accumulator format. GEMMs whose operands are fp32 run `fp32`.
+/// The sequential models round with the run's rounding direction; every model keeps each
+/// output element's order, so no result depends on the thread count.
+struct Accumulation {
+  enum class Kind : uint8_t { fp32, in_format, in_format_unfused, torch_cpu, block };
+  std::string name;
+  Kind kind = Kind::fp32;
+  AccumulationModel block{};  ///< Kind::block: the preset
+
+  /// The model one GEMM with output dtype `out` (not fp64) uses.
+  AccumulationModel resolve(const DType& out, int64_t m, int64_t n, int64_t k, Layout layout,
+                            const BulkOptions& o) const;
 };
 
-/// acc ← fl32(acc + a·b) with one rounding (fused multiply-add), then fl32(acc + bias): what
-/// cuBLAS/oneDNN do with an fp32 compute type, in a defined (sequential) order.
-const Accumulator& fp32_sequential();
-/// The vector path fp32_sequential() runs on this CPU: "avx512", "avx2" (with FMA) or
+/// The accumulation called `name` (see Accumulation); throws InputError listing the names.
+const Accumulation& accumulator_by_name(std::string_view name);
+/// Every accumulation name, in the order of the list above.
+const std::vector<std::string>& accumulation_names();
+
+/// C[m×n] = A[m×k]·B[k×n] (+ bias[n] when not null) accumulated by `model`, all row-major
+/// binary32 values; A, B and the bias are values of `in` (exactly representable). C holds the
+/// accumulator's values, not yet rounded into the op's dtype. `o` gives the stochastic-rounding
+/// seed and stream offset: element (i, j) uses the stream from o.offset + (i·n + j)·(k + 1).
+/// Rows are split over up to `threads` threads; each element's order never changes.
+void gemm(const AccumulationModel& model, const Format& in, int64_t m, int64_t n, int64_t k,
+          const float* A, const float* B, const float* bias, float* C, const BulkOptions& o,
+          int threads);
+
+/// The vector path the fp32 sequential model runs on this CPU: "avx512", "avx2" (with FMA) or
 /// "scalar" (a register-blocked micro-kernel on the first two; all give the same bits).
 const char* fp32_gemm_path();
-/// acc ← fl_F(acc + a·b) with one rounding in the output format F (inputs converted to F),
-/// then fl_F(acc + bias): fp16 accumulation as with CUBLAS_COMPUTE_16F / HFMA chains.
-const Accumulator& in_format();
-/// acc ← fl_F(acc + fl_F(a·b)): every product and every sum rounded in the output format F,
-/// as arithmetic written with c10::BFloat16 / __half scalars does.
-const Accumulator& in_format_unfused();
-/// PyTorch 1.13's CPU matmul for bf16/fp16 on a machine with oneDNN bf16 support (AVX-512):
-/// products with m·n·k > 4096 go to oneDNN (fp32 accumulation, one rounding); smaller ones to
-/// ATen's own gemm, which accumulates in the low format with rounded products, except when
-/// the second operand is a transposed view (a linear layer's forward), where it accumulates
-/// in fp32. Measured against torch 1.13.1 on this project's machines.
-const Accumulator& torch_cpu();
-/// "fp32" (also "fp32-sequential"), "in-format", "in-format-unfused" or "torch-cpu"; throws
-/// InputError otherwise.
-const Accumulator& accumulator_by_name(std::string_view name);
 
 /// binary64 reference: sequential fused multiply-adds in double (used for fp64 tensors).
 void gemm_f64(int64_t m, int64_t n, int64_t k, const double* A, const double* B,

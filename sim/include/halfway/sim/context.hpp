@@ -18,7 +18,7 @@
 namespace halfway::sim {
 
 class Tracer;
-class Accumulator;
+struct Accumulation;
 struct Policy;
 class Fp8State;
 
@@ -41,7 +41,7 @@ struct Runtime {
   Tracer* tracer = nullptr;                  ///< null: nothing is recorded
   BulkOptions rounding;                      ///< direction, tininess, stochastic-rounding seed
   uint64_t sr_next = 0;                      ///< stream index of the next stochastic rounding
-  const Accumulator* accumulator = nullptr;  ///< null: fp32 sequential
+  const Accumulation* accumulator = nullptr;  ///< null: fp32 sequential
   Fp8State* fp8 = nullptr;                   ///< delayed-scaling state (fp8 policies)
   int threads = 1;
   RoundObserver on_round;                    ///< empty: nothing is called (no cost)
