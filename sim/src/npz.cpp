@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
 #include "halfway/softfloat.hpp"
 
 namespace halfway::sim {
@@ -25,6 +26,26 @@ bool mul_u64(uint64_t a, uint64_t b, uint64_t& r) { return !__builtin_mul_overfl
 bool add_u64(uint64_t a, uint64_t b, uint64_t& r) { return !__builtin_add_overflow(a, b, &r); }
 
 std::string sys_error() { return std::strerror(errno); }
+
+/// Text from the file as it may appear in a message: printable ASCII as is, every other byte as
+/// \xNN (a message must be valid UTF-8 without control characters, for the terminal and for
+/// Python's ValueError), at most 80 characters of it.
+std::string shown(const std::string& s) {
+  std::string r;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (r.size() >= 80) return r + "...";
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      r.push_back(char(c));
+    } else {
+      static const char hex[] = "0123456789abcdef";
+      r += "\\x";
+      r.push_back(hex[c >> 4]);
+      r.push_back(hex[c & 15]);
+    }
+  }
+  return r;
+}
 
 void put_le(std::string& b, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
@@ -91,7 +112,7 @@ std::string dict_value(const std::string& h, const std::string& key, const std::
 /// numpy's shape tuple: "()", "(3,)", "(3, 4)". Every dimension a non-negative integer that
 /// fits in int64; nothing else is accepted.
 Shape parse_shape(const std::string& s, const std::string& what) {
-  const auto bad = [&]() { return InputError(what + ": malformed shape " + s + " in npy header"); };
+  const auto bad = [&]() { return InputError(what + ": malformed shape " + shown(s) + " in npy header"); };
   if (s.size() < 2 || s.front() != '(' || s.back() != ')') throw bad();
   Shape shape;
   size_t i = 1;
@@ -105,7 +126,7 @@ Shape parse_shape(const std::string& s, const std::string& what) {
     uint64_t v = 0;
     while (i < end && std::isdigit(static_cast<unsigned char>(s[i]))) {
       if (!mul_u64(v, 10, v) || !add_u64(v, uint64_t(s[i] - '0'), v) || v > uint64_t(INT64_MAX))
-        throw InputError(what + ": dimension too large in shape " + s);
+        throw InputError(what + ": dimension too large in shape " + shown(s));
       ++i;
     }
     if (shape.size() >= 64) throw InputError(what + ": more than 64 dimensions in npy header");
@@ -150,12 +171,12 @@ NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
 
   std::string descr = dict_value(h, "descr", what);
   if (descr.size() < 4 || (descr[0] != '\'' && descr[0] != '"') || descr.back() != descr[0])
-    throw InputError(what + ": unsupported dtype " + descr);
+    throw InputError(what + ": unsupported dtype " + shown(descr));
   descr = descr.substr(1, descr.size() - 2);
   const char order = descr[0];
   if (order == '>') throw InputError(what + ": big-endian arrays are not supported");
   if (order != '<' && order != '|' && order != '=')
-    throw InputError(what + ": unsupported dtype '" + descr + "'");
+    throw InputError(what + ": unsupported dtype '" + shown(descr) + "'");
   NpyArray a;
   a.dtype = descr.substr(1);
   static const std::pair<const char*, int> kinds[] = {
@@ -164,10 +185,10 @@ NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
   int size = 0;
   for (const auto& [k, s] : kinds)
     if (a.dtype == k) size = s;
-  if (!size) throw InputError(what + ": unsupported dtype '" + descr + "'");
+  if (!size) throw InputError(what + ": unsupported dtype '" + shown(descr) + "'");
   const std::string fo = dict_value(h, "fortran_order", what);
   if (fo != "True" && fo != "False")
-    throw InputError(what + ": malformed fortran_order " + fo + " in npy header");
+    throw InputError(what + ": malformed fortran_order " + shown(fo) + " in npy header");
   const bool fortran = fo == "True";
   a.shape = parse_shape(dict_value(h, "shape", what), what);
 
@@ -332,13 +353,14 @@ NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
   for (zip_int64_t i = 0; i < entries; ++i) {
     zip_stat_t zs;
     zip_stat_init(&zs);
-    if (zip_stat_index(za, zip_uint64_t(i), ZIP_FL_ENC_RAW, &zs) != 0)
+    // Names as UTF-8 (libzip reads one that is not valid UTF-8 as CP437 and converts it).
+    if (zip_stat_index(za, zip_uint64_t(i), ZIP_FL_ENC_GUESS, &zs) != 0)
       throw InputError(what + ": corrupt zip directory (" + zip_strerror(za) + ")");
     const zip_uint64_t need = ZIP_STAT_NAME | ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE |
                               ZIP_STAT_COMP_METHOD | ZIP_STAT_ENCRYPTION_METHOD;
     if ((zs.valid & need) != need) throw InputError(what + ": corrupt zip directory");
     const std::string name = zs.name;
-    const std::string mwhat = what + " member '" + name + "'";
+    const std::string mwhat = what + " member '" + shown(name) + "'";
     if (zs.encryption_method != ZIP_EM_NONE) throw InputError(mwhat + ": encrypted");
     if (zs.comp_method != ZIP_CM_STORE && zs.comp_method != ZIP_CM_DEFLATE)
       throw InputError(what + ": zip compression method " + std::to_string(zs.comp_method) +
@@ -360,7 +382,7 @@ NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
     std::string key = name;
     if (key.size() > 4 && key.compare(key.size() - 4, 4, ".npy") == 0) key.resize(key.size() - 4);
     if (!out.emplace(key, std::move(arr)).second)
-      throw InputError(what + ": array '" + key + "' appears twice");
+      throw InputError(what + ": array '" + shown(key) + "' appears twice");
   }
   return out;
 }
@@ -490,7 +512,8 @@ std::string npy_bytes(const NpyArray& a) {
   return b;
 }
 
-NpzWriter::NpzWriter(std::string path) : path_(std::move(path)) {
+// A symlink is written through; a device, FIFO or directory is refused (as AtomicFile does).
+NpzWriter::NpzWriter(std::string path) : path_(write_target(path)) {
   const std::string pid = std::to_string(::getpid());
   tmp_ = path_ + ".tmp." + pid;
   spool_ = path_ + ".tmp." + pid + ".data";

@@ -121,6 +121,11 @@ def hostile_cases():
     cases["huge_header_length"] = (zip_of({"x.npy": b"\x93NUMPY\x02\x00" +
                                           struct.pack("<I", 2**32 - 1) + b"{}"}),
                                    ("npy header of",))
+    # Bytes from the file in the message: escaped, never raw control or non-UTF-8 bytes.
+    raw = npy("<fZ4", "False", "(2,)", b"\0" * 8).replace(b"<fZ4", b"<f\x8a\x1b4")
+    cases["dtype_bytes"] = (zip_of({"x.npy": raw}), ("unsupported dtype '<f\\x8a\\x1b4'",))
+    cases["name_bytes"] = (zip_of({"q\x07\x1bZ.npy": raw}).replace(b"Z.npy", b"\x8a.npy"),
+                           ("member 'q\\x",))  # as CP437 (libzip's guess), escaped
     cases["not_a_zip"] = (b"PK\x03\x04 not really a zip", zerr)
     cases["empty"] = (b"", zerr)
     return cases
@@ -292,6 +297,7 @@ def main(halfway):
                 check(ok, f"{c.name}: failed: {line}")
                 continue
             check(not ok, f"{c.name}: accepted")
+            check(line.isprintable(), f"{c.name}: unescaped characters in {line!r}")
             check(any(f in line for f in c.fragments), f"{c.name}: none of {c.fragments} in "
                                                        f"{line!r}")
             check(not os.path.exists(w.file("out_" + c.name)),
