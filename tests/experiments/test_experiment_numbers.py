@@ -286,6 +286,33 @@ def check_accumulation(res, figs, con):
         con.row(mdl, [med[(mdl, n)] for n in ns])
 
 
+def check_accumulation_training(res, figs, con):
+    df = sweep(res)
+    doc = figs["accumulation_training"]
+    seeds = sorted(int(x) for x in df["run.seed"].unique())
+    cases = list(dict.fromkeys(df["case"]))
+    for c in cases:
+        doc.expect(c + " accumulation ({I} seeds)", len(seeds), full=True)
+    doc.text("fp16 training, loss")
+    doc.text("block FMA against sequential fp32, same seed")
+    doc.text("|loss - loss with fp32 accumulation| (% of it)")
+    doc.expect("torch-cuda-fp16, dynamic loss scaling; block-FMA parameters are published "
+               "hypotheses")
+    provenance(doc, res)
+    con.header("model", ["seed", "final", "loss", "/", "fp32's", "grad", "values", "lost", "to",
+                         "underflow"])
+    final = {}
+    for c in cases:
+        for seed in seeds:
+            r = df[(df["case"] == c) & (df["run.seed"] == seed)].iloc[0]
+            final[c, seed] = steps_summary(run_csv(res, r, "steps.csv"))
+    for c in cases:
+        for seed in seeds:
+            s = final[c, seed]
+            con.row(c, [seed, s["final_loss"], s["final_loss"] / final["fp32", seed]["final_loss"],
+                        s["grad_values"], s["grad_underflow"]])
+
+
 def check_demo(res, figs, con):
     df = sweep(res)
     doc = figs["demo"]
@@ -554,7 +581,8 @@ def check_pitfalls(res, figs, con):
     provenance(doc, res)
 
 
-CHECKERS = {"accumulation": check_accumulation, "demo": check_demo,
+CHECKERS = {"accumulation": check_accumulation,
+            "accumulation_training": check_accumulation_training, "demo": check_demo,
             "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
             "gradient_histogram": check_gradient_histogram,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
