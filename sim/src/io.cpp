@@ -1,6 +1,7 @@
 #include "halfway/sim/io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,28 +14,103 @@
 
 namespace halfway::sim {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+// A dangling symlink names the file it would create.
+std::string write_target(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) {
+      if (errno == ENOENT) return p;
+      throw InputError("cannot write '" + path + "': " + std::strerror(errno));
+    }
+    if (S_ISREG(st.st_mode)) return p;
+    if (!S_ISLNK(st.st_mode))
+      throw InputError("cannot write '" + path + "': not a regular file");
+    if (hops == 40)
+      throw InputError("cannot write '" + path + "': " + std::strerror(ELOOP));
+    std::string target(size_t(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0 || size_t(n) >= target.size())
+      throw InputError("cannot write '" + path + "': cannot read the symlink '" + p + "'");
+    target.resize(size_t(n));
+    const size_t slash = p.rfind('/');
+    p = target.front() == '/' || slash == std::string::npos ? target
+                                                            : p.substr(0, slash + 1) + target;
+  }
+}
+
+/// An output buffer on a file descriptor that keeps the first write error (errno).
+class AtomicFile::Buf : public std::streambuf {
+ public:
+  explicit Buf(int fd) : fd_(fd) { setp(buf_, buf_ + sizeof buf_); }
+  ~Buf() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  int error() const { return err_; }
+  /// Write the buffer out; false (and error() set) when a write failed.
+  bool drain() {
+    const char* p = pbase();
+    size_t n = size_t(pptr() - pbase());
+    while (n > 0 && err_ == 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) err_ = w < 0 ? errno : EIO;
+      else p += w, n -= size_t(w);
+    }
+    setp(buf_, buf_ + sizeof buf_);
+    return err_ == 0;
+  }
+  /// Close the descriptor; false (and error() set) when that fails.
+  bool close() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (fd >= 0 && ::close(fd) != 0 && err_ == 0) err_ = errno;
+    return err_ == 0;
+  }
+  void fail(int e) {
+    if (err_ == 0) err_ = e;
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  int fd_;
+  int err_ = 0;
+  char buf_[1 << 16];
+};
+
+AtomicFile::AtomicFile(std::string path) : path_(write_target(path)) {
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());
-  out_.open(tmp_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw InputError("cannot write '" + tmp_ + "': " + std::strerror(errno));
+  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) throw InputError("cannot write '" + tmp_ + "': " + std::strerror(errno));
+  buf_ = std::make_unique<Buf>(fd);
+  out_.rdbuf(buf_.get());
 }
 
 AtomicFile::~AtomicFile() {
   if (!done_) {
-    out_.close();
-    std::remove(tmp_.c_str());
+    buf_->close();
+    ::unlink(tmp_.c_str());
   }
 }
 
 void AtomicFile::commit() {
   out_.flush();
-  if (!out_) throw std::runtime_error("write to '" + tmp_ + "' failed");
-  out_.close();
-  const int fd = ::open(tmp_.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (buf_->error() == 0 && !out_) buf_->fail(EIO);
+  if (buf_->error() == 0 && ::fsync(buf_->fd()) != 0) buf_->fail(errno);
+  buf_->close();
+  if (buf_->error() != 0)
+    throw std::runtime_error("write to '" + path_ + "' failed: " + std::strerror(buf_->error()));
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
     throw std::runtime_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " +
                              std::strerror(errno));

@@ -1,33 +1,46 @@
 /// \file io.hpp
 /// Output files written atomically: the content goes to a temporary file in the same
 /// directory, is flushed to disk, and is renamed over the final name, so a crash never leaves
-/// a half-written file that looks complete.
+/// a half-written file that looks complete. A symlink is written through (the file it points
+/// to is replaced, with the temporary file in that file's folder); a path that names something
+/// other than a regular file (a device, a FIFO, a directory) is refused. Failed writes name
+/// the file and the reason (strerror).
 ///
 ///     AtomicFile f(dir + "/steps.csv");   f.out() << "step,loss\n";   f.commit();
 #pragma once
 
 #include <fstream>
+#include <memory>
+#include <ostream>
 #include <string>
 
 namespace halfway::sim {
 
 class AtomicFile {
  public:
+  /// Throws InputError when `path` names something that is not a regular file, or when the
+  /// temporary file cannot be created.
   explicit AtomicFile(std::string path);
   ~AtomicFile();  ///< removes the temporary file unless committed
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
   std::ostream& out() { return out_; }
-  /// Flush, fsync and rename into place. Throws std::runtime_error on failure.
+  /// Flush, fsync and rename into place. Throws std::runtime_error on failure, with the reason.
   void commit();
+  /// The file that is replaced (`path` with symlinks followed).
   const std::string& path() const { return path_; }
 
  private:
+  class Buf;
   std::string path_, tmp_;
-  std::ofstream out_;
+  std::unique_ptr<Buf> buf_;
+  std::ostream out_{nullptr};
   bool done_ = false;
 };
 
+/// The file that writing `path` replaces: symlinks followed. Throws InputError when it exists
+/// and is not a regular file.
+std::string write_target(const std::string& path);
 /// Write `content` to `path` atomically.
 void write_file_atomic(const std::string& path, const std::string& content);
 /// Read a whole file; throws InputError naming the file when it cannot be read.
