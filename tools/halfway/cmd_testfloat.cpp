@@ -2,9 +2,10 @@
 // Reads test cases in testfloat_gen's text format from stdin (operands first; any further
 // fields, such as an expected result and flags, are ignored) and writes one line per case,
 // "operands result flags", uppercase hex at each type's full width, as testfloat_ver expects.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
+#include <stdexcept>
 #include <optional>
 #include <string>
 #include <vector>
@@ -138,6 +139,35 @@ std::string hex_of(const Type& t, uint64_t v) {
   return buf;
 }
 
+/// Read one line of stdin without its '\n' into `line`; false at the end of the input. A failed
+/// read (stdin a directory, an I/O error) is an error, not the end; so is a line longer than
+/// any TestFloat case could be (stdin /dev/zero), before it fills memory.
+bool read_line(std::string& line, uint64_t lineno) {
+  constexpr size_t kMaxLine = 65536;
+  line.clear();
+  int c;
+  errno = 0;
+  while ((c = getc_unlocked(stdin)) != EOF) {
+    if (c == '\n') return true;
+    if (line.size() == kMaxLine)
+      throw InputError("line " + std::to_string(lineno) + ": longer than " +
+                       std::to_string(kMaxLine) + " bytes");
+    line += char(c);
+  }
+  if (std::ferror(stdin))
+    throw std::runtime_error(std::string("cannot read standard input: ") +
+                             std::strerror(errno ? errno : EIO));
+  return !line.empty();
+}
+
+/// Write to stdout; stop at the first failure (a full disk) with its reason.
+void write_out(const std::string& s) {
+  errno = 0;
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size() || std::fflush(stdout) != 0)
+    throw std::runtime_error(std::string("write to standard output failed: ") +
+                             std::strerror(errno ? errno : EIO));
+}
+
 }  // namespace
 
 int cmd_testfloat(int argc, char** argv) {
@@ -171,11 +201,10 @@ int cmd_testfloat(int argc, char** argv) {
   if (sat && !fn.out.is_f64) fn.out.f.overflow = Overflow::saturate;
   if (sat && !fn.in.is_f64 && fn.op != Op::convert) fn.in.f.overflow = Overflow::saturate;
 
-  std::ios::sync_with_stdio(false);
   std::string line, out;
   out.reserve(1 << 20);
   uint64_t lineno = 0;
-  while (std::getline(std::cin, line)) {
+  while (read_line(line, lineno + 1)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     std::vector<std::string> tok;
@@ -196,8 +225,9 @@ int cmd_testfloat(int argc, char** argv) {
     for (int k = 0; k < fn.operands; ++k) {
       if (!parse_hex(tok[k], v[k]) || (v[k] & ~fn.in.mask()) ||
           static_cast<int>(tok[k].size()) > fn.in.width())
-        throw InputError("line " + std::to_string(lineno) + ": bad operand '" + tok[k] +
-                         "' (expected up to " + std::to_string(fn.in.width()) + " hex digits)");
+        throw InputError("line " + std::to_string(lineno) + ": bad operand '" +
+                         printable(tok[k]) + "' (expected up to " +
+                         std::to_string(fn.in.width()) + " hex digits)");
     }
     Env e = env;
     e.flags = 0;
@@ -235,12 +265,11 @@ int cmd_testfloat(int argc, char** argv) {
     std::snprintf(fl, sizeof fl, " %02X\n", e.flags);
     out += fl;
     if (out.size() > (1 << 20) - 64) {
-      std::fwrite(out.data(), 1, out.size(), stdout);
+      write_out(out);
       out.clear();
     }
   }
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fflush(stdout);
+  write_out(out);
   return 0;
 }
 

@@ -3,14 +3,19 @@
 // `halfway train --bench`: the training benchmark (ratios measured in one run, interleaved).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "commands.hpp"
@@ -119,6 +124,42 @@ double time_run(const std::string& policy, int steps, const std::string& dir, bo
   return dt.count() / steps;
 }
 
+/// Run argv[0] (looked up in PATH) with these arguments, no shell in between; its stdout and
+/// stderr go to `out`. Returns its exit status, or -1 (the reason in `out`) if it did not run.
+int run_captured(const std::vector<std::string>& args, std::string& out) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int fd[2];
+  if (::pipe2(fd, O_CLOEXEC) != 0) {
+    out = std::string("cannot run ") + args[0] + ": " + std::strerror(errno);
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], STDERR_FILENO);
+  pid_t pid = -1;
+  const int err = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fd[1]);
+  if (err != 0) {
+    ::close(fd[0]);
+    out = std::string("cannot run ") + args[0] + ": " + std::strerror(err);
+    return -1;
+  }
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd[0], buf, sizeof buf)) != 0;) {
+    if (n > 0) out.append(buf, size_t(n));
+    else if (errno != EINTR) break;
+  }
+  ::close(fd[0]);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 int bench(int steps, int reps, const std::string& python) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("halfway_bench_" + std::to_string(::getpid()));
@@ -134,13 +175,8 @@ int bench(int steps, int reps, const std::string& python) {
     bf16.push_back(time_run("pure-bf16", steps, (dir / "bf16").string()));
     bf16_plain.push_back(time_run("pure-bf16", steps, (dir / "bf16p").string(), false));
     if (torch_note.empty()) {
-      const std::string cmd = "'" + python + "' '" + script + "' " + std::to_string(steps) +
-                              " 1 2>&1";
-      FILE* p = ::popen(cmd.c_str(), "r");
       std::string out;
-      char buf[512];
-      while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-      const int rc = p ? ::pclose(p) : -1;
+      const int rc = run_captured({python, script, std::to_string(steps), "1"}, out);
       double t = 0;
       if (rc == 0 && std::istringstream(out) >> t && t > 0) {
         torch.push_back(t);

@@ -72,4 +72,45 @@ std::string hexfloat(double v) {
   return buf;
 }
 
+std::string printable(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  auto esc = [&out](unsigned char c) {
+    static const char* hexd = "0123456789abcdef";
+    out += "\\x";
+    out += hexd[c >> 4];
+    out += hexd[c & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) esc(c);
+      else out += char(c);
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence (no overlong forms, surrogates or code points past
+    // U+10FFFF) is kept unless it encodes a C1 control (U+0080..U+009F).
+    const int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                  : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool ok = len > 0 && i + size_t(len) <= s.size();
+    for (int k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + size_t(k)]) & 0xc0) == 0x80;
+    if (ok) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) ||
+          (c == 0xf4 && c1 >= 0x90) || (c == 0xc2 && c1 < 0xa0))
+        ok = false;
+    }
+    if (!ok) {
+      esc(c);
+      ++i;
+      continue;
+    }
+    out.append(s, i, size_t(len));
+    i += size_t(len);
+  }
+  return out;
+}
+
 }  // namespace halfway::cli

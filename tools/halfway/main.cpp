@@ -1,10 +1,14 @@
 // The `halfway` command-line tool: one binary, one subcommand per job.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 
+#include <unistd.h>
+
 #include "commands.hpp"
+#include "format_util.hpp"
 #include "halfway/names.hpp"
 
 namespace {
@@ -26,15 +30,57 @@ const char* kUsage =
     "\n"
     "Run 'halfway COMMAND --help' for a command's options.\n";
 
-}  // namespace
+// Standard output goes through this writer, which keeps the reason of the first failed write:
+// a command may flush (and fail) long before the end, when errno no longer says why.
+struct StdoutState {
+  int error = 0;
+};
+StdoutState g_stdout;
 
-int main(int argc, char** argv) {
-  using namespace halfway::cli;
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+ssize_t write_stdout(void* cookie, const char* buf, size_t n) {
+  auto* s = static_cast<StdoutState*>(cookie);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(STDOUT_FILENO, buf + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (s->error == 0) s->error = w < 0 ? errno : EIO;
+      errno = s->error;
+      return 0;  // fopencookie: 0 is the error
+    }
+    done += size_t(w);
   }
-  const std::string cmd = argv[1];
+  return ssize_t(n);
+}
+
+void checked_stdout() {
+  cookie_io_functions_t io{};
+  io.write = write_stdout;
+  if (FILE* f = ::fopencookie(&g_stdout, "w", io)) {
+    std::setvbuf(f, nullptr, ::isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
+    stdout = f;  // glibc: stdout is a variable
+  }
+}
+
+bool g_reported = false;  ///< an error line has been printed
+
+/// The exit code once standard output is flushed: output that could not be written (a full
+/// disk, a closed pipe or descriptor) is an error, not a success.
+int finish(const std::string& cmd, int rc) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = g_stdout.error ? g_stdout.error : flushed ? 0 : errno;
+  if (flushed && !std::ferror(stdout) && g_stdout.error == 0) return rc;
+  if (!g_reported) {
+    const std::string who = cmd.empty() ? "halfway" : "halfway " + halfway::cli::printable(cmd);
+    std::fprintf(stderr, "%s: error: write to standard output failed%s%s\n", who.c_str(),
+                 e ? ": " : "", e ? std::strerror(e) : "");
+  }
+  return 2;
+}
+
+int dispatch(const std::string& cmd, int argc, char** argv) {
+  using namespace halfway::cli;
   try {
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
     if (cmd == "round") return cmd_round(argc - 1, argv + 1);
@@ -50,15 +96,28 @@ int main(int argc, char** argv) {
       std::puts("halfway " HALFWAY_VERSION);
       return 0;
     }
-  } catch (const halfway::InputError& e) {
-    std::fprintf(stderr, "halfway %s: error: %s\n", cmd.c_str(), e.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "halfway %s: error: %s\n", cmd.c_str(), e.what());
+    // Messages quote user input (paths, config values): control characters are escaped.
+    g_reported = true;
+    std::fprintf(stderr, "halfway %s: error: %s\n", printable(cmd).c_str(),
+                 printable(e.what()).c_str());
     return 2;
   }
   std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train sweep merge run "
                "hw-report)\n",
-               cmd.c_str());
+               printable(cmd).c_str());
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  checked_stdout();
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return finish("", argc < 2 ? 2 : 0);
+  }
+  const std::string cmd = argv[1];
+  const int rc = dispatch(cmd, argc, argv);
+  return finish(cmd == "--version" ? "" : cmd, rc);
 }

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Output and error streams of the `halfway` command line.
+
+- Every command that prints results fails (exit 2, one line on stderr with the reason) when
+  its standard output cannot be written (`> /dev/full`), instead of exiting 0.
+- `testfloat` fails when standard input cannot be read (a directory as stdin).
+- A failed write of a result file names the file and the reason (strerror).
+- Result files that are symlinks are written through; anything but a regular file is refused.
+- Error messages print control characters of the input escaped (\\x1b), on one line.
+- `train --bench --python X` runs X without a shell: quotes and spaces in X are just bytes.
+
+usage: test_cli_output.py PATH/TO/halfway      (exit 77: /dev/full is missing)
+"""
+import os
+import re
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+
+HALFWAY = os.path.abspath(sys.argv[1])
+TMP = tempfile.mkdtemp(prefix="halfway_output_test_")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    return r.returncode == 2 and len(lines) == 1 and "error:" in lines[0]
+
+
+def write(name, text):
+    p = os.path.join(TMP, name)
+    with open(p, "w") as f:
+        f.write(text)
+    return p
+
+
+CONFIG = """
+[model]
+kind = "mlp"
+layers = [4, 8, 2]
+activation = "relu"
+[data]
+synthetic = "blobs"
+batch_size = 16
+n = 64
+[loss]
+kind = "cross_entropy"
+[optimizer]
+kind = "sgd"
+lr = 0.01
+[precision]
+policy = "fp32"
+[run]
+steps = 2
+"""
+
+if not os.path.exists("/dev/full"):
+    print("skip: /dev/full is missing")
+    sys.exit(77)
+
+# --- stdout that cannot be written -------------------------------------------------------------
+cases = [
+    (["info"], None, {}),
+    (["info", "--csv", "fp16"], None, {}),
+    (["round", "0.1", "--to", "fp16"], None, {}),
+    (["testfloat", "f16_add"], "3C00 3C00\n" * 100, {}),
+    (["verify", "--op", "sqrt", "--format", "e4m3", "--threads", "1"], None, {}),
+    (["hw-report"], None, {"HALFWAY_HW_DISABLE": "nvidia-host,f16c,avx512bf16,avx512fp16"}),
+    (["bench", "--quick", "--filter", "e4m3"], None, {}),
+    (["--version"], None, {}),
+    (["merge", "--help"], None, {}),
+]
+for args, stdin, env in cases:
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([HALFWAY] + args, input=stdin, stdout=full, stderr=subprocess.PIPE,
+                           text=True, env=dict(os.environ, **env), timeout=120)
+    check(one_error_line(r) and "write to standard output failed" in r.stderr and
+          "No space left on device" in r.stderr,
+          "%s > /dev/full: exit 2, one line with the reason (exit %d, %r)"
+          % (" ".join(args), r.returncode, r.stderr.strip()[-200:]))
+# testfloat stops at the first failed write instead of reading all of its input.
+with open("/dev/full", "w") as full:
+    p = subprocess.Popen([HALFWAY, "testfloat", "f16_add"], stdin=subprocess.PIPE, stdout=full,
+                         stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            p.stdin.write(b"3C00 3C00\n" * 50000)
+    except BrokenPipeError:
+        pass
+    try:
+        p.stdin.close()
+    except BrokenPipeError:
+        pass
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+check(p.returncode == 2 and "No space left on device" in err,
+      "testfloat > /dev/full with endless input stops with exit 2 (%d, %r)" % (p.returncode, err))
+
+# --- stdin that cannot be read ------------------------------------------------------------------
+fd = os.open("/", os.O_RDONLY)
+r = subprocess.run([HALFWAY, "testfloat", "f16_add"], stdin=fd, capture_output=True, text=True,
+                   timeout=60)
+os.close(fd)
+check(one_error_line(r) and "cannot read standard input" in r.stderr and r.stdout == "",
+      "testfloat < /: exit 2, one line (exit %d, %r)" % (r.returncode, r.stderr.strip()))
+if os.path.exists("/dev/zero"):
+    def small_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run([HALFWAY, "testfloat", "f16_add"], stdin=zero, capture_output=True,
+                           text=True, timeout=60, preexec_fn=small_memory)
+    check(one_error_line(r) and "line 1: longer than" in r.stderr,
+          "testfloat < /dev/zero: one line, exit 2, bounded memory (exit %d, %r)"
+          % (r.returncode, r.stderr.strip()[-200:]))
+r = subprocess.run([HALFWAY, "testfloat", "f16_add"], input="3C00 3C\x0000\n",
+                   capture_output=True, text=True)
+check(one_error_line(r) and "\\x00" in r.stderr and "\x00" not in r.stderr,
+      "testfloat: a NUL byte in an operand is an error, printed escaped (%r)" % r.stderr)
+r = subprocess.run([HALFWAY, "testfloat", "f16_add"], input="3C00 3C00\n\n3C00 4000\r\n",
+                   capture_output=True, text=True)
+check(r.returncode == 0 and r.stdout == "3C00 3C00 4000 00\n3C00 4000 4200 00\n",
+      "testfloat still reads lines, blank lines and CRLF (%r)" % r.stdout)
+
+# --- a failed write of a result file says why ---------------------------------------------------
+cfg = write("run.toml", CONFIG)
+
+
+def fsize_limit():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+
+
+out = os.path.join(TMP, "limited")
+r = subprocess.run([HALFWAY, "train", cfg, "--out", out], capture_output=True, text=True,
+                   preexec_fn=fsize_limit)
+check(one_error_line(r) and "write to '" in r.stderr and "failed: File too large" in r.stderr,
+      "train past RLIMIT_FSIZE: the file and the reason (%r)" % r.stderr.strip())
+left = [f for f in os.listdir(out)] if os.path.isdir(out) else []
+check(not any(".tmp." in f for f in left), "train past RLIMIT_FSIZE: no temporary file left")
+
+# --- result files: symlinks written through, non-regular files refused --------------------------
+out = os.path.join(TMP, "linked")
+os.makedirs(out)
+os.makedirs(os.path.join(TMP, "elsewhere"))
+target = os.path.join(TMP, "elsewhere", "steps.csv")
+os.symlink(os.path.join("..", "elsewhere", "steps.csv"), os.path.join(out, "steps.csv"))
+r = subprocess.run([HALFWAY, "train", cfg, "--out", out], capture_output=True, text=True)
+check(r.returncode == 0 and os.path.islink(os.path.join(out, "steps.csv")) and
+      os.path.isfile(target) and open(target).read().startswith("step,loss"),
+      "train: a symlinked steps.csv stays a link, its target gets the table (%r)" % r.stderr)
+check(not [f for f in os.listdir(os.path.join(TMP, "elsewhere")) if ".tmp." in f],
+      "train: no temporary file next to the link's target")
+out = os.path.join(TMP, "fifo")
+os.makedirs(out)
+os.mkfifo(os.path.join(out, "trace.csv"))
+r = subprocess.run([HALFWAY, "train", cfg, "--out", out], capture_output=True, text=True,
+                   timeout=60)
+check(one_error_line(r) and "not a regular file" in r.stderr and
+      stat.S_ISFIFO(os.lstat(os.path.join(out, "trace.csv")).st_mode),
+      "train: a FIFO in place of trace.csv is refused and kept (%r)" % r.stderr.strip())
+check(sorted(os.listdir(out)) == ["trace.csv"], "train: the refused run leaves no file behind")
+
+# --- control characters in error messages are escaped -------------------------------------------
+bad_name = os.path.join(TMP, "evil\x1b[2J\nname.toml")
+r = subprocess.run([HALFWAY, "train", bad_name], capture_output=True, text=True)
+check(one_error_line(r) and "\x1b" not in r.stderr and "evil\\x1b[2J\\x0aname.toml" in r.stderr,
+      "a config path with ESC and newline: escaped, one line (%r)" % r.stderr)
+bad_kind = write("kind.toml", CONFIG.replace('kind = "mlp"', 'kind = "ml\\u001b]0;x\\u0007p"'))
+r = subprocess.run([HALFWAY, "train", bad_kind], capture_output=True, text=True)
+check(one_error_line(r) and "\x1b" not in r.stderr and "\x07" not in r.stderr and
+      "\\x1b]0;x\\x07" in r.stderr,
+      "a TOML string with ESC and BEL: escaped, one line (%r)" % r.stderr)
+r = subprocess.run([HALFWAY, "round", "0.1", "--to", "fp\x9b16\u00e9"], capture_output=True)
+err = r.stderr.decode("utf-8", "replace")
+check(r.returncode == 2 and b"\xc2\x9b" not in r.stderr and "\\xc2\\x9b16\u00e9" in err,
+      "a C1 control (CSI) is escaped, other UTF-8 is kept (%r)" % err)
+r = subprocess.run([HALFWAY, "no\x1bsuch"], capture_output=True, text=True)
+check(r.returncode == 2 and "\x1b" not in r.stderr and "no\\x1bsuch" in r.stderr,
+      "an unknown command is escaped too (%r)" % r.stderr)
+
+# --- train --bench --python: no shell -----------------------------------------------------------
+marker = os.path.join(TMP, "shell-ran")
+evil = "/nonexistent'; touch '%s'; echo '" % marker
+r = subprocess.run([HALFWAY, "train", "--bench", "--bench-steps", "1", "--bench-reps", "1",
+                    "--python", evil], capture_output=True, text=True, timeout=300)
+check(r.returncode == 0 and not os.path.exists(marker) and "unavailable" in r.stdout,
+      "--python with quotes and ';' is not run by a shell (%r)" % r.stdout[-300:])
+odd = os.path.join(TMP, "a dir with 'quotes' and spaces")
+os.makedirs(odd)
+fake = os.path.join(odd, "py thon")
+with open(fake, "w") as f:
+    f.write("#!/bin/sh\n[ \"$2\" = 1 ] && [ \"$3\" = 1 ] && echo 2.5e-05\n")
+os.chmod(fake, 0o755)
+r = subprocess.run([HALFWAY, "train", "--bench", "--bench-steps", "1", "--bench-reps", "1",
+                    "--python", fake], capture_output=True, text=True, timeout=300)
+check(r.returncode == 0 and re.search(r"PyTorch emulated bf16 \(CPU\) +25\.0 us", r.stdout),
+      "--python with spaces and quotes in its path runs, with its arguments (%r)"
+      % r.stdout[-400:])
+
+shutil.rmtree(TMP, ignore_errors=True)
+if failures:
+    print("%d FAILED" % len(failures))
+    sys.exit(1)
+print("all passed")
