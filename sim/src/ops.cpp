@@ -48,9 +48,17 @@ Ptr make_node(const char* op, Shape shape, const DType& dt, Vec data, std::vecto
   return p;
 }
 
+/// An op's forward result: y rounded into dt (traced as `<scope>.output`) as a new node.
+Ptr output_node(Runtime& rt, const char* op, Shape shape, const DType& dt, Vec y,
+                std::vector<Ptr> parents) {
+  const TraceTag tag{scoped("output"), op, TraceKind::activation};
+  round_into(rt, dt, y, &tag);
+  return make_node(op, std::move(shape), dt, std::move(y), std::move(parents));
+}
+
 /// Add a gradient contribution (already rounded into t's dtype) to t.grad; a second
 /// contribution is summed and rounded again, as PyTorch accumulates in the tensor's dtype.
-void accumulate(Runtime& rt, TensorImpl& t, Vec&& g) {
+void add_grad(Runtime& rt, TensorImpl& t, Vec&& g) {
   if (!t.requires_grad) return;
   if (t.grad.empty()) {
     t.grad = std::move(g);
@@ -59,6 +67,20 @@ void accumulate(Runtime& rt, TensorImpl& t, Vec&& g) {
   for (size_t i = 0; i < g.size(); ++i) t.grad[i] += g[i];
   const TraceTag tag{t.name + ".grad_accum", "accumulate", grad_kind(t)};
   round_into(rt, t.dtype, t.grad, &tag);
+}
+
+/// Send an input gradient g to t: round it into t's dtype (traced under `tag`), then add it.
+void send_grad(Runtime& rt, TensorImpl& t, Vec&& g, const TraceTag* tag) {
+  round_into(rt, t.dtype, g, tag);
+  add_grad(rt, t, std::move(g));
+}
+
+/// A bias's gradient: the column sums of G [rows × n], in binary64.
+Vec bias_grad(const double* G, int64_t rows, int64_t n) {
+  Vec g(size_t(n), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) g[size_t(j)] += G[i * n + j];
+  return g;
 }
 
 Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, TraceKind kind,
@@ -79,8 +101,7 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
     // The backward of a cast rounds the gradient back into the source dtype.
     out->backward_fn = [o, xp, r, gtag]() {
       Vec g = o->grad;
-      round_into(*r, xp->dtype, g, &gtag);
-      accumulate(*r, *xp, std::move(g));
+      send_grad(*r, *xp, std::move(g), &gtag);
     };
   }
   return Tensor(out);
@@ -218,9 +239,7 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   const char* op = op_name(kind);
   Vec y(x.data().size());
   for (size_t i = 0; i < y.size(); ++i) y[i] = f(x.data()[i]);
-  const TraceTag tag{scoped("output"), op, TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node(op, x.shape(), dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -233,8 +252,7 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
     out->backward_fn = [o, xp, r, gtag, bw]() {
       Vec g(o->grad.size());
       for (size_t i = 0; i < g.size(); ++i) g[i] = bw(o->grad[i], xp->data[i], o->data[i]);
-      round_into(*r, xp->dtype, g, &gtag);
-      accumulate(*r, *xp, std::move(g));
+      send_grad(*r, *xp, std::move(g), &gtag);
     };
   }
   return Tensor(out);
@@ -253,9 +271,7 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
   Vec y(static_cast<size_t>(numel(bc.out)));
   const double *pa = a.data().data(), *pb = b.data().data();
   bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) { y[size_t(o)] = f(pa[ia], pb[ib]); });
-  const TraceTag tag{scoped("output"), op, TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node(op, bc.out, dt, std::move(y), {a.ptr(), b.ptr()});
+  Ptr out = output_node(rt, op, bc.out, dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr ap = a.ptr(), bp = b.ptr();
@@ -270,16 +286,14 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
         bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
           g[size_t(ia)] += ga(o->grad[size_t(i)], xa[ia], xb[ib], o->data[size_t(i)]);
         });
-        round_into(*r, ap->dtype, g, &ta);
-        accumulate(*r, *ap, std::move(g));
+        send_grad(*r, *ap, std::move(g), &ta);
       }
       if (bp->requires_grad) {
         Vec g(bp->data.size(), 0.0);
         bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
           g[size_t(ib)] += gb(o->grad[size_t(i)], xa[ia], xb[ib], o->data[size_t(i)]);
         });
-        round_into(*r, bp->dtype, g, &tb);
-        accumulate(*r, *bp, std::move(g));
+        send_grad(*r, *bp, std::move(g), &tb);
       }
     };
   }
@@ -307,13 +321,11 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 /// node whose parents are x, w and, when present, b.
 Ptr linear_output(Runtime& rt, const DType& dt, const Tensor& x, const Tensor& w, const Tensor& b,
                   int64_t nout, Vec y) {
-  const TraceTag tag{scoped("output"), "linear", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
   Shape os = x.shape();
   os.back() = nout;
   std::vector<Ptr> parents{x.ptr(), w.ptr()};
   if (b) parents.push_back(b.ptr());
-  return make_node("linear", os, dt, std::move(y), parents);
+  return output_node(rt, "linear", std::move(os), dt, std::move(y), std::move(parents));
 }
 
 // ---- fp8: Transformer Engine's per-tensor scaling ---------------------------------------------
@@ -403,8 +415,7 @@ Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string
       const Format bwd = fp8_state(*r).config().bwd;
       Fp8Operand g = fp8_quantize(*r, grad_name, bwd, o->grad, grad_kind(*xp), op);
       for (double& v : g.q) v = static_cast<float>(v) * g.inv;
-      round_into(*r, xp->dtype, g.q, nullptr);
-      accumulate(*r, *xp, std::move(g.q));
+      send_grad(*r, *xp, std::move(g.q), nullptr);
     };
   }
   return Tensor(out);
@@ -515,9 +526,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   const Tensor &a = in[0], &b = in[1];
   Runtime& rt = runtime();
   Vec y = mm_forward(d, a.data().data(), b.data().data(), gemm_in(&rt, dt));
-  const TraceTag tag{scoped("output"), "matmul", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node("matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
+  Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr ap = a.ptr(), bp = b.ptr();
@@ -529,13 +538,11 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
       const GemmFn gemm = gemm_in(r, dt);
       if (ap->requires_grad) {
         Vec g = mm_grad_a(d, o->grad.data(), bp->data.data(), gemm);
-        round_into(*r, ap->dtype, g, &ta);
-        accumulate(*r, *ap, std::move(g));
+        send_grad(*r, *ap, std::move(g), &ta);
       }
       if (bp->requires_grad) {
         Vec g = mm_grad_b(d, ap->data.data(), o->grad.data(), gemm);
-        round_into(*r, bp->dtype, g, &tb);
-        accumulate(*r, *bp, std::move(g));
+        send_grad(*r, *bp, std::move(g), &tb);
       }
     };
   }
@@ -576,22 +583,16 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
       if (xp->requires_grad) {
         Vec g(size_t(M * nin));
         gemm_dt(*r, dt, M, nin, nout, G, wp->data.data(), nullptr, g.data(), Layout::nn);
-        round_into(*r, xp->dtype, g, &tx);
-        accumulate(*r, *xp, std::move(g));
+        send_grad(*r, *xp, std::move(g), &tx);
       }
       if (wp->requires_grad) {
         const Vec gt = transpose2d(G, M, nout);
         Vec g(size_t(nout * nin));
         gemm_dt(*r, dt, nout, nin, M, gt.data(), xp->data.data(), nullptr, g.data(), Layout::tn);
-        round_into(*r, wp->dtype, g, &tw);
-        accumulate(*r, *wp, std::move(g));
+        send_grad(*r, *wp, std::move(g), &tw);
       }
       if (bp && bp->requires_grad) {
-        Vec g(size_t(nout), 0.0);
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < nout; ++j) g[size_t(j)] += G[i * nout + j];
-        round_into(*r, bp->dtype, g, &tb);
-        accumulate(*r, *bp, std::move(g));
+        send_grad(*r, *bp, bias_grad(G, M, nout), &tb);
       }
     };
   }
@@ -611,9 +612,7 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       fp8_quantize(rt, scoped("other"), cfg.fwd, b.data(), fwd_kind(*b.impl()), "matmul");
   Vec y = mm_forward(d, aq.q.data(), bq.q.data(), gemm_fp8_fn(&rt, aq.inv * bq.inv));
   const DType dt = fp8_out_dtype(a, b);
-  const TraceTag tag{scoped("output"), "matmul", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node("matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
+  Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     out->saved = {fp8_copy(aq.q, a.shape(), cfg.fwd, false),
                   fp8_copy(bq.q, b.shape(), cfg.fwd, false)};
@@ -628,13 +627,11 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "matmul");
       if (ap->requires_grad) {
         Vec ga = mm_grad_a(d, g.q.data(), bq.q.data(), gemm_fp8_fn(r, g.inv * bq.inv));
-        round_into(*r, ap->dtype, ga, &ta);
-        accumulate(*r, *ap, std::move(ga));
+        send_grad(*r, *ap, std::move(ga), &ta);
       }
       if (bp->requires_grad) {
         Vec gb = mm_grad_b(d, aq.q.data(), g.q.data(), gemm_fp8_fn(r, g.inv * aq.inv));
-        round_into(*r, bp->dtype, gb, &tb);
-        accumulate(*r, *bp, std::move(gb));
+        send_grad(*r, *bp, std::move(gb), &tb);
       }
     };
   }
@@ -674,23 +671,17 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
         Vec gx(size_t(M * nin));
         gemm_fp8(*r, M, nin, nout, g.q.data(), wq.q.data(), nullptr, gx.data(), Layout::nn,
                  g.inv * wq.inv);
-        round_into(*r, xp->dtype, gx, &tgx);
-        accumulate(*r, *xp, std::move(gx));
+        send_grad(*r, *xp, std::move(gx), &tgx);
       }
       if (wp->requires_grad) {
         const Vec gt = transpose2d(g.q.data(), M, nout);
         Vec gw(size_t(nout * nin));
         gemm_fp8(*r, nout, nin, M, gt.data(), xq.q.data(), nullptr, gw.data(), Layout::tn,
                  g.inv * xq.inv);
-        round_into(*r, wp->dtype, gw, &tgw);
-        accumulate(*r, *wp, std::move(gw));
+        send_grad(*r, *wp, std::move(gw), &tgw);
       }
       if (bp && bp->requires_grad) {
-        Vec gb(size_t(nout), 0.0);
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < nout; ++j) gb[size_t(j)] += o->grad[size_t(i * nout + j)];
-        round_into(*r, bp->dtype, gb, &tgb);
-        accumulate(*r, *bp, std::move(gb));
+        send_grad(*r, *bp, bias_grad(o->grad.data(), M, nout), &tgb);
       }
     };
   }
@@ -803,9 +794,7 @@ Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
   Vec y(x.data().size());
   for (int64_t r = 0; r < R; ++r) fwd(x.data().data() + r * D, y.data() + r * D, D);
   Runtime& rt = runtime();
-  const TraceTag tag{scoped("output"), op, TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node(op, x.shape(), dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     out->saves_output = true;
     TensorImpl* o = out.get();
@@ -816,8 +805,7 @@ Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
       Vec g(o->grad.size());
       for (int64_t i = 0; i < R; ++i)
         bwd(o->grad.data() + i * D, o->data.data() + i * D, g.data() + i * D, D);
-      round_into(*r, xp->dtype, g, &gt);
-      accumulate(*r, *xp, std::move(g));
+      send_grad(*r, *xp, std::move(g), &gt);
     };
   }
   return Tensor(out);
@@ -893,9 +881,7 @@ Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) 
   }
   Vec y{N ? total / double(N) : 0.0};
   Runtime& rt = runtime();
-  const TraceTag tag{scoped("output"), "cross_entropy", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node("cross_entropy", {}, dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, "cross_entropy", {}, dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -908,8 +894,7 @@ Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) 
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j < C; ++j)
           g[size_t(i * C + j)] = g0 * (p[size_t(i * C + j)] - (j == target[size_t(i)] ? 1.0 : 0.0));
-      round_into(*r, xp->dtype, g, &gt);
-      accumulate(*r, *xp, std::move(g));
+      send_grad(*r, *xp, std::move(g), &gt);
     };
   }
   return Tensor(out);
@@ -930,9 +915,7 @@ Tensor mse(const Tensor& p0, const Tensor& t0) {
   }
   Vec y{n ? s / double(n) : 0.0};
   Runtime& rt = runtime();
-  const TraceTag tag{scoped("output"), "mse", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node("mse", {}, dt, std::move(y), {p.ptr(), t.ptr()});
+  Ptr out = output_node(rt, "mse", {}, dt, std::move(y), {p.ptr(), t.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr pp = p.ptr(), tp = t.ptr();
@@ -947,12 +930,10 @@ Tensor mse(const Tensor& p0, const Tensor& t0) {
       if (tp->requires_grad) {
         Vec gt(n);
         for (size_t i = 0; i < n; ++i) gt[i] = -g[i];
-        round_into(*r, tp->dtype, gt, &gtt);
-        accumulate(*r, *tp, std::move(gt));
+        send_grad(*r, *tp, std::move(gt), &gtt);
       }
       if (pp->requires_grad) {
-        round_into(*r, pp->dtype, g, &gp);
-        accumulate(*r, *pp, std::move(g));
+        send_grad(*r, *pp, std::move(g), &gp);
       }
     };
   }
@@ -988,12 +969,10 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
     }
   }
   Runtime& rt = runtime();
-  const TraceTag tag{scoped("output"), "layer_norm", TraceKind::activation};
-  round_into(rt, dt, y, &tag);
   std::vector<Ptr> parents{x.ptr()};
   if (w) parents.push_back(w.ptr());
   if (b) parents.push_back(b.ptr());
-  Ptr out = make_node("layer_norm", x.shape(), dt, std::move(y), parents);
+  Ptr out = output_node(rt, "layer_norm", x.shape(), dt, std::move(y), std::move(parents));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr(), wp = w ? w.ptr() : nullptr, bp = b ? b.ptr() : nullptr;
@@ -1028,16 +1007,13 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
         }
       }
       if (xp->requires_grad) {
-        round_into(*r, xp->dtype, gx, &tx);
-        accumulate(*r, *xp, std::move(gx));
+        send_grad(*r, *xp, std::move(gx), &tx);
       }
       if (wp && wp->requires_grad) {
-        round_into(*r, wp->dtype, gw, &tw);
-        accumulate(*r, *wp, std::move(gw));
+        send_grad(*r, *wp, std::move(gw), &tw);
       }
       if (bp && bp->requires_grad) {
-        round_into(*r, bp->dtype, gb, &tb);
-        accumulate(*r, *bp, std::move(gb));
+        send_grad(*r, *bp, std::move(gb), &tb);
       }
     };
   }
@@ -1077,9 +1053,7 @@ Tensor reduce(OpKind kind, const Tensor& x0, int dim, bool all) {
     for (double& v : y) v /= double(len);
   Runtime& rt = runtime();
   const char* op = op_name(kind);
-  const TraceTag tag{scoped("output"), op, TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  Ptr out = make_node(op, os, dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, op, os, dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -1093,8 +1067,7 @@ Tensor reduce(OpKind kind, const Tensor& x0, int dim, bool all) {
             const double v = o->grad[size_t(a * inner + i)];
             g[size_t((a * len + l) * inner + i)] = is_mean ? v / double(len) : v;
           }
-      round_into(*r, xp->dtype, g, &gt);
-      accumulate(*r, *xp, std::move(g));
+      send_grad(*r, *xp, std::move(g), &gt);
     };
   }
   return Tensor(out);
@@ -1129,7 +1102,7 @@ Tensor reshape(const Tensor& x, Shape shape) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
     Runtime* r = &runtime();
-    out->backward_fn = [o, xp, r]() { accumulate(*r, *xp, Vec(o->grad)); };
+    out->backward_fn = [o, xp, r]() { add_grad(*r, *xp, Vec(o->grad)); };
   }
   return Tensor(out);
 }
@@ -1180,7 +1153,7 @@ Tensor transpose(const Tensor& x, int d0, int d1) {
     Runtime* r2 = &runtime();
     out->backward_fn = [o, xp, r2, d0, d1]() {
       Shape back;
-      accumulate(*r2, *xp, permute_swap(o->grad, o->shape, d0, d1, back));
+      add_grad(*r2, *xp, permute_swap(o->grad, o->shape, d0, d1, back));
     };
   }
   return Tensor(out);
@@ -1213,8 +1186,7 @@ Tensor embedding(const std::vector<int32_t>& ids, const Shape& ids_shape, const 
       Vec g(wp->data.size(), 0.0);
       for (size_t i = 0; i < ids.size(); ++i)
         for (int64_t j = 0; j < D; ++j) g[size_t(ids[i] * D + j)] += o->grad[i * size_t(D) + size_t(j)];
-      round_into(*r, wp->dtype, g, &gt);
-      accumulate(*r, *wp, std::move(g));
+      send_grad(*r, *wp, std::move(g), &gt);
     };
   }
   return Tensor(out);
@@ -1243,7 +1215,7 @@ Tensor masked_fill_causal(const Tensor& x0) {
         const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
         if (j > i) g[n] = 0.0;
       }
-      accumulate(*r, *xp, std::move(g));
+      add_grad(*r, *xp, std::move(g));
     };
   }
   return Tensor(out);
