@@ -50,72 +50,72 @@
 #include "halfway/hw/json_out.hpp"
 
 #if defined(__CUDACC__)
-#define HW_HD __host__ __device__
+#define HALFWAY_HD __host__ __device__
 #else
-#define HW_HD
+#define HALFWAY_HD
 #endif
 
 namespace halfway::replay {
 
 // ---- arithmetic: IEEE round-to-nearest, one rounding per operation ---------------------------
 
-HW_HD inline float f_add(float a, float b) {
+HALFWAY_HD inline float f_add(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
-HW_HD inline float f_mul(float a, float b) {
+HALFWAY_HD inline float f_mul(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-HW_HD inline float f_div(float a, float b) {
+HALFWAY_HD inline float f_div(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fdiv_rn(a, b);
 #else
   return a / b;
 #endif
 }
-HW_HD inline float f_sqrt(float a) {
+HALFWAY_HD inline float f_sqrt(float a) {
 #ifdef __CUDA_ARCH__
   return __fsqrt_rn(a);
 #else
   return std::sqrt(a);
 #endif
 }
-HW_HD inline float f_fma(float a, float b, float c) {
+HALFWAY_HD inline float f_fma(float a, float b, float c) {
 #ifdef __CUDA_ARCH__
   return __fmaf_rn(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
 }
-HW_HD inline double d_add(double a, double b) {
+HALFWAY_HD inline double d_add(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __dadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
-HW_HD inline double d_sub(double a, double b) {
+HALFWAY_HD inline double d_sub(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __dsub_rn(a, b);
 #else
   return a - b;
 #endif
 }
-HW_HD inline double d_mul(double a, double b) {
+HALFWAY_HD inline double d_mul(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-HW_HD inline double d_div(double a, double b) {
+HALFWAY_HD inline double d_div(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __ddiv_rn(a, b);
 #else
@@ -123,7 +123,7 @@ HW_HD inline double d_div(double a, double b) {
 #endif
 }
 /// binary64 -> binary32, round to nearest even.
-HW_HD inline float d2f(double a) {
+HALFWAY_HD inline float d2f(double a) {
 #ifdef __CUDA_ARCH__
   return __double2float_rn(a);
 #else
@@ -134,21 +134,21 @@ HW_HD inline float d2f(double a) {
 // erf: 2 ulp, exp: 1 ulp; glibc: about 1 ulp), so the GPU can differ from the host in the last
 // bits of the binary64 value; a differing fp16/bf16 result needs that value within a few
 // binary64 ulps of a rounding boundary of binary32 (about one element in 2^28).
-HW_HD inline double d_erf(double a) {
+HALFWAY_HD inline double d_erf(double a) {
 #ifdef __CUDA_ARCH__
   return ::erf(a);
 #else
   return std::erf(a);
 #endif
 }
-HW_HD inline double d_exp(double a) {
+HALFWAY_HD inline double d_exp(double a) {
 #ifdef __CUDA_ARCH__
   return ::exp(a);
 #else
   return std::exp(a);
 #endif
 }
-HW_HD inline uint32_t f_bits(float a) {
+HALFWAY_HD inline uint32_t f_bits(float a) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(a);
 #else
@@ -157,15 +157,15 @@ HW_HD inline uint32_t f_bits(float a) {
   return u;
 #endif
 }
-HW_HD inline bool f_finite(float a) { return (f_bits(a) & 0x7F800000u) != 0x7F800000u; }
+HALFWAY_HD inline bool f_finite(float a) { return (f_bits(a) & 0x7F800000u) != 0x7F800000u; }
 
 // ---- the low formats -------------------------------------------------------------------------
 
 struct Fp16 {
   using T = __half;
   static constexpr const char* name = "fp16";
-  HW_HD static T from_float(float x) { return __float2half_rn(x); }
-  HW_HD static float to_float(T x) { return __half2float(x); }
+  HALFWAY_HD static T from_float(float x) { return __float2half_rn(x); }
+  HALFWAY_HD static float to_float(T x) { return __half2float(x); }
   static uint32_t bits(const T& x) {
     uint16_t u;
     std::memcpy(&u, &x, 2);
@@ -176,8 +176,8 @@ struct Fp16 {
 struct Bf16 {
   using T = __nv_bfloat16;
   static constexpr const char* name = "bf16";
-  HW_HD static T from_float(float x) { return __float2bfloat16_rn(x); }
-  HW_HD static float to_float(T x) { return __bfloat162float(x); }
+  HALFWAY_HD static T from_float(float x) { return __float2bfloat16_rn(x); }
+  HALFWAY_HD static float to_float(T x) { return __bfloat162float(x); }
   static uint32_t bits(const T& x) {
     uint16_t u;
     std::memcpy(&u, &x, 2);
@@ -191,11 +191,11 @@ constexpr double kSqrt2 = 1.41421356237309504880;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 /// 0.5·v·(1 + erf(v/√2)) as ops.cpp writes it.
-HW_HD inline double gelu_f(double v) {
+HALFWAY_HD inline double gelu_f(double v) {
   return d_mul(d_mul(0.5, v), d_add(1.0, d_erf(d_div(v, kSqrt2))));
 }
 /// g·(0.5·(1 + erf(v/√2)) + v·(1/√(2π))·exp(−0.5·v·v)) as ops.cpp writes it.
-HW_HD inline double gelu_grad(double g, double v) {
+HALFWAY_HD inline double gelu_grad(double g, double v) {
   const double cdf = d_mul(0.5, d_add(1.0, d_erf(d_div(v, kSqrt2))));
   const double pdf = d_mul(d_mul(v, kInvSqrt2Pi), d_exp(d_mul(d_mul(-0.5, v), v)));
   return d_mul(g, d_add(cdf, pdf));
@@ -204,14 +204,14 @@ HW_HD inline double gelu_grad(double g, double v) {
 /// f32 -> low (a cast node).
 template <class Fmt, class Exec>
 void cast_to_low(Exec& ex, const float* a, typename Fmt::T* out, int64_t n) {
-  ex.for_each(n, [=] HW_HD(int64_t i) { out[i] = Fmt::from_float(a[i]); });
+  ex.for_each(n, [=] HALFWAY_HD(int64_t i) { out[i] = Fmt::from_float(a[i]); });
 }
 
 /// y[M×N] = x[M×K]·w[N×K]ᵀ + b: fp32 fma chain over k, bias added in fp32, one rounding.
 template <class Fmt, class Exec>
 void linear_forward(Exec& ex, const typename Fmt::T* x, const typename Fmt::T* w,
                     const typename Fmt::T* b, typename Fmt::T* y, int64_t M, int64_t N, int64_t K) {
-  ex.for_each(M * N, [=] HW_HD(int64_t e) {
+  ex.for_each(M * N, [=] HALFWAY_HD(int64_t e) {
     const int64_t i = e / N, j = e % N;
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k)
@@ -223,7 +223,7 @@ void linear_forward(Exec& ex, const typename Fmt::T* x, const typename Fmt::T* w
 
 template <class Fmt, class Exec>
 void gelu_forward(Exec& ex, const typename Fmt::T* x, typename Fmt::T* y, int64_t n) {
-  ex.for_each(n, [=] HW_HD(int64_t i) {
+  ex.for_each(n, [=] HALFWAY_HD(int64_t i) {
     y[i] = Fmt::from_float(d2f(gelu_f(double(Fmt::to_float(x[i])))));
   });
 }
@@ -231,7 +231,7 @@ void gelu_forward(Exec& ex, const typename Fmt::T* x, typename Fmt::T* y, int64_
 template <class Fmt, class Exec>
 void gelu_backward(Exec& ex, const typename Fmt::T* g, const typename Fmt::T* x,
                    typename Fmt::T* gx, int64_t n) {
-  ex.for_each(n, [=] HW_HD(int64_t i) {
+  ex.for_each(n, [=] HALFWAY_HD(int64_t i) {
     gx[i] = Fmt::from_float(
         d2f(gelu_grad(double(Fmt::to_float(g[i])), double(Fmt::to_float(x[i])))));
   });
@@ -241,7 +241,7 @@ void gelu_backward(Exec& ex, const typename Fmt::T* g, const typename Fmt::T* x,
 template <class Fmt, class Exec>
 void linear_backward_input(Exec& ex, const typename Fmt::T* G, const typename Fmt::T* w,
                            typename Fmt::T* gx, int64_t M, int64_t N, int64_t K) {
-  ex.for_each(M * K, [=] HW_HD(int64_t e) {
+  ex.for_each(M * K, [=] HALFWAY_HD(int64_t e) {
     const int64_t i = e / K, j = e % K;
     float acc = 0.0f;
     for (int64_t o = 0; o < N; ++o)
@@ -255,7 +255,7 @@ void linear_backward_input(Exec& ex, const typename Fmt::T* G, const typename Fm
 template <class Fmt, class Exec>
 void linear_backward_weight(Exec& ex, const typename Fmt::T* G, const typename Fmt::T* x,
                             typename Fmt::T* gw, float* gw32, int64_t M, int64_t N, int64_t K) {
-  ex.for_each(N * K, [=] HW_HD(int64_t e) {
+  ex.for_each(N * K, [=] HALFWAY_HD(int64_t e) {
     const int64_t o = e / K, j = e % K;
     float acc = 0.0f;
     for (int64_t i = 0; i < M; ++i)
@@ -269,7 +269,7 @@ void linear_backward_weight(Exec& ex, const typename Fmt::T* G, const typename F
 template <class Fmt, class Exec>
 void linear_backward_bias(Exec& ex, const typename Fmt::T* G, typename Fmt::T* gb, float* gb32,
                           int64_t M, int64_t N) {
-  ex.for_each(N, [=] HW_HD(int64_t o) {
+  ex.for_each(N, [=] HALFWAY_HD(int64_t o) {
     double s = 0.0;
     for (int64_t i = 0; i < M; ++i) s = d_add(s, double(Fmt::to_float(G[i * N + o])));
     gb[o] = Fmt::from_float(d2f(s));
@@ -690,12 +690,12 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
     // ---- loss: mse in fp32 (autocast's fp32 list): cast up, binary64 sum, one rounding
     {
       const T* pred = h;
-      ex.for_each(nout, [=] HW_HD(int64_t i) { loss_in[i] = Fmt::to_float(pred[i]); });
+      ex.for_each(nout, [=] HALFWAY_HD(int64_t i) { loss_in[i] = Fmt::to_float(pred[i]); });
       f32("loss.input", loss_in, size_t(nout));
       const float* t = y32;
       float* lp = loss;
       const int64_t n = nout;
-      ex.for_each(1, [=] HW_HD(int64_t) {
+      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
         double s = 0.0;
         for (int64_t i = 0; i < n; ++i) {
           const double d = d_sub(double(loss_in[i]), double(t[i]));
@@ -710,7 +710,7 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
       ScalerState* sp = st;
       const float* lp = loss;
       const bool sc = scaling;
-      ex.for_each(1, [=] HW_HD(int64_t) {
+      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
         if (sc) {
           sp->scaled_loss = d2f(d_mul(double(lp[0]), double(sp->scale)));
           sp->loss_grad = d2f(d_mul(1.0, double(sp->scale)));
@@ -730,7 +730,7 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
       const int64_t n = nout;
       float* g = gl32;
       T* g16 = gl16;
-      ex.for_each(n, [=] HW_HD(int64_t i) {
+      ex.for_each(n, [=] HALFWAY_HD(int64_t i) {
         const double c = d_div(d_mul(2.0, double(sp->loss_grad)), double(n));
         g[i] = d2f(d_mul(c, d_sub(double(loss_in[i]), double(t[i]))));
         g16[i] = Fmt::from_float(g[i]);
@@ -771,7 +771,7 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
         ptrs.p[p] = g32[p];
         ptrs.n[p] = int64_t(in.params[p].size());
       }
-      ex.for_each(1, [=] HW_HD(int64_t) {
+      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
         int found = 0;
         for (int64_t p = 0; p < np; ++p)
           for (int64_t i = 0; i < ptrs.n[p]; ++i)
@@ -785,7 +785,7 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
         for (size_t p = 0; p < P; ++p) {
           float* g = g32[p];
           ex.for_each(int64_t(in.params[p].size()),
-                      [=] HW_HD(int64_t i) { g[i] = f_mul(g[i], sp->inv_scale); });
+                      [=] HALFWAY_HD(int64_t i) { g[i] = f_mul(g[i], sp->inv_scale); });
         }
     }
     for (size_t p = 0; p < P; ++p) f32("grads." + in.param_names[p], g32[p], in.params[p].size());
@@ -798,7 +798,7 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
       for (size_t p = 0; p < P; ++p) {
         float *w = p32[p], *m = m32[p], *v = v32[p];
         const float* g = g32[p];
-        ex.for_each(int64_t(in.params[p].size()), [=] HW_HD(int64_t i) {
+        ex.for_each(int64_t(in.params[p].size()), [=] HALFWAY_HD(int64_t i) {
           const float gi = g[i];
           m[i] = f_fma(gi, c1, f_mul(m[i], b1));                    // mul_(β1).add_(g, 1-β1)
           v[i] = f_add(f_mul(v[i], b2), f_mul(f_mul(c2, gi), gi));  // mul_(β2).addcmul_(g, g, 1-β2)
@@ -813,7 +813,7 @@ std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs
       ScalerState* sp = st;
       const double backoff = cs.backoff_factor, growth = cs.growth_factor;
       const int64_t interval = cs.growth_interval;
-      ex.for_each(1, [=] HW_HD(int64_t) {
+      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
         if (sp->found_inf) {
           sp->scale = d2f(d_mul(double(sp->scale), backoff));
           sp->tracker = 0;

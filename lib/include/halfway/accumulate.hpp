@@ -62,7 +62,7 @@ inline constexpr AccumulationModel h100_fp8_fp32{AccumulationModel::Kind::block_
 namespace detail {
 
 /// One block FMA: acc + sum of n exact products, per the block model. Inputs in `in`.
-HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, const uint32_t* a,
+HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, const uint32_t* a,
                                   const uint32_t* b, int n, uint32_t c, Env& env) {
   // Terms: the accumulator and the exact products, unpacked.
   Unpacked t[65];
@@ -141,7 +141,7 @@ HW_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, 
 /// Dot product c + Σ a_i·b_i of `n` encodings in format `in`, accumulated by model `m`; `c` and
 /// the result are encodings of `m.acc`. Sequential models convert each operand into `m.acc`
 /// first (a rounding step, unless `in` is `m.acc`), then multiply-add in order.
-HW_HD inline uint32_t dot(const AccumulationModel& m, const Format& in, const uint32_t* a,
+HALFWAY_HD inline uint32_t dot(const AccumulationModel& m, const Format& in, const uint32_t* a,
                           const uint32_t* b, int n, uint32_t c, Env& env) {
   switch (m.kind) {
     case AccumulationModel::Kind::block_fma: {

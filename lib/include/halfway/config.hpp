@@ -4,11 +4,11 @@
 #pragma once
 
 #if defined(__CUDACC__)
-#define HW_HD __host__ __device__
-#define HW_INLINE __host__ __device__ __forceinline__
+#define HALFWAY_HD __host__ __device__
+#define HALFWAY_INLINE __host__ __device__ __forceinline__
 #else
-#define HW_HD
-#define HW_INLINE inline __attribute__((always_inline))
+#define HALFWAY_HD
+#define HALFWAY_INLINE inline __attribute__((always_inline))
 #endif
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 namespace halfway::detail {
 
 /// Count leading zeros of a non-zero 64-bit value.
-HW_INLINE int clz64(uint64_t x) {
+HALFWAY_INLINE int clz64(uint64_t x) {
 #if defined(__CUDA_ARCH__)
   return __clzll(static_cast<long long>(x));
 #else
@@ -24,20 +24,20 @@ HW_INLINE int clz64(uint64_t x) {
 #endif
 }
 
-HW_INLINE int clz128(unsigned __int128 x) {
+HALFWAY_INLINE int clz128(unsigned __int128 x) {
   const uint64_t hi = static_cast<uint64_t>(x >> 64);
   return hi ? clz64(hi) : 64 + clz64(static_cast<uint64_t>(x));
 }
 
 /// Shift right, OR-ing every bit shifted out into bit 0 ("jamming"), so that the result still
 /// tells exact from inexact. Any shift count is allowed.
-HW_INLINE uint64_t shr_jam64(uint64_t x, int n) {
+HALFWAY_INLINE uint64_t shr_jam64(uint64_t x, int n) {
   if (n <= 0) return x;
   if (n >= 64) return x != 0;
   return (x >> n) | ((x << (64 - n)) != 0);
 }
 
-HW_INLINE unsigned __int128 shr_jam128(unsigned __int128 x, int n) {
+HALFWAY_INLINE unsigned __int128 shr_jam128(unsigned __int128 x, int n) {
   if (n <= 0) return x;
   if (n >= 128) return x != 0;
   return (x >> n) | ((x << (128 - n)) != 0);

@@ -38,13 +38,13 @@ inline constexpr uint8_t invalid = 0x10;
 /// Counter-based random bits for stochastic rounding: the bits for rounding number `index` of a
 /// stream depend only on (seed, index), never on thread count or call order. Bulk kernels use
 /// the element index; scalar operations use `Env::sr_counter`, which advances per rounding.
-HW_INLINE uint32_t sr_key(uint64_t seed, uint64_t index) {
+HALFWAY_INLINE uint32_t sr_key(uint64_t seed, uint64_t index) {
   return static_cast<uint32_t>(seed) ^ (static_cast<uint32_t>(seed >> 32) * 0x85EBCA6Bu) ^
          (static_cast<uint32_t>(index >> 32) * 0xC2B2AE35u);
 }
 /// 32-bit operations only (a Weyl sequence through Wellons' "lowbias32" mixer), so the bulk
 /// kernels vectorise it with AVX2. For a fixed key it is a bijection of the low 32 index bits.
-HW_INLINE uint32_t sr_mix(uint32_t key, uint32_t index_lo) {
+HALFWAY_INLINE uint32_t sr_mix(uint32_t key, uint32_t index_lo) {
   uint32_t x = index_lo * 0x9E3779B9u + key;
   x ^= x >> 16;
   x *= 0x7FEB352Du;
@@ -53,7 +53,7 @@ HW_INLINE uint32_t sr_mix(uint32_t key, uint32_t index_lo) {
   x ^= x >> 16;
   return x;
 }
-HW_INLINE uint32_t sr_bits(uint64_t seed, uint64_t index) {
+HALFWAY_INLINE uint32_t sr_bits(uint64_t seed, uint64_t index) {
   return sr_mix(sr_key(seed, index), static_cast<uint32_t>(index));
 }
 
@@ -65,8 +65,8 @@ struct Env {
   uint64_t sr_counter = 0;  ///< index of the next stochastic rounding in this stream
 
   Env() = default;
-  HW_HD explicit Env(Rounding r, uint64_t seed = 0) : rounding(r), sr_seed(seed) {}
-  HW_INLINE uint32_t next_random() { return sr_bits(sr_seed, sr_counter++); }
+  HALFWAY_HD explicit Env(Rounding r, uint64_t seed = 0) : rounding(r), sr_seed(seed) {}
+  HALFWAY_INLINE uint32_t next_random() { return sr_bits(sr_seed, sr_counter++); }
 };
 
 }  // namespace halfway

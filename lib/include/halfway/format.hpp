@@ -37,21 +37,21 @@ struct Format {
   bool is_signed = true;   ///< false only for unsigned scale formats (e8m0)
   bool has_zero = true;    ///< false for e8m0: exponent field 0 is a normal power of two
 
-  HW_HD constexpr int nbits() const { return int(is_signed) + exp_bits + frac_bits; }
-  HW_HD constexpr int precision() const { return frac_bits + 1; }
-  HW_HD constexpr uint32_t mag_mask() const { return (uint32_t(1) << (exp_bits + frac_bits)) - 1; }
-  HW_HD constexpr uint32_t sign_bit() const {
+  HALFWAY_HD constexpr int nbits() const { return int(is_signed) + exp_bits + frac_bits; }
+  HALFWAY_HD constexpr int precision() const { return frac_bits + 1; }
+  HALFWAY_HD constexpr uint32_t mag_mask() const { return (uint32_t(1) << (exp_bits + frac_bits)) - 1; }
+  HALFWAY_HD constexpr uint32_t sign_bit() const {
     return is_signed ? uint32_t(1) << (exp_bits + frac_bits) : 0;
   }
-  HW_HD constexpr uint32_t enc_mask() const {
+  HALFWAY_HD constexpr uint32_t enc_mask() const {
     return nbits() == 32 ? 0xFFFFFFFFu : (uint32_t(1) << nbits()) - 1;
   }
-  HW_HD constexpr uint32_t frac_mask() const { return (uint32_t(1) << frac_bits) - 1; }
-  HW_HD constexpr uint32_t exp_field_max() const { return (uint32_t(1) << exp_bits) - 1; }
+  HALFWAY_HD constexpr uint32_t frac_mask() const { return (uint32_t(1) << frac_bits) - 1; }
+  HALFWAY_HD constexpr uint32_t exp_field_max() const { return (uint32_t(1) << exp_bits) - 1; }
   /// Unbiased exponent of the smallest normal number.
-  HW_HD constexpr int emin() const { return has_zero ? 1 - bias : -bias; }
+  HALFWAY_HD constexpr int emin() const { return has_zero ? 1 - bias : -bias; }
   /// Magnitude encoding of the largest finite number.
-  HW_HD constexpr uint32_t max_mag() const {
+  HALFWAY_HD constexpr uint32_t max_mag() const {
     switch (specials) {
       case Specials::ieee: return (exp_field_max() << frac_bits) - 1;
       case Specials::fn: return mag_mask() - 1;
@@ -59,18 +59,18 @@ struct Format {
     }
   }
   /// Unbiased exponent of the largest finite number.
-  HW_HD constexpr int emax() const {
+  HALFWAY_HD constexpr int emax() const {
     return int(max_mag() >> frac_bits) - bias;
   }
-  HW_HD constexpr bool has_inf() const { return specials == Specials::ieee; }
-  HW_HD constexpr bool has_nan() const { return specials != Specials::none; }
-  HW_HD constexpr bool has_neg_zero() const { return is_signed && specials != Specials::fnuz; }
-  HW_HD constexpr uint32_t inf_mag() const { return exp_field_max() << frac_bits; }
+  HALFWAY_HD constexpr bool has_inf() const { return specials == Specials::ieee; }
+  HALFWAY_HD constexpr bool has_nan() const { return specials != Specials::none; }
+  HALFWAY_HD constexpr bool has_neg_zero() const { return is_signed && specials != Specials::fnuz; }
+  HALFWAY_HD constexpr uint32_t inf_mag() const { return exp_field_max() << frac_bits; }
   /// Encoding of the quiet NaN this library produces for invalid operations. For IEEE formats
   /// this is x86's "real indefinite" (sign set, quiet bit set, zero payload: fp16 0xFE00,
   /// fp32 0xFFC00000) so results match x86 F16C/SSE and numpy; OCP formats use their only NaN
   /// with positive sign (e4m3 0x7F, as NVIDIA's conversions return).
-  HW_HD constexpr uint32_t default_nan() const {
+  HALFWAY_HD constexpr uint32_t default_nan() const {
     switch (specials) {
       case Specials::ieee: return sign_bit() | inf_mag() | (uint32_t(1) << (frac_bits - 1));
       case Specials::fn: return mag_mask();
@@ -78,12 +78,12 @@ struct Format {
       default: return max_mag();  // formats without NaN: +max (see docs/semantics.md)
     }
   }
-  HW_HD constexpr bool operator==(const Format& o) const {
+  HALFWAY_HD constexpr bool operator==(const Format& o) const {
     return exp_bits == o.exp_bits && frac_bits == o.frac_bits && bias == o.bias &&
            specials == o.specials && overflow == o.overflow && ftz == o.ftz && daz == o.daz &&
            is_signed == o.is_signed && has_zero == o.has_zero;
   }
-  HW_HD constexpr bool operator!=(const Format& o) const { return !(*this == o); }
+  HALFWAY_HD constexpr bool operator!=(const Format& o) const { return !(*this == o); }
 };
 
 namespace formats {

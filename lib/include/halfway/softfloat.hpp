@@ -32,17 +32,17 @@ struct Unpacked {
 
 namespace detail {
 
-HW_INLINE bool is_nan(Class c) { return c == Class::qnan || c == Class::snan; }
+HALFWAY_INLINE bool is_nan(Class c) { return c == Class::qnan || c == Class::snan; }
 
-HW_INLINE uint32_t with_sign(const Format& f, bool sign, uint32_t mag) {
+HALFWAY_INLINE uint32_t with_sign(const Format& f, bool sign, uint32_t mag) {
   return (sign && f.is_signed) ? (mag | f.sign_bit()) : mag;
 }
 
 /// The largest finite value with the given sign.
-HW_INLINE uint32_t pack_max(const Format& f, bool sign) { return with_sign(f, sign, f.max_mag()); }
+HALFWAY_INLINE uint32_t pack_max(const Format& f, bool sign) { return with_sign(f, sign, f.max_mag()); }
 
 /// Signed zero; fnuz formats have no −0, e8m0 has no zero at all (clamps to its minimum).
-HW_INLINE uint32_t pack_zero(const Format& f, bool sign) {
+HALFWAY_INLINE uint32_t pack_zero(const Format& f, bool sign) {
   if (!f.has_zero) return 0;
   return f.has_neg_zero() ? with_sign(f, sign, 0) : 0;
 }
@@ -50,13 +50,13 @@ HW_INLINE uint32_t pack_zero(const Format& f, bool sign) {
 /// An exact zero result (x − x, a·b − c cancelling, roundToInt(0.3)). A format without zero
 /// (e8m0) delivers its smallest value instead, which is inexact and tiny, as pack() does for a
 /// zero input.
-HW_INLINE uint32_t pack_exact_zero(const Format& f, bool sign, Env& env) {
+HALFWAY_INLINE uint32_t pack_exact_zero(const Format& f, bool sign, Env& env) {
   if (!f.has_zero) env.flags |= flag::underflow | flag::inexact;
   return pack_zero(f, sign);
 }
 
 /// Quiet NaN carrying `payload` (top-aligned) where the format has room for a payload.
-HW_INLINE uint32_t pack_nan(const Format& f, bool sign, uint64_t payload, Env& env) {
+HALFWAY_INLINE uint32_t pack_nan(const Format& f, bool sign, uint64_t payload, Env& env) {
   switch (f.specials) {
     case Specials::ieee: {
       const uint32_t quiet = uint32_t(1) << (f.frac_bits - 1);
@@ -73,7 +73,7 @@ HW_INLINE uint32_t pack_nan(const Format& f, bool sign, uint64_t payload, Env& e
 }
 
 /// The default NaN of an invalid operation.
-HW_INLINE uint32_t invalid_nan(const Format& f, Env& env) {
+HALFWAY_INLINE uint32_t invalid_nan(const Format& f, Env& env) {
   env.flags |= flag::invalid;
   return f.default_nan();
 }
@@ -82,7 +82,7 @@ HW_INLINE uint32_t invalid_nan(const Format& f, Env& env) {
 /// saturates, otherwise NaN. Either way the value was not representable, so invalid is raised.
 /// A saturating format never delivers infinity, even when it has the encoding (e5m2:sat is
 /// NVIDIA's __NV_SATFINITE, which sends ±inf to ±max).
-HW_INLINE uint32_t pack_inf(const Format& f, bool sign, Env& env) {
+HALFWAY_INLINE uint32_t pack_inf(const Format& f, bool sign, Env& env) {
   if (sign && !f.is_signed) return invalid_nan(f, env);  // −inf in an unsigned format (0 − inf)
   if (f.has_inf() && f.overflow != Overflow::saturate) return with_sign(f, sign, f.inf_mag());
   env.flags |= flag::invalid;
@@ -91,7 +91,7 @@ HW_INLINE uint32_t pack_inf(const Format& f, bool sign, Env& env) {
 }
 
 /// Result of an overflow that rounding sends to infinity (as opposed to max finite).
-HW_INLINE uint32_t pack_overflow_inf(const Format& f, bool sign) {
+HALFWAY_INLINE uint32_t pack_overflow_inf(const Format& f, bool sign) {
   switch (f.overflow) {
     case Overflow::infinity:
       if (f.has_inf()) return with_sign(f, sign, f.inf_mag());
@@ -106,7 +106,7 @@ HW_INLINE uint32_t pack_overflow_inf(const Format& f, bool sign) {
 
 /// Decide whether to increment the truncated magnitude `kept` given the dropped bits `rem`
 /// (top-aligned: bit 63 is the half-ulp bit) under rounding direction `r`.
-HW_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem, uint32_t rnd) {
+HALFWAY_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem, uint32_t rnd) {
   constexpr uint64_t half = uint64_t(1) << 63;
   switch (r) {
     case Rounding::near_even: return rem > half || (rem == half && (kept & 1));
@@ -126,7 +126,7 @@ HW_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem, uint
 /// Round the exact value (-1)^sign · sig · 2^(exp − 63) into `f` (bit 63 of `sig` set; any
 /// inexactness below the kept bits must be "jammed" into bit 0). The one place where rounding,
 /// subnormals, flushing, overflow and the exception flags are decided.
-HW_HD inline uint32_t round_pack(const Format& f, Env& env, bool sign, int32_t exp, uint64_t sig) {
+HALFWAY_HD inline uint32_t round_pack(const Format& f, Env& env, bool sign, int32_t exp, uint64_t sig) {
   using namespace detail;
   if (sign && !f.is_signed) return invalid_nan(f, env);  // unsigned formats: no negatives
   const int m = f.frac_bits;
@@ -201,7 +201,7 @@ HW_HD inline uint32_t round_pack(const Format& f, Env& env, bool sign, int32_t e
 }
 
 /// Unpack an encoding of `f` (only the low `f.nbits()` bits are read).
-HW_HD inline Unpacked unpack(const Format& f, uint32_t enc) {
+HALFWAY_HD inline Unpacked unpack(const Format& f, uint32_t enc) {
   Unpacked u;
   enc &= f.enc_mask();
   const uint32_t mag = enc & f.mag_mask();
@@ -256,12 +256,12 @@ HW_HD inline Unpacked unpack(const Format& f, uint32_t enc) {
 }
 
 /// Unpack IEEE binary32 / binary64 bit patterns (native float and double, no DAZ).
-HW_HD inline Unpacked unpack_f32_bits(uint32_t b) {
+HALFWAY_HD inline Unpacked unpack_f32_bits(uint32_t b) {
   constexpr Format f32{8, 23, 127, Specials::ieee, Overflow::infinity};  // usable on the device
   return unpack(f32, b);
 }
 
-HW_HD inline Unpacked unpack_f64_bits(uint64_t b) {
+HALFWAY_HD inline Unpacked unpack_f64_bits(uint64_t b) {
   Unpacked u;
   u.sign = b >> 63;
   const uint32_t field = (b >> 52) & 0x7FF;
@@ -289,7 +289,7 @@ HW_HD inline Unpacked unpack_f64_bits(uint64_t b) {
 
 /// Pack an unpacked value into `f`: NaNs are quieted (invalid raised for a signalling NaN) and
 /// keep sign and top payload bits, like SoftFloat and x86; finite values are rounded.
-HW_HD inline uint32_t pack(const Format& f, const Unpacked& u, Env& env) {
+HALFWAY_HD inline uint32_t pack(const Format& f, const Unpacked& u, Env& env) {
   switch (u.cls) {
     case Class::zero:
       if (!f.has_zero) {
@@ -312,46 +312,46 @@ HW_HD inline uint32_t pack(const Format& f, const Unpacked& u, Env& env) {
 // ---------------------------------------------------------------------------------------------
 // Conversions
 
-HW_HD inline uint32_t f32_bits(float x) {
+HALFWAY_HD inline uint32_t f32_bits(float x) {
   uint32_t b;
   __builtin_memcpy(&b, &x, 4);
   return b;
 }
-HW_HD inline float bits_f32(uint32_t b) {
+HALFWAY_HD inline float bits_f32(uint32_t b) {
   float x;
   __builtin_memcpy(&x, &b, 4);
   return x;
 }
-HW_HD inline uint64_t f64_bits(double x) {
+HALFWAY_HD inline uint64_t f64_bits(double x) {
   uint64_t b;
   __builtin_memcpy(&b, &x, 8);
   return b;
 }
-HW_HD inline double bits_f64(uint64_t b) {
+HALFWAY_HD inline double bits_f64(uint64_t b) {
   double x;
   __builtin_memcpy(&x, &b, 8);
   return x;
 }
 
 /// f32 → f, correctly rounded under `env.rounding`.
-HW_HD inline uint32_t from_f32(const Format& f, float x, Env& env) {
+HALFWAY_HD inline uint32_t from_f32(const Format& f, float x, Env& env) {
   return pack(f, unpack_f32_bits(f32_bits(x)), env);
 }
-HW_HD inline uint32_t from_f32_bits(const Format& f, uint32_t b, Env& env) {
+HALFWAY_HD inline uint32_t from_f32_bits(const Format& f, uint32_t b, Env& env) {
   return pack(f, unpack_f32_bits(b), env);
 }
 /// f64 → f, correctly rounded in one step (no double rounding through f32).
-HW_HD inline uint32_t from_f64(const Format& f, double x, Env& env) {
+HALFWAY_HD inline uint32_t from_f64(const Format& f, double x, Env& env) {
   return pack(f, unpack_f64_bits(f64_bits(x)), env);
 }
 /// Format → format.
-HW_HD inline uint32_t convert(const Format& from, uint32_t a, const Format& to, Env& env) {
+HALFWAY_HD inline uint32_t convert(const Format& from, uint32_t a, const Format& to, Env& env) {
   return pack(to, unpack(from, a), env);
 }
 
 /// f → binary64 bits. Exact: every format value fits (signalling NaNs are quieted, raising
 /// invalid).
-HW_HD inline uint64_t to_f64_bits(const Format& f, uint32_t a, Env& env) {
+HALFWAY_HD inline uint64_t to_f64_bits(const Format& f, uint32_t a, Env& env) {
   const Unpacked u = unpack(f, a);
   const uint64_t s = uint64_t(u.sign) << 63;
   switch (u.cls) {
@@ -364,15 +364,15 @@ HW_HD inline uint64_t to_f64_bits(const Format& f, uint32_t a, Env& env) {
   // Values of every supported format are normal in binary64.
   return s | (uint64_t(u.exp + 1023) << 52) | ((u.sig << 1) >> 12);
 }
-HW_HD inline double to_f64(const Format& f, uint32_t a, Env& env) {
+HALFWAY_HD inline double to_f64(const Format& f, uint32_t a, Env& env) {
   return bits_f64(to_f64_bits(f, a, env));
 }
 /// f → binary32 bits: exact for every supported format (they all fit in binary32).
-HW_HD inline uint32_t to_f32_bits(const Format& f, uint32_t a, Env& env) {
+HALFWAY_HD inline uint32_t to_f32_bits(const Format& f, uint32_t a, Env& env) {
   constexpr Format f32{8, 23, 127, Specials::ieee, Overflow::infinity};
   return pack(f32, unpack(f, a), env);
 }
-HW_HD inline float to_f32(const Format& f, uint32_t a, Env& env) {
+HALFWAY_HD inline float to_f32(const Format& f, uint32_t a, Env& env) {
   return bits_f32(to_f32_bits(f, a, env));
 }
 
@@ -383,7 +383,7 @@ namespace detail {
 
 /// NaN propagation as on x86 SSE (and SoftFloat's 8086-SSE specialisation): a signalling NaN
 /// operand raises invalid; the result is the first NaN operand, quieted.
-HW_INLINE uint32_t propagate_nan(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
+HALFWAY_INLINE uint32_t propagate_nan(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
   if (a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
   const Unpacked& n = is_nan(a.cls) ? a : b;
   Env quiet;  // the flags of packing the NaN itself are already accounted for above
@@ -393,7 +393,7 @@ HW_INLINE uint32_t propagate_nan(const Format& f, const Unpacked& a, const Unpac
 }
 
 /// Exact sum of two finite non-zero values, rounded into f.
-HW_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env& env) {
+HALFWAY_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env& env) {
   if (a.exp < b.exp || (a.exp == b.exp && a.sig < b.sig)) {
     const Unpacked t = a;
     a = b;
@@ -413,7 +413,7 @@ HW_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env& env)
   return round_pack(f, env, a.sign, a.exp + 2 - lz, s << lz);
 }
 
-HW_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
+HALFWAY_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
   // At least one operand is zero.
   if (a.cls == Class::zero && b.cls == Class::zero) {
     const bool sign = a.sign == b.sign ? a.sign : env.rounding == Rounding::min;
@@ -425,7 +425,7 @@ HW_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const Unpa
 
 }  // namespace detail
 
-HW_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+HALFWAY_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
@@ -437,7 +437,7 @@ HW_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
   return add_finite(f, a, b, env);
 }
 
-HW_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+HALFWAY_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc);
   Unpacked b = unpack(f, b_enc);
@@ -451,7 +451,7 @@ HW_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
   return add_finite(f, a, b, env);
 }
 
-HW_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+HALFWAY_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
@@ -467,7 +467,7 @@ HW_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
   return round_pack(f, env, sign, a.exp + b.exp + 1 - lz, prod << lz);
 }
 
-HW_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+HALFWAY_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
@@ -501,7 +501,7 @@ HW_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
   return round_pack(f, env, sign, a.exp - b.exp + 47 - lz, hi);
 }
 
-HW_HD inline uint32_t sqrt(const Format& f, uint32_t a_enc, Env& env) {
+HALFWAY_HD inline uint32_t sqrt(const Format& f, uint32_t a_enc, Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc);
   if (is_nan(a.cls)) return propagate_nan(f, a, a, env);
@@ -533,7 +533,7 @@ HW_HD inline uint32_t sqrt(const Format& f, uint32_t a_enc, Env& env) {
 }
 
 /// Fused multiply-add a·b + c with a single rounding.
-HW_HD inline uint32_t fma(const Format& f, uint32_t a_enc, uint32_t b_enc, uint32_t c_enc,
+HALFWAY_HD inline uint32_t fma(const Format& f, uint32_t a_enc, uint32_t b_enc, uint32_t c_enc,
                           Env& env) {
   using namespace detail;
   using u128 = unsigned __int128;
@@ -602,7 +602,7 @@ HW_HD inline uint32_t fma(const Format& f, uint32_t a_enc, uint32_t b_enc, uint3
 
 /// Round to an integral value in the same format. `exact` raises inexact when the value
 /// changes (IEEE roundToIntegralExact); round-to-odd jams the last integer bit, as SoftFloat.
-HW_HD inline uint32_t round_to_int(const Format& f, uint32_t a_enc, Rounding r, bool exact,
+HALFWAY_HD inline uint32_t round_to_int(const Format& f, uint32_t a_enc, Rounding r, bool exact,
                                    Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc);
@@ -638,7 +638,7 @@ HW_HD inline uint32_t round_to_int(const Format& f, uint32_t a_enc, Rounding r, 
 
 namespace detail {
 /// Total order key of a non-NaN value: compare as signed integers (−0 and +0 are equal).
-HW_INLINE int64_t order_key(const Unpacked& u) {
+HALFWAY_INLINE int64_t order_key(const Unpacked& u) {
   if (u.cls == Class::zero) return 0;
   int64_t k;
   if (u.cls == Class::inf) {
@@ -652,7 +652,7 @@ HW_INLINE int64_t order_key(const Unpacked& u) {
 }  // namespace detail
 
 /// Quiet equality (invalid only on a signalling NaN).
-HW_HD inline bool eq(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+HALFWAY_HD inline bool eq(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
     if (a.cls == Class::snan || b.cls == Class::snan) env.flags |= flag::invalid;
@@ -661,7 +661,7 @@ HW_HD inline bool eq(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) 
   return detail::order_key(a) == detail::order_key(b);
 }
 /// Signalling equality (invalid on any NaN).
-HW_HD inline bool eq_signaling(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+HALFWAY_HD inline bool eq_signaling(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
     env.flags |= flag::invalid;
@@ -670,7 +670,7 @@ HW_HD inline bool eq_signaling(const Format& f, uint32_t a_enc, uint32_t b_enc, 
   return detail::order_key(a) == detail::order_key(b);
 }
 /// a <= b; `signaling` (the IEEE default for <=) raises invalid on any NaN, quiet only on sNaN.
-HW_HD inline bool le(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
+HALFWAY_HD inline bool le(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
                      bool signaling = true) {
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
@@ -679,7 +679,7 @@ HW_HD inline bool le(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
   }
   return detail::order_key(a) <= detail::order_key(b);
 }
-HW_HD inline bool lt(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
+HALFWAY_HD inline bool lt(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
                      bool signaling = true) {
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (detail::is_nan(a.cls) || detail::is_nan(b.cls)) {
@@ -690,7 +690,7 @@ HW_HD inline bool lt(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env,
 }
 
 namespace detail {
-HW_INLINE uint32_t minmax(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env, bool want_max,
+HALFWAY_INLINE uint32_t minmax(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env, bool want_max,
                           bool number) {
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   const bool an = is_nan(a.cls), bn = is_nan(b.cls);
@@ -713,17 +713,17 @@ HW_INLINE uint32_t minmax(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& 
 }  // namespace detail
 
 /// IEEE 754-2019 minimum/maximum: NaN-propagating, −0 < +0.
-HW_HD inline uint32_t minimum(const Format& f, uint32_t a, uint32_t b, Env& env) {
+HALFWAY_HD inline uint32_t minimum(const Format& f, uint32_t a, uint32_t b, Env& env) {
   return detail::minmax(f, a, b, env, false, false);
 }
-HW_HD inline uint32_t maximum(const Format& f, uint32_t a, uint32_t b, Env& env) {
+HALFWAY_HD inline uint32_t maximum(const Format& f, uint32_t a, uint32_t b, Env& env) {
   return detail::minmax(f, a, b, env, true, false);
 }
 /// IEEE 754-2019 minimumNumber/maximumNumber (2008's minNum/maxNum for quiet NaNs).
-HW_HD inline uint32_t minimum_number(const Format& f, uint32_t a, uint32_t b, Env& env) {
+HALFWAY_HD inline uint32_t minimum_number(const Format& f, uint32_t a, uint32_t b, Env& env) {
   return detail::minmax(f, a, b, env, false, true);
 }
-HW_HD inline uint32_t maximum_number(const Format& f, uint32_t a, uint32_t b, Env& env) {
+HALFWAY_HD inline uint32_t maximum_number(const Format& f, uint32_t a, uint32_t b, Env& env) {
   return detail::minmax(f, a, b, env, true, true);
 }
 
@@ -732,7 +732,7 @@ HW_HD inline uint32_t maximum_number(const Format& f, uint32_t a, uint32_t b, En
 
 /// IEEE nextUp: the least encoding that compares greater than `a` (±0 → the smallest positive
 /// value; the largest finite → +inf, or itself in formats without infinity; NaN → quieted NaN).
-HW_HD inline uint32_t next_up(const Format& f, uint32_t a_enc, Env& env) {
+HALFWAY_HD inline uint32_t next_up(const Format& f, uint32_t a_enc, Env& env) {
   const Unpacked a = unpack(f, a_enc);
   a_enc &= f.enc_mask();
   if (detail::is_nan(a.cls)) return detail::propagate_nan(f, a, a, env);
@@ -749,7 +749,7 @@ HW_HD inline uint32_t next_up(const Format& f, uint32_t a_enc, Env& env) {
 }
 
 /// IEEE nextDown(a) = −nextUp(−a).
-HW_HD inline uint32_t next_down(const Format& f, uint32_t a_enc, Env& env) {
+HALFWAY_HD inline uint32_t next_down(const Format& f, uint32_t a_enc, Env& env) {
   const Unpacked a = unpack(f, a_enc);
   a_enc &= f.enc_mask();
   if (detail::is_nan(a.cls)) return detail::propagate_nan(f, a, a, env);

@@ -31,7 +31,7 @@ enum class Diff : uint8_t {
 inline constexpr int kDiffCount = static_cast<int>(Diff::count);
 
 /// Stable identifiers used in reports and JSON.
-HW_INLINE const char* diff_id(Diff d) {
+HALFWAY_INLINE const char* diff_id(Diff d) {
   switch (d) {
     case Diff::nan_sign: return "nan_sign";
     case Diff::nan_unquieted: return "nan_unquieted";
@@ -48,7 +48,7 @@ HW_INLINE const char* diff_id(Diff d) {
   }
 }
 
-HW_INLINE bool is_nan_enc(const Format& f, uint32_t e) {
+HALFWAY_INLINE bool is_nan_enc(const Format& f, uint32_t e) {
   const uint32_t mag = e & f.mag_mask();
   switch (f.specials) {
     case Specials::ieee: return mag > f.inf_mag();
@@ -57,12 +57,12 @@ HW_INLINE bool is_nan_enc(const Format& f, uint32_t e) {
     default: return false;
   }
 }
-HW_INLINE bool is_inf_enc(const Format& f, uint32_t e) {
+HALFWAY_INLINE bool is_inf_enc(const Format& f, uint32_t e) {
   return f.has_inf() && (e & f.mag_mask()) == f.inf_mag();
 }
 
 /// Position of an encoding in the order of values, as a signed integer (±0 -> 0).
-HW_INLINE int64_t ordinal(const Format& f, uint32_t e) {
+HALFWAY_INLINE int64_t ordinal(const Format& f, uint32_t e) {
   const int64_t mag = e & f.mag_mask();
   return (e & f.sign_bit()) ? -mag : mag;
 }
@@ -70,7 +70,7 @@ HW_INLINE int64_t ordinal(const Format& f, uint32_t e) {
 /// Class of the difference between `hw` and `ref` (which must differ) for a result in `out`.
 /// `subnormal_operand`: some operand was subnormal in its format; `ref_daz`: the reference
 /// computed with subnormal operands read as zero.
-HW_INLINE Diff classify(const Format& out, uint32_t hw, uint32_t ref, bool subnormal_operand,
+HALFWAY_INLINE Diff classify(const Format& out, uint32_t hw, uint32_t ref, bool subnormal_operand,
                         uint32_t ref_daz) {
   const bool hn = is_nan_enc(out, hw), rn = is_nan_enc(out, ref);
   if (hn && rn) {
@@ -101,13 +101,13 @@ struct DiffStats {
   uint32_t hw_and = 0xFFFFFFFFu;
   uint32_t hw_or = 0;
 
-  HW_HD void add(uint64_t index, uint32_t hw) {
+  HALFWAY_HD void add(uint64_t index, uint32_t hw) {
     ++count;
     if (index < first_index) first_index = index;
     hw_and &= hw;
     hw_or |= hw;
   }
-  HW_HD void merge(const DiffStats& o) {
+  HALFWAY_HD void merge(const DiffStats& o) {
     count += o.count;
     if (o.first_index < first_index) first_index = o.first_index;
     hw_and &= o.hw_and;
@@ -124,7 +124,7 @@ struct CheckStats {
   uint64_t ref_hash = 0;
   DiffStats cls[kDiffCount];
 
-  HW_HD void merge(const CheckStats& o) {
+  HALFWAY_HD void merge(const CheckStats& o) {
     total += o.total;
     mismatches += o.mismatches;
     hw_hash += o.hw_hash;

@@ -14,7 +14,7 @@
 namespace halfway::hw {
 
 /// SplitMix64's finaliser (Steele, Lea & Flood 2014): a bijection of 64-bit words.
-HW_INLINE uint64_t mix64(uint64_t x) {
+HALFWAY_INLINE uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -26,13 +26,13 @@ HW_INLINE uint64_t mix64(uint64_t x) {
 inline constexpr uint64_t kReplayStride = 4099;
 
 /// The contribution of result `value` at input index `index` to a fingerprint.
-HW_INLINE uint64_t hash_term(uint64_t index, uint32_t value) {
+HALFWAY_INLINE uint64_t hash_term(uint64_t index, uint32_t value) {
   return mix64(mix64(index) ^ (uint64_t(value) * 0xD6E8FEB86659FD93ull + 0x2545F4914F6CDD1Dull));
 }
 
 /// Counter-based random bits: word `index` of stream `seed` (used to draw random operands
 /// reproducibly on the GPU and on the CPU alike).
-HW_INLINE uint64_t random64(uint64_t seed, uint64_t index) {
+HALFWAY_INLINE uint64_t random64(uint64_t seed, uint64_t index) {
   return mix64(mix64(seed ^ 0x6A09E667F3BCC908ull) + index * 0x9E3779B97F4A7C15ull);
 }
 

@@ -24,28 +24,28 @@ struct RowCol {
 
 /// A fragment, .f16/.bf16, m16n8k16: element i (0..7) of lane; register r holds i = 2r, 2r+1
 /// (lower index in the lower 16 bits).
-HW_INLINE RowCol frag_a_k16(int lane, int i) {
+HALFWAY_INLINE RowCol frag_a_k16(int lane, int i) {
   const int g = lane >> 2, t = lane & 3;
   return {g + ((i & 2) ? 8 : 0), t * 2 + (i & 1) + (i >= 4 ? 8 : 0)};
 }
 /// B fragment, .f16/.bf16, m16n8k16: element i (0..3) -> (k, n).
-HW_INLINE RowCol frag_b_k16(int lane, int i) {
+HALFWAY_INLINE RowCol frag_b_k16(int lane, int i) {
   const int g = lane >> 2, t = lane & 3;
   return {t * 2 + (i & 1) + (i >= 2 ? 8 : 0), g};
 }
 /// C/D fragment, m16n8 (f32: one element per register; f16: c0,c1 in register 0, c2,c3 in 1).
-HW_INLINE RowCol frag_c(int lane, int i) {
+HALFWAY_INLINE RowCol frag_c(int lane, int i) {
   const int g = lane >> 2, t = lane & 3;
   return {g + (i >= 2 ? 8 : 0), t * 2 + (i & 1)};
 }
 /// A fragment, .e4m3/.e5m2, m16n8k32: element i (0..15); register r holds i = 4r..4r+3
 /// (lowest index in the lowest byte).
-HW_INLINE RowCol frag_a_k32(int lane, int i) {
+HALFWAY_INLINE RowCol frag_a_k32(int lane, int i) {
   const int g = lane >> 2, t = lane & 3;
   return {g + ((i & 4) ? 8 : 0), t * 4 + (i & 3) + (i >= 8 ? 16 : 0)};
 }
 /// B fragment, .e4m3/.e5m2, m16n8k32: element i (0..7) -> (k, n).
-HW_INLINE RowCol frag_b_k32(int lane, int i) {
+HALFWAY_INLINE RowCol frag_b_k32(int lane, int i) {
   const int g = lane >> 2, t = lane & 3;
   return {t * 4 + (i & 3) + (i >= 4 ? 16 : 0), g};
 }
@@ -68,7 +68,7 @@ struct VariantInfo {
   int k;
 };
 
-HW_INLINE VariantInfo variant_info(Variant v) {
+HALFWAY_INLINE VariantInfo variant_info(Variant v) {
   switch (v) {
     case Variant::f16_f32: return {"m16n8k16.f32.f16.f16.f32", fmt_fp16(), fmt_fp32(), 16};
     case Variant::f16_f16: return {"m16n8k16.f16.f16.f16.f16", fmt_fp16(), fmt_fp16(), 16};
@@ -91,7 +91,7 @@ struct Candidate {
 
 /// D[row][col] for one output under candidate `cand`: a = row of A (K entries), b = column of
 /// B (K entries, contiguous), c = C[row][col] in the variant's accumulator format.
-HW_INLINE uint32_t model_output(const Candidate& cand, const VariantInfo& vi, const uint32_t* a,
+HALFWAY_INLINE uint32_t model_output(const Candidate& cand, const VariantInfo& vi, const uint32_t* a,
                                 const uint32_t* b, uint32_t c) {
   uint32_t ar[64], br[64];
   const uint32_t* pa = a;

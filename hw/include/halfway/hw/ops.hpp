@@ -19,15 +19,15 @@ namespace halfway::hw {
 
 // Formats built in functions rather than read from namespace-scope constants, so that device
 // code never refers to a host variable.
-HW_INLINE Format fmt_fp32() { return Format{8, 23, 127, Specials::ieee, Overflow::infinity}; }
-HW_INLINE Format fmt_fp16() { return Format{5, 10, 15, Specials::ieee, Overflow::infinity}; }
-HW_INLINE Format fmt_bf16() { return Format{8, 7, 127, Specials::ieee, Overflow::infinity}; }
+HALFWAY_INLINE Format fmt_fp32() { return Format{8, 23, 127, Specials::ieee, Overflow::infinity}; }
+HALFWAY_INLINE Format fmt_fp16() { return Format{5, 10, 15, Specials::ieee, Overflow::infinity}; }
+HALFWAY_INLINE Format fmt_bf16() { return Format{8, 7, 127, Specials::ieee, Overflow::infinity}; }
 /// OCP e4m3fn. `sat`: overflow gives ±448 (__NV_SATFINITE); otherwise NaN (__NV_NOSAT).
-HW_INLINE Format fmt_e4m3(bool sat) {
+HALFWAY_INLINE Format fmt_e4m3(bool sat) {
   return Format{4, 3, 7, Specials::fn, sat ? Overflow::saturate : Overflow::nan};
 }
 /// OCP e5m2. `sat`: overflow gives ±57344 (__NV_SATFINITE); otherwise ±inf (__NV_NOSAT).
-HW_INLINE Format fmt_e5m2(bool sat) {
+HALFWAY_INLINE Format fmt_e5m2(bool sat) {
   return Format{5, 2, 15, Specials::ieee, sat ? Overflow::saturate : Overflow::infinity};
 }
 
@@ -57,7 +57,7 @@ struct OpInfo {
   const char* out_name = "";
 };
 
-HW_INLINE OpInfo op_info(Op op) {
+HALFWAY_INLINE OpInfo op_info(Op op) {
   const Rounding rn = Rounding::near_even, rz = Rounding::minMag, rd = Rounding::min,
                  ru = Rounding::max;
   const Format f32 = fmt_fp32(), f16 = fmt_fp16(), b16 = fmt_bf16();
@@ -97,7 +97,7 @@ HW_INLINE OpInfo op_info(Op op) {
 }
 
 /// The library's result for `op` on operand encodings a, b, c (unused ones ignored).
-HW_INLINE uint32_t reference(Op op, uint32_t a, uint32_t b, uint32_t c) {
+HALFWAY_INLINE uint32_t reference(Op op, uint32_t a, uint32_t b, uint32_t c) {
   const OpInfo i = op_info(op);
   Env env{i.rounding};
   switch (op) {
@@ -118,7 +118,7 @@ HW_INLINE uint32_t reference(Op op, uint32_t a, uint32_t b, uint32_t c) {
 }
 
 /// Number of inputs that an exhaustive check of `op` covers (fma: none, it is sampled).
-HW_INLINE uint64_t domain_size(Op op) {
+HALFWAY_INLINE uint64_t domain_size(Op op) {
   const OpInfo i = op_info(op);
   if (i.arity == 3) return 0;
   if (i.arity == 2) return uint64_t(1) << (2 * i.in.nbits());
@@ -127,7 +127,7 @@ HW_INLINE uint64_t domain_size(Op op) {
 
 /// Operands of input number `index` of an exhaustive check: the encoding itself for one
 /// operand, a = index >> n, b = index & (2^n - 1) for two n-bit operands.
-HW_INLINE void domain_operands(Op op, uint64_t index, uint32_t& a, uint32_t& b) {
+HALFWAY_INLINE void domain_operands(Op op, uint64_t index, uint32_t& a, uint32_t& b) {
   const OpInfo i = op_info(op);
   if (i.arity == 2) {
     const int n = i.in.nbits();
@@ -140,22 +140,22 @@ HW_INLINE void domain_operands(Op op, uint64_t index, uint32_t& a, uint32_t& b) 
 }
 
 /// Is `enc` a non-zero subnormal of `f`?
-HW_INLINE bool is_subnormal(const Format& f, uint32_t enc) {
+HALFWAY_INLINE bool is_subnormal(const Format& f, uint32_t enc) {
   const uint32_t mag = enc & f.mag_mask();
   return f.has_zero && mag != 0 && (mag >> f.frac_bits) == 0;
 }
 /// ±0 in place of a subnormal (what "denormals are zero" hardware reads).
-HW_INLINE uint32_t flush_subnormal(const Format& f, uint32_t enc) {
+HALFWAY_INLINE uint32_t flush_subnormal(const Format& f, uint32_t enc) {
   return is_subnormal(f, enc) ? (enc & f.sign_bit()) : enc;
 }
 
 /// The reference computed as if subnormal operands were zero.
-HW_INLINE uint32_t reference_daz(Op op, uint32_t a, uint32_t b, uint32_t c) {
+HALFWAY_INLINE uint32_t reference_daz(Op op, uint32_t a, uint32_t b, uint32_t c) {
   const Format in = op_info(op).in;
   return reference(op, flush_subnormal(in, a), flush_subnormal(in, b), flush_subnormal(in, c));
 }
 
-HW_INLINE bool any_subnormal_operand(Op op, uint32_t a, uint32_t b, uint32_t c) {
+HALFWAY_INLINE bool any_subnormal_operand(Op op, uint32_t a, uint32_t b, uint32_t c) {
   const OpInfo i = op_info(op);
   return is_subnormal(i.in, a) || (i.arity > 1 && is_subnormal(i.in, b)) ||
          (i.arity > 2 && is_subnormal(i.in, c));
@@ -163,7 +163,7 @@ HW_INLINE bool any_subnormal_operand(Op op, uint32_t a, uint32_t b, uint32_t c) 
 
 namespace detail {
 /// A finite encoding of `f` with the given sign, biased exponent field and fraction.
-HW_INLINE uint32_t compose(const Format& f, uint32_t sign, uint32_t field, uint32_t frac) {
+HALFWAY_INLINE uint32_t compose(const Format& f, uint32_t sign, uint32_t field, uint32_t frac) {
   return (sign ? f.sign_bit() : 0u) | (field << f.frac_bits) | (frac & f.frac_mask());
 }
 }  // namespace detail
@@ -172,7 +172,7 @@ HW_INLINE uint32_t compose(const Format& f, uint32_t sign, uint32_t field, uint3
 /// (fp16 or bf16). Four families, chosen by the random word: uniform encodings (NaNs and
 /// infinities included); near-cancellation (c = −round(a·b) moved by a few ulps); products near
 /// and below the subnormal threshold; short significands, which make exact ties frequent.
-HW_INLINE void fma_operands(const Format& f, uint64_t seed, uint64_t index, uint32_t& a,
+HALFWAY_INLINE void fma_operands(const Format& f, uint64_t seed, uint64_t index, uint32_t& a,
                             uint32_t& b, uint32_t& c) {
   const uint64_t r = random64(seed, index);
   const uint64_t s = random64(seed ^ 0x5851F42D4C957F2Dull, index);
