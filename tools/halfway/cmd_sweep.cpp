@@ -4,11 +4,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,9 +23,13 @@
 #include <toml++/toml.h>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "format_util.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/trainer.hpp"
@@ -85,6 +92,11 @@ void check_key_syntax(const std::string& key, const std::string& where) {
                      "(e.g. scaler.scale)");
 }
 
+// Limits of a sweep, checked before anything is expanded (docs/experiments.md states them).
+constexpr uint64_t kMaxAxisValues = 100000;  ///< values of one axis (list, range or pow2)
+constexpr uint64_t kMaxRuns = 100000;        ///< runs of a whole sweep (cases x axes)
+constexpr int64_t kPow2Limit = 1000;         ///< pow2 exponents within -1000..1000
+
 /// Expand one axis: a list of values, or { pow2 = [lo, hi] } (2^lo..2^hi as floats), or
 /// { range = [lo, hi] } (integers lo..hi).
 std::vector<std::shared_ptr<toml::node>> axis_values(const std::string& key, const toml::node& n) {
@@ -95,6 +107,9 @@ std::vector<std::shared_ptr<toml::node>> axis_values(const std::string& key, con
     return p;
   };
   if (auto a = n.as_array()) {
+    if (a->size() > kMaxAxisValues)
+      throw InputError("axis '" + key + "' has " + std::to_string(a->size()) +
+                       " values, more than " + std::to_string(kMaxAxisValues));
     for (const toml::node& v : *a) out.push_back(copy(v));
   } else if (auto t = n.as_table()) {
     const bool pow2 = t->contains("pow2"), range = t->contains("range");
@@ -105,12 +120,21 @@ std::vector<std::shared_ptr<toml::node>> axis_values(const std::string& key, con
     if (!lim || lim->size() != 2 || !(*lim)[0].is_integer() || !(*lim)[1].is_integer())
       throw InputError("axis '" + key + "': pow2/range takes two integers [lo, hi]");
     const int64_t lo = (*lim)[0].as_integer()->get(), hi = (*lim)[1].as_integer()->get();
-    if (lo > hi || hi - lo > 100000 || (pow2 && (lo < -1000 || hi > 1000)))
-      throw InputError("axis '" + key + "': bad bounds [" + std::to_string(lo) + ", " +
-                       std::to_string(hi) + "]");
-    for (int64_t k = lo; k <= hi; ++k) {
-      if (pow2) out.push_back(std::make_shared<toml::value<double>>(std::ldexp(1.0, int(k))));
-      else out.push_back(std::make_shared<toml::value<int64_t>>(k));
+    const std::string bounds = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    if (lo > hi) throw InputError("axis '" + key + "': bad bounds " + bounds + " (lo > hi)");
+    if (pow2 && (lo < -kPow2Limit || hi > kPow2Limit))
+      throw InputError("axis '" + key + "': bad bounds " + bounds + " (pow2 exponents are "
+                       "within -" + std::to_string(kPow2Limit) + ".." +
+                       std::to_string(kPow2Limit) + ")");
+    // hi - lo in unsigned arithmetic: exact for every lo <= hi, no signed overflow.
+    const uint64_t span = uint64_t(hi) - uint64_t(lo);
+    if (span >= kMaxAxisValues)
+      throw InputError("axis '" + key + "': " + bounds + " has more than " +
+                       std::to_string(kMaxAxisValues) + " values");
+    for (uint64_t k = 0; k <= span; ++k) {
+      const int64_t v = int64_t(uint64_t(lo) + k);
+      if (pow2) out.push_back(std::make_shared<toml::value<double>>(std::ldexp(1.0, int(v))));
+      else out.push_back(std::make_shared<toml::value<int64_t>>(v));
     }
   } else {
     throw InputError("axis '" + key + "' must be a list of values (or a pow2/range table)");
@@ -243,6 +267,80 @@ nlohmann::json definition_json(const SweepDef& d) {
   return j;
 }
 
+/// An advisory lock (flock) on `path`, created if missing, held until destruction, and removed
+/// then. A lock file left by a killed process is simply taken over (the kernel released the
+/// lock when the process died). Removing the file while holding its lock is safe: whoever
+/// locks a file after it was unlinked sees another inode behind the path (or, over NFS, a
+/// stale handle) and starts over. On a file system without locks the sweep goes on unlocked,
+/// with one warning.
+class FileLock {
+ public:
+  explicit FileLock(fs::path path) : path_(std::move(path)) {
+    for (;;) {
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd_ < 0)
+        throw std::runtime_error("cannot create the lock file '" + path_.string() + "': " +
+                                 std::strerror(errno));
+      int rc;
+      while ((rc = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+      }
+      const int e = rc != 0 ? errno : 0;
+      if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true))
+          std::fprintf(stderr, "halfway sweep: warning: no file locks in %s (%s); do not start "
+                       "two sweeps of this folder together\n",
+                       printable(path_.parent_path().string()).c_str(), std::strerror(e));
+        ::close(fd_);
+        ::unlink(path_.c_str());
+        fd_ = -1;
+        return;
+      }
+      if (e != 0 && e != ESTALE) {
+        ::close(fd_);
+        throw std::runtime_error("cannot lock '" + path_.string() + "': " + std::strerror(e));
+      }
+      struct stat held, now;
+      if (e == 0 && ::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 &&
+          held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+        return;
+      ::close(fd_);  // unlinked (or replaced) by the previous holder: lock the new file
+    }
+  }
+  ~FileLock() {
+    if (fd_ < 0) return;
+    ::unlink(path_.c_str());
+    ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
+/// "I-of-N" (digits only): a shard marker under DIR/shards/; anything else (a temporary file
+/// of the marker's atomic write, say) is not one.
+bool parse_marker(const std::string& name, std::string& i, std::string& n) {
+  const size_t p = name.find("-of-");
+  if (p == std::string::npos || p == 0 || p + 4 == name.size()) return false;
+  i = name.substr(0, p);
+  n = name.substr(p + 4);
+  auto digits = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return digits(i) && digits(n);
+}
+
+/// A temporary file of write_file_atomic ("NAME.tmp.PID").
+bool is_atomic_tmp(const std::string& name) {
+  const size_t p = name.rfind(".tmp.");
+  return p != std::string::npos && p + 5 < name.size() &&
+         std::all_of(name.begin() + long(p + 5), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 /// Parse "I/N" (0 <= I < N).
 void parse_shard(const std::string& s, int& i, int& n, const std::string& what) {
   const size_t slash = s.find('/');
@@ -367,6 +465,16 @@ SweepDef load_sweep(const std::string& path) {
     }
   }
   if (cases.empty()) cases.push_back(Case{});
+  // The number of runs, before expanding them (each factor is at most kMaxAxisValues, so a
+  // product that is still <= kMaxRuns never overflows).
+  uint64_t total = cases.size();
+  for (const auto& [key, values] : axes) {
+    total *= values.size();
+    if (total > kMaxRuns) break;
+  }
+  if (total > kMaxRuns)
+    throw InputError(path + ": the sweep has more than " + std::to_string(kMaxRuns) +
+                     " runs (cases x axis values)");
 
   // Expand: case slowest, then the axes in file order (the last varies fastest).
   std::vector<size_t> idx(axes.size(), 0);
@@ -433,7 +541,6 @@ SweepDef load_sweep(const std::string& path) {
       for (const auto& [k, v] : r.values) hash_text += k + " = " + v + "\n";
       hash_text += r.config_toml + "\n";
       d.runs.push_back(std::move(r));
-      if (d.runs.size() > 1000000) throw InputError(path + ": more than 1e6 runs");
       size_t a = axes.size();
       while (a > 0) {
         --a;
@@ -452,57 +559,74 @@ SweepDef load_sweep(const std::string& path) {
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
               bool quiet) {
   const fs::path root(out);
-  fs::create_directories(root / "runs");
+  fs::create_directories(root);
   const nlohmann::json def = definition_json(d);
   const fs::path def_path = root / "sweep.json";
-  if (fs::exists(def_path)) {
-    nlohmann::json old;
-    try {
-      old = nlohmann::json::parse(sim::read_file(def_path.string()));
-    } catch (const nlohmann::json::exception&) {
-      throw InputError(def_path.string() + " is not valid JSON; not a halfway sweep folder?");
+  // Everything written at the top of the folder (sweep.json, shard markers, the index) is
+  // written holding DIR/.lock, so sweeps and shards started together see one definition and
+  // each other's markers, and temporary files found there while holding it are stale.
+  {
+    const FileLock folder(root / ".lock");
+    for (const fs::path dir : {root, root / "shards"}) {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (is_atomic_tmp(n) && (dir != root || n.rfind("sweep.json.", 0) == 0 ||
+                                 n.rfind("sweep.shard-", 0) == 0))
+          fs::remove(e.path(), ec);  // left by a killed sweep
+      }
     }
-    if (old.value("sweep_hash", std::string()) != d.hash)
-      throw InputError("results folder " + out + " holds a different sweep (hash " +
-                       old.value("sweep_hash", std::string("?")) + ", this one " + d.hash +
-                       "); use another --out");
-  } else {
-    if (!fs::is_empty(root / "runs"))
-      throw InputError("results folder " + out + " has runs but no sweep.json; refusing to mix");
-    sim::write_file_atomic(def_path.string(), def.dump(2) + "\n");
-  }
-  if (shard_count > 1) {
-    fs::create_directories(root / "shards");
-    const std::string mine = std::to_string(shard) + "-of-" + std::to_string(shard_count);
-    for (const auto& e : fs::directory_iterator(root / "shards")) {
-      const std::string n = e.path().filename().string();
-      const size_t p = n.find("-of-");
-      if (p != std::string::npos && n.substr(p + 4) != std::to_string(shard_count))
-        throw InputError("conflicting shard numbers: " + out + " already has shard " +
-                         n.substr(0, p) + "/" + n.substr(p + 4) + ", asked for " +
-                         std::to_string(shard) + "/" + std::to_string(shard_count));
+    if (fs::exists(def_path)) {
+      nlohmann::json old;
+      try {
+        old = nlohmann::json::parse(sim::read_file(def_path.string()));
+      } catch (const nlohmann::json::exception&) {
+        throw InputError(def_path.string() + " is not valid JSON; not a halfway sweep folder?");
+      }
+      if (old.value("sweep_hash", std::string()) != d.hash)
+        throw InputError("results folder " + out + " holds a different sweep (hash " +
+                         old.value("sweep_hash", std::string("?")) + ", this one " + d.hash +
+                         "); use another --out");
+    } else {
+      if (fs::exists(root / "runs") && !fs::is_empty(root / "runs"))
+        throw InputError("results folder " + out +
+                         " has runs but no sweep.json; refusing to mix");
+      sim::write_file_atomic(def_path.string(), def.dump(2) + "\n");
     }
-    sim::write_file_atomic((root / "shards" / mine).string(), mine + "\n");
+    if (shard_count > 1) {
+      fs::create_directories(root / "shards");
+      const std::string mine = std::to_string(shard) + "-of-" + std::to_string(shard_count);
+      for (const auto& e : fs::directory_iterator(root / "shards")) {
+        std::string i, n;
+        if (parse_marker(e.path().filename().string(), i, n) &&
+            n != std::to_string(shard_count))
+          throw InputError("conflicting shard numbers: " + out + " already has shard " + i +
+                           "/" + n + ", asked for " + std::to_string(shard) + "/" +
+                           std::to_string(shard_count));
+      }
+      if (!fs::exists(root / "shards" / mine))
+        sim::write_file_atomic((root / "shards" / mine).string(), mine + "\n");
+    }
+    fs::create_directories(root / "runs");
   }
 
   std::vector<int> todo;
-  int mine_total = 0, already = 0;
+  int mine_total = 0;
   for (const SweepRun& r : d.runs) {
     if (r.index % shard_count != shard) continue;
     ++mine_total;
-    const fs::path dir = root / "runs" / run_dir_name(r.index);
-    const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
-    if (fs::exists(tmp)) fs::remove_all(tmp);  // left by an interrupted run
-    if (fs::exists(dir / "manifest.json")) {
-      ++already;
-      continue;
-    }
-    if (fs::exists(dir)) fs::remove_all(dir);
-    todo.push_back(r.index);
+    if (!fs::exists(root / "runs" / run_dir_name(r.index) / "manifest.json"))
+      todo.push_back(r.index);
   }
+  const int already = mine_total - int(todo.size());
 
+  // Each run is written holding runs/.NNNN.lock: another process of the same sweep (a shard
+  // started twice, a resubmitted array task) waits for it and then finds it done.
   Progress bar(todo.size(), !quiet && isatty(STDERR_FILENO) != 0);
   std::atomic<size_t> next{0};
+  std::atomic<int> ran{0};
+  std::mutex progress_mu;  // the progress line is redrawn every 200 ms and when a run ends
+  std::condition_variable progress_cv;
   std::mutex err_mu;
   std::vector<std::string> errors;
   auto worker = [&] {
@@ -513,29 +637,41 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
       const fs::path dir = root / "runs" / run_dir_name(r.index);
       const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
       try {
-        const sim::TrainConfig c = sim::parse_config(r.config_toml, d.base_dir, "config.toml");
-        fs::create_directories(tmp);
-        sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
-        sim::write_run(c, tmp.string(), {});
-        fs::rename(tmp, dir);
+        const FileLock lock(root / "runs" / ("." + run_dir_name(r.index) + ".lock"));
+        if (!fs::exists(dir / "manifest.json")) {
+          // Left by an interrupted run: a temporary folder, a folder without its manifest.
+          if (fs::exists(tmp)) fs::remove_all(tmp);
+          if (fs::exists(dir)) fs::remove_all(dir);
+          const sim::TrainConfig c = sim::parse_config(r.config_toml, d.base_dir, "config.toml");
+          fs::create_directories(tmp);
+          sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
+          sim::write_run(c, tmp.string(), {});
+          fs::rename(tmp, dir);
+          ++ran;
+        }
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(err_mu);
         errors.push_back("run " + std::to_string(r.index) + ": " + one_line(e.what()));
       }
       bar.add(1);
+      {
+        std::lock_guard<std::mutex> g(progress_mu);
+      }
+      progress_cv.notify_one();
     }
   };
   const int n = std::max(1, std::min<int>(jobs, int(todo.size())));
   std::vector<std::thread> pool;
   for (int i = 0; i < n; ++i) pool.emplace_back(worker);
-  while (bar.done() < todo.size()) {
+  for (std::unique_lock<std::mutex> lk(progress_mu); bar.done() < todo.size();) {
     bar.label(std::to_string(already + bar.done()) + "/" + std::to_string(mine_total) + " runs");
     bar.draw();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    progress_cv.wait_for(lk, std::chrono::milliseconds(200));
   }
   for (auto& t : pool) t.join();
   bar.finish();
-  for (const auto& e : errors) std::fprintf(stderr, "halfway sweep: error: %s\n", e.c_str());
+  for (const auto& e : errors)
+    std::fprintf(stderr, "halfway sweep: error: %s\n", printable(e).c_str());
   if (!errors.empty()) return 1;
 
   // The index of this shard's runs (all of them without sharding), in run order.
@@ -549,10 +685,13 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   const std::string name = shard_count > 1 ? "sweep.shard-" + std::to_string(shard) + "-of-" +
                                                  std::to_string(shard_count) + ".csv"
                                            : "sweep.csv";
-  sim::write_file_atomic((root / name).string(), csv);
+  {
+    const FileLock folder(root / ".lock");
+    sim::write_file_atomic((root / name).string(), csv);
+  }
   if (!quiet)
-    std::printf("halfway sweep: %d runs (%d already done, %zu run now) -> %s\n", mine_total,
-                already, todo.size(), (root / name).string().c_str());
+    std::printf("halfway sweep: %d runs (%d already done, %d run now) -> %s\n", mine_total,
+                mine_total - ran.load(), ran.load(), (root / name).string().c_str());
   return 0;
 }
 
@@ -639,6 +778,8 @@ int cmd_merge(int argc, char** argv) {
                        def.value("sweep_hash", std::string("?")) + ")");
   }
   if (out.empty()) out = dirs.front() + "/sweep.csv";
+  // A symlink is written through: run folders are named relative to the file it points to.
+  out = sim::write_target(out);
   const fs::path out_dir = fs::absolute(fs::path(out)).parent_path();
   std::string csv = index_header(def);
   std::vector<int> missing;
