@@ -1,4 +1,4 @@
-// The fp32 sequential-FMA GEMM: C[i][j] = fl32(...fl32(fl32(0 + A[i][0]·B[0][j]) + A[i][1]·B[1][j])...)
+// The fp32 sequential-FMA GEMM: c = +0, then c = fl32(c + A[i][kk]·B[kk][j]) for kk = 0..k-1
 // with one rounding per step (a fused multiply-add), then + bias[j] in fp32. That per-element
 // order is the semantics; the speed comes from running many elements' chains side by side:
 // a register-blocked micro-kernel keeps an MR × NR tile of C in vector registers for the whole

@@ -83,6 +83,14 @@ Vec bias_grad(const double* G, int64_t rows, int64_t n) {
   return g;
 }
 
+/// A cast's node: `y` (x's values in dt) named `name`, a weight when x is one.
+Ptr cast_output(const Tensor& x, const std::string& name, const DType& dt, Vec y) {
+  Ptr out = make_node("cast", x.shape(), dt, std::move(y), {x.ptr()});
+  out->name = name;
+  out->weight = x.impl()->weight;
+  return out;
+}
+
 Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, TraceKind kind,
                  const std::string& grad_name) {
   if (x.dtype() == dt) return x;
@@ -90,9 +98,7 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
   Vec y = x.data();
   const TraceTag tag{name, "cast", kind};
   round_into(rt, dt, y, &tag);
-  Ptr out = make_node("cast", x.shape(), dt, std::move(y), {x.ptr()});
-  out->name = name;
-  out->weight = x.impl()->weight;
+  Ptr out = cast_output(x, name, dt, std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -355,6 +361,12 @@ Fp8Operand fp8_quantize(Runtime& rt, const std::string& key, const Format& f, co
   return o;
 }
 
+/// The values a quantized operand stands for, fl32(q·(1/s)), as TE dequantizes.
+Vec dequantize(Fp8Operand&& o) {
+  for (double& v : o.q) v = static_cast<float>(v) * o.inv;
+  return std::move(o.q);
+}
+
 /// The fp8 copy a GEMM's backward keeps (memory accounting).
 std::shared_ptr<const TensorImpl> fp8_copy(const Vec& q, const Shape& s, const Format& f,
                                            bool weight) {
@@ -402,20 +414,16 @@ Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string
                      const char* op) {
   Runtime& rt = runtime();
   const Fp8Config& cfg = fp8_state(rt).config();
-  Fp8Operand q = fp8_quantize(rt, name, cfg.fwd, x.data(), fwd_kind(*x.impl()), op);
-  for (double& v : q.q) v = static_cast<float>(v) * q.inv;
-  Ptr out = make_node("cast", x.shape(), DType::f32(), std::move(q.q), {x.ptr()});
-  out->name = name;
-  out->weight = x.impl()->weight;
+  Vec y = dequantize(fp8_quantize(rt, name, cfg.fwd, x.data(), fwd_kind(*x.impl()), op));
+  Ptr out = cast_output(x, name, DType::f32(), std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
     Runtime* r = &rt;
     out->backward_fn = [o, xp, r, grad_name, op]() {
       const Format bwd = fp8_state(*r).config().bwd;
-      Fp8Operand g = fp8_quantize(*r, grad_name, bwd, o->grad, grad_kind(*xp), op);
-      for (double& v : g.q) v = static_cast<float>(v) * g.inv;
-      send_grad(*r, *xp, std::move(g.q), nullptr);
+      Vec g = dequantize(fp8_quantize(*r, grad_name, bwd, o->grad, grad_kind(*xp), op));
+      send_grad(*r, *xp, std::move(g), nullptr);
     };
   }
   return Tensor(out);
