@@ -1,9 +1,11 @@
-// The simulator's GEMM. (1) The fp32 sequential-FMA GEMM's fast paths (sim/src/gemm_f32.cpp)
-// against the definition, an independent per-element loop: c = fma(a[i][kk], b[kk][j], c)
-// for kk = 0..k-1 from +0, then c + bias[j]. Every path this CPU has, on every shape class (whole tiles, partial row blocks,
-// vector and scalar column tails, k = 0) and on special values (±0, subnormals, ±inf, NaN,
-// huge products that overflow): identical bits, NaN for NaN. (2) Every named accumulation
-// resolves into lib's AccumulationModel, and a block-FMA GEMM gives lib's dot per element.
+// The simulator's GEMM.
+// (1) The fp32 sequential-FMA GEMM's fast paths (sim/src/gemm_f32.cpp) against the definition,
+//     an independent per-element loop: c = fma(a[i][kk], b[kk][j], c) for kk = 0..k-1 from +0,
+//     then c + bias[j]. Every path this CPU has, on every shape class (whole tiles, partial row
+//     blocks, vector and scalar column tails, k = 0) and on special values (±0, subnormals,
+//     ±inf, NaN, huge products that overflow): identical bits, NaN for NaN.
+// (2) Every named accumulation resolves into lib's AccumulationModel, and a block-FMA GEMM
+//     gives lib's dot per element.
 #include <catch2/catch.hpp>
 
 #include <cmath>
