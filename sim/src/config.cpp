@@ -106,6 +106,20 @@ std::vector<double> get_num_array(const toml::table& t, const std::string& where
   return out;
 }
 
+/// `v` when lo <= v <= hi; otherwise an InputError naming the key and the range.
+int64_t in_range(int64_t v, int64_t lo, int64_t hi, const std::string& key) {
+  if (v < lo || v > hi)
+    throw InputError("'" + key + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                     ", got " + std::to_string(v));
+  return v;
+}
+
+/// The largest batch and the most steps a run may have (docs/sim.md). Steps are numbered
+/// with an int in the tracer.
+constexpr int64_t kMaxBatch = int64_t(1) << 24;
+constexpr int64_t kMaxSteps = (int64_t(1) << 31) - 1;
+constexpr int64_t kMaxDataN = int64_t(1) << 26;
+
 int to_int(int64_t v, const std::string& what) {
   if (v < -(int64_t(1) << 30) || v > (int64_t(1) << 30))
     throw InputError("'" + what + "' is out of range");
@@ -182,31 +196,43 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     c.model_kind = *get_str(t, w, "kind", true);
     if (c.model_kind == "mlp") {
       check_keys(t, w, {"kind", "layers", "activation", "bias", "init"});
-      for (double v : get_num_array(t, w, "layers", true, true))
-        c.mlp.layers.push_back(to_int(int64_t(v), w + "layers"));
+      const std::vector<double> widths = get_num_array(t, w, "layers", true, true);
+      if (widths.size() < 2) throw InputError("'model.layers' needs at least two widths");
+      if (int64_t(widths.size()) > kMaxMlpLayers)
+        throw InputError("'model.layers' may have at most " + std::to_string(kMaxMlpLayers) +
+                         " widths, got " + std::to_string(widths.size()));
+      for (double v : widths) {  // integers as doubles: compare before converting
+        if (!(v >= 1 && v <= double(kMaxWidth)))
+          throw InputError("'model.layers' widths must be in 1.." + std::to_string(kMaxWidth));
+        c.mlp.layers.push_back(int(v));
+      }
       if (auto a = get_str(t, w, "activation", false)) c.mlp.activation = *a;
       if (auto b = get_bool(t, w, "bias")) c.mlp.bias = *b;
       check_activation(c.mlp.activation);
-      if (c.mlp.layers.size() < 2) throw InputError("'model.layers' needs at least two widths");
-      for (int v : c.mlp.layers)
-        if (v < 1) throw InputError("'model.layers' widths must be positive");
     } else if (c.model_kind == "transformer") {
       check_keys(t, w, {"kind", "vocab", "d_model", "heads", "blocks", "seq_len", "mlp_ratio",
                         "activation", "causal", "init"});
       auto& m = c.transformer;
-      m.vocab = to_int(*get_int(t, w, "vocab", true), w + "vocab");
-      m.seq_len = to_int(*get_int(t, w, "seq_len", true), w + "seq_len");
-      m.d_model = to_int(*get_int(t, w, "d_model", true), w + "d_model");
-      if (auto v = get_int(t, w, "heads", false)) m.heads = to_int(*v, w + "heads");
-      if (auto v = get_int(t, w, "blocks", false)) m.blocks = to_int(*v, w + "blocks");
-      if (auto v = get_int(t, w, "mlp_ratio", false)) m.mlp_ratio = to_int(*v, w + "mlp_ratio");
+      // Every size in 64 bits against its limit before it becomes an int; products of sizes
+      // (d_model * mlp_ratio) are bounded too, so nothing downstream wraps.
+      m.vocab = int(in_range(*get_int(t, w, "vocab", true), 2, kMaxWidth, w + "vocab"));
+      m.seq_len = int(in_range(*get_int(t, w, "seq_len", true), 1, kMaxSeqLen, w + "seq_len"));
+      m.d_model = int(in_range(*get_int(t, w, "d_model", true), 1, kMaxDModel, w + "d_model"));
+      if (auto v = get_int(t, w, "heads", false))
+        m.heads = int(in_range(*v, 1, m.d_model, w + "heads"));
+      if (auto v = get_int(t, w, "blocks", false))
+        m.blocks = int(in_range(*v, 1, kMaxBlocks, w + "blocks"));
+      if (auto v = get_int(t, w, "mlp_ratio", false))
+        m.mlp_ratio = int(in_range(*v, 1, kMaxWidth, w + "mlp_ratio"));
       if (auto a = get_str(t, w, "activation", false)) m.activation = *a;
       if (auto b = get_bool(t, w, "causal")) m.causal = *b;
       check_activation(m.activation);
-      if (m.vocab < 2 || m.seq_len < 1 || m.d_model < 1 || m.heads < 1 || m.blocks < 1 ||
-          m.mlp_ratio < 1)
-        throw InputError("transformer sizes must be positive (vocab >= 2)");
+      if (m.heads > m.d_model) throw InputError("'model.heads' must be at most 'model.d_model'");
       if (m.d_model % m.heads) throw InputError("'model.d_model' must be a multiple of 'model.heads'");
+      if (int64_t(m.d_model) * m.mlp_ratio > kMaxWidth)
+        throw InputError("'model.d_model' * 'model.mlp_ratio' (the MLP width) must be at most " +
+                         std::to_string(kMaxWidth) + ", got " +
+                         std::to_string(int64_t(m.d_model) * m.mlp_ratio));
     } else {
       throw InputError("unknown model kind '" + c.model_kind + "' (mlp transformer)");
     }
@@ -235,8 +261,8 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     if (auto v = get_num(t, w, "spread", false)) c.spread = *v;
     c.batch_size = *get_int(t, w, "batch_size", true);
     if (auto v = get_bool(t, w, "shuffle")) c.shuffle = *v;
-    if (c.batch_size < 1) throw InputError("'data.batch_size' must be >= 1");
-    if (c.data_n < 1 || c.data_n > (int64_t(1) << 26)) throw InputError("'data.n' is out of range");
+    in_range(c.batch_size, 1, kMaxBatch, "data.batch_size");
+    in_range(c.data_n, 1, kMaxDataN, "data.n");
     if (!std::isfinite(c.noise) || !std::isfinite(c.spread))
       throw InputError("'data.noise' and 'data.spread' must be finite");
   }
@@ -366,6 +392,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     check_keys(t, "run.", {"steps", "seed"});
     c.steps = *get_int(t, "run.", "steps", true);
     if (c.steps < 1) throw InputError("'run.steps' must be >= 1");
+    in_range(c.steps, 1, kMaxSteps, "run.steps");
     if (auto s = get_int(t, "run.", "seed", false)) {
       if (*s < 0) throw InputError("'run.seed' must be >= 0");
       c.seed = uint64_t(*s);

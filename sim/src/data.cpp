@@ -1,12 +1,25 @@
 #include "halfway/sim/data.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "halfway/names.hpp"
 #include "halfway/sim/rng.hpp"
 
 namespace halfway::sim {
+
+void check_finite_fp32(const std::vector<double>& values, const std::string& what) {
+  for (double v : values)
+    if (!std::isfinite(v)) throw InputError(what + " has NaN or inf");
+  for (double v : values)
+    if (!std::isfinite(static_cast<float>(v))) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.9g", v);
+      throw InputError(what + " has values beyond the fp32 range (" + buf +
+                       " rounds to inf; the largest fp32 is 3.40282347e+38)");
+    }
+}
 
 Dataset synthetic_regression(int64_t n, int features, int outputs, double noise, uint64_t seed) {
   Rng rng(seed ^ 0x5265677265737331ull);

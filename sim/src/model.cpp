@@ -5,6 +5,7 @@
 
 #include "halfway/names.hpp"
 #include "halfway/sim/context.hpp"
+#include "halfway/sim/data.hpp"
 
 namespace halfway::sim {
 
@@ -25,8 +26,7 @@ void Model::load(const NpzFile& f, const std::string& what) {
     if (a.shape != prm.t.shape())
       throw InputError(what + ": array '" + prm.name + "' has shape " + shape_str(a.shape) +
                        ", the model needs " + shape_str(prm.t.shape()));
-    for (double v : a.values)
-      if (!std::isfinite(v)) throw InputError(what + ": array '" + prm.name + "' has NaN or inf");
+    check_finite_fp32(a.values, what + ": array '" + prm.name + "'");
     std::vector<double> v = a.values;
     round_into(default_runtime(), prm.t.dtype(), v, nullptr);
     prm.t.data() = std::move(v);
@@ -70,8 +70,11 @@ class Mlp final : public Model {
  public:
   Mlp(const MlpConfig& c, Rng& rng) : c_(c) {
     if (c.layers.size() < 2) throw InputError("model.layers needs at least two widths");
+    if (int64_t(c.layers.size()) > kMaxMlpLayers)
+      throw InputError("model.layers has more than " + std::to_string(kMaxMlpLayers) + " widths");
     for (int w : c.layers)
-      if (w < 1) throw InputError("model.layers widths must be positive");
+      if (w < 1 || w > kMaxWidth)
+        throw InputError("model.layers widths must be in 1.." + std::to_string(kMaxWidth));
     check_activation(c.activation);
     for (size_t i = 0; i + 1 < c.layers.size(); ++i) {
       const int fin = c.layers[i], fout = c.layers[i + 1];
@@ -112,10 +115,20 @@ class Transformer final : public Model {
     if (c.vocab < 2 || c.d_model < 1 || c.heads < 1 || c.blocks < 1 || c.seq_len < 1 ||
         c.mlp_ratio < 1)
       throw InputError("transformer sizes must be positive (vocab >= 2)");
+    if (c.vocab > kMaxWidth || c.d_model > kMaxDModel || c.seq_len > kMaxSeqLen ||
+        c.blocks > kMaxBlocks)
+      throw InputError("transformer sizes over the limits (vocab, d_model, seq_len, blocks: " +
+                       std::to_string(kMaxWidth) + ", " + std::to_string(kMaxDModel) + ", " +
+                       std::to_string(kMaxSeqLen) + ", " + std::to_string(kMaxBlocks) + ")");
     if (c.d_model % c.heads)
       throw InputError("model.d_model must be a multiple of model.heads");
     check_activation(c.activation);
-    const int d = c.d_model, h = c.d_model * c.mlp_ratio;
+    // d_model * mlp_ratio in 64 bits: an int product of two valid-looking sizes can wrap.
+    const int64_t hidden = int64_t(c.d_model) * c.mlp_ratio;
+    if (hidden > kMaxWidth)
+      throw InputError("model.d_model * model.mlp_ratio = " + std::to_string(hidden) +
+                       " is more than " + std::to_string(kMaxWidth));
+    const int d = c.d_model, h = int(hidden);
     auto normal = [&](int64_t n) {
       std::vector<double> v(static_cast<size_t>(n));
       for (double& x : v) x = rng.normal();

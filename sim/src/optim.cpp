@@ -1,6 +1,10 @@
 #include "halfway/sim/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
 
 #include "halfway/names.hpp"
 #include "halfway/sim/tracer.hpp"
@@ -17,6 +21,29 @@ Optimizer::Optimizer(OptimizerConfig cfg, std::vector<Param>& params)
     throw InputError("optimizer: momentum, weight_decay, eps must be >= 0 and betas in [0, 1)");
   if (cfg_.nesterov && (cfg_.momentum <= 0 || cfg_.dampening != 0))
     throw InputError("optimizer: nesterov needs momentum > 0 and dampening 0");
+  // The step computes in fp32: every hyperparameter must be a finite fp32 value, and the
+  // largest update of a unit gradient, lr times the bound below, must not overflow fp32 (an lr
+  // of 1e308 makes the first update inf, and every later loss NaN). SGD's update is lr·g;
+  // Adam's step size is lr/(1-beta1^t), largest at t = 1, and its update is at most
+  // lr·max(1, (1-beta1)/sqrt(1-beta2)) (Kingma & Ba, section 2.1); AdamW also computes
+  // 1 - lr·weight_decay.
+  const double fmax = std::numeric_limits<float>::max();
+  for (const auto& [name, v] : {std::pair<const char*, double>{"momentum", cfg_.momentum},
+                                {"dampening", cfg_.dampening},
+                                {"weight_decay", cfg_.weight_decay}, {"eps", cfg_.eps}})
+    if (!(std::fabs(v) <= fmax))
+      throw InputError(std::string("optimizer.") + name + " must be a finite fp32 value");
+  double bound = 1;
+  if (cfg_.kind != "sgd")
+    bound = std::max(1.0 / (1.0 - cfg_.beta1),
+                     std::max(1.0, (1.0 - cfg_.beta1) / std::sqrt(1.0 - cfg_.beta2)));
+  if (!(cfg_.lr * bound <= fmax) || !(cfg_.lr * cfg_.weight_decay <= fmax)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "optimizer.lr = %.9g makes the first update overflow fp32 "
+                  "(lr must be at most %.9g here)", cfg_.lr,
+                  fmax / std::max(bound, cfg_.weight_decay));
+    throw InputError(buf);
+  }
 }
 
 int Optimizer::state_per_element() const {

@@ -1,6 +1,8 @@
 #include "halfway/sim/scaler.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "halfway/names.hpp"
 
@@ -14,15 +16,36 @@ const char* scaler_kind_name(ScalerConfig::Kind k) {
   }
 }
 
+namespace {
+
+/// A scale is an fp32 value whose fp32 reciprocal (GradScaler's inv_scale) unscales the
+/// gradients: below the smallest positive fp32 it is 0, and at 2^-128 (about 2.94e-39) or below
+/// inv_scale is inf and every unscaled gradient inf or NaN, a run that cannot train.
+void check_scale_range(double s, const char* key) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", s);
+  const float f = static_cast<float>(s);
+  if (s < double(std::numeric_limits<float>::denorm_min()) || f == 0.0f)
+    throw InputError(std::string(key) + " = " + buf + " is below the smallest positive fp32 "
+                     "(1.4e-45): the scale would be 0");
+  if (!std::isfinite(static_cast<float>(1.0 / double(f))))
+    throw InputError(std::string(key) + " = " + buf + " is too small: its fp32 inverse "
+                     "overflows (a scale must be above 2^-128, about 2.94e-39)");
+}
+
+}  // namespace
+
 void validate(const ScalerConfig& c) {
   using K = ScalerConfig::Kind;
   if (c.kind == K::static_scale && !(std::isfinite(c.scale) && c.scale > 0))
     throw InputError("scaler.scale must be positive and finite, got " + std::to_string(c.scale));
   if (c.kind == K::static_scale && !std::isfinite(float(c.scale)))
     throw InputError("scaler.scale overflows fp32");
+  if (c.kind == K::static_scale) check_scale_range(c.scale, "scaler.scale");
   if (c.kind == K::dynamic) {
     if (!(std::isfinite(c.init_scale) && c.init_scale > 0) || !std::isfinite(float(c.init_scale)))
       throw InputError("scaler.init_scale must be positive and finite in fp32");
+    check_scale_range(c.init_scale, "scaler.init_scale");
     if (!(std::isfinite(c.growth_factor) && c.growth_factor > 1))
       throw InputError("scaler.growth_factor must be > 1, got " + std::to_string(c.growth_factor));
     if (!(c.backoff_factor > 0 && c.backoff_factor < 1))

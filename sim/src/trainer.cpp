@@ -19,8 +19,8 @@ namespace {
 const NpyArray& need(const NpzFile& f, const char* key, const std::string& what) {
   auto it = f.find(key);
   if (it == f.end()) throw InputError(what + ": array '" + key + "' is missing");
-  for (double v : it->second.values)
-    if (!std::isfinite(v)) throw InputError(what + ": array '" + key + "' has NaN or inf");
+  // After the arrays are read: float64 data must also fit fp32, which the model reads.
+  check_finite_fp32(it->second.values, what + ": array '" + key + "'");
   return it->second;
 }
 

@@ -56,10 +56,7 @@ int cmd_round(int argc, char** argv) {
     } else if (a == "--rounding" || a == "-r") {
       env.rounding = parse_rounding(need("--rounding"));
     } else if (a == "--seed") {
-      const std::string s = need("--seed");
-      char* end = nullptr;
-      env.sr_seed = std::strtoull(s.c_str(), &end, 0);
-      if (s.empty() || *end || s[0] == '-') throw InputError("bad seed '" + s + "'");
+      env.sr_seed = parse_u64(need("--seed"), "seed");
     } else if (a == "--tininess") {
       const std::string t = need("--tininess");
       if (t == "after") env.tininess = Tininess::after_rounding;

@@ -44,4 +44,19 @@ double parse_value_round_to_odd(const std::string& text) {
   return bits_f64(b);
 }
 
+uint64_t parse_u64(const std::string& text, const std::string& what) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const std::string digits = hex ? text.substr(2) : text;
+  if (digits.empty() ||
+      digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos)
+    throw InputError("bad " + what + " '" + text + "' (an integer from 0 to 2^64 - 1)");
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(digits.c_str(), &end, hex ? 16 : 10);
+  if (errno == ERANGE || *end)
+    throw InputError("bad " + what + " '" + text + "': more than 64 bits (the largest is "
+                     "18446744073709551615)");
+  return uint64_t(v);
+}
+
 }  // namespace halfway::cli

@@ -1,6 +1,7 @@
 // Parsing decimal and hex-float numbers for the CLI without double rounding.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace halfway::cli {
@@ -12,5 +13,10 @@ namespace halfway::cli {
 /// direction (Boldo & Melquiond), so "halfway round 0.1" never double-rounds. Throws InputError
 /// on anything that is not a complete number.
 double parse_value_round_to_odd(const std::string& text);
+
+/// Parse an unsigned 64-bit integer, decimal or 0x-hex ("42", "0xff"), as a whole: no sign,
+/// no spaces, nothing after it, at most 2^64 - 1. Throws InputError "bad `what` '...'" naming
+/// the reason otherwise (strtoull alone would saturate a larger one to 2^64 - 1).
+uint64_t parse_u64(const std::string& text, const std::string& what);
 
 }  // namespace halfway::cli

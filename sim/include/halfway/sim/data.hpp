@@ -26,6 +26,11 @@ struct Dataset {
   int64_t n() const { return x_shape.empty() ? 0 : x_shape[0]; }
 };
 
+/// Throw InputError "`what` has NaN or inf" when a value is not finite, and "`what` has values
+/// beyond the fp32 range" when one becomes infinite as float32 (|v| > FLT_MAX after rounding):
+/// data and initial weights enter the model as fp32 (or lower).
+void check_finite_fp32(const std::vector<double>& values, const std::string& what);
+
 Dataset synthetic_regression(int64_t n, int features, int outputs, double noise, uint64_t seed);
 Dataset synthetic_blobs(int64_t n, int features, int classes, double spread, uint64_t seed);
 Dataset synthetic_sequence(int64_t n, int seq_len, int vocab, bool reverse, uint64_t seed);

@@ -52,6 +52,15 @@ class Model {
   std::vector<Param> params_;
 };
 
+/// The largest sizes a model may have (docs/sim.md lists them per config key). Larger ones are
+/// refused before anything is allocated; what fits is bounded again by the memory estimate
+/// (memory.hpp, --max-memory).
+inline constexpr int64_t kMaxWidth = int64_t(1) << 24;  ///< MLP widths, vocab, d_model·mlp_ratio
+inline constexpr int64_t kMaxMlpLayers = 1024;          ///< widths in model.layers
+inline constexpr int64_t kMaxDModel = int64_t(1) << 16;
+inline constexpr int64_t kMaxSeqLen = int64_t(1) << 16;
+inline constexpr int64_t kMaxBlocks = 1024;
+
 struct MlpConfig {
   std::vector<int> layers;          ///< widths, input first
   std::string activation = "relu";  ///< relu gelu gelu_tanh tanh sigmoid
