@@ -476,12 +476,14 @@ py::dict finfo_fields(py::handle fmt) {
 
 #if HALFWAY_PY_SIM
 void train_to_dir(const std::string& config, bool is_text, const std::string& base_dir,
-                  const std::string& out_dir, int threads) {
+                  const std::string& out_dir, int threads, const std::string& max_memory) {
   if (threads < 1) throw InputError("threads must be at least 1");
+  const uint64_t limit = max_memory.empty() ? 0 : sim::parse_memory_size(max_memory);
   const sim::TrainConfig c = is_text ? sim::parse_config(config, base_dir, "config")
                                      : sim::parse_config_file(config);
   sim::TrainOptions o;
   o.threads = threads;
+  o.max_memory = limit;
   py::gil_scoped_release release;
   sim::write_run(c, out_dir, o);
 }
@@ -621,7 +623,7 @@ PYBIND11_MODULE(_halfway, m) {
   m.def("_finfo_fields", &finfo_fields, py::arg("fmt"));
 #if HALFWAY_PY_SIM
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
-        py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"));
+        py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");
 #endif
   m.def("format", [](py::handle fmt) { return to_format(fmt); }, py::arg("fmt"),
         "The Format named by a string (or the Format itself).");

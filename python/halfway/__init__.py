@@ -258,7 +258,7 @@ def _toml(config, prefix=""):
     return "\n".join(lines) + "\n"
 
 
-def train(config, out_dir=None, *, threads=1):
+def train(config, out_dir=None, *, threads=1, max_memory=None):
     """Run one simulator configuration and return its results as pandas DataFrames.
 
     config: a path to a TOML config file, the TOML text itself, or a dict of tables
@@ -266,6 +266,8 @@ def train(config, out_dir=None, *, threads=1):
     out_dir: also keep the result files (steps.csv, trace.csv, scale_window.csv,
         memory.csv, manifest.json) there; by default they go to a temporary directory.
     threads: worker threads; results do not depend on it.
+    max_memory: refuse (ValueError) a run whose estimated peak memory is over this many bytes
+        (an int, or a string such as "2G" or "512M"); default 80% of the physical memory.
 
     Returns a halfway.TrainResult (steps, trace, scale_window, memory, manifest, out_dir).
     Errors in the config raise ValueError with a one-line message.
@@ -295,7 +297,14 @@ def train(config, out_dir=None, *, threads=1):
     else:
         directory = os.fspath(out_dir)
     try:
-        _halfway._train_to_dir(text, is_text, os.getcwd(), directory, threads)
+        if max_memory is not None and not isinstance(max_memory, (int, str)):
+            raise TypeError("halfway.train: max_memory must be a number of bytes or a string "
+                            f"such as '2G', not {type(max_memory).__name__}")
+        if isinstance(max_memory, bool) or isinstance(max_memory, int) and max_memory < 1:
+            raise ValueError("halfway.train: max_memory must be at least 1 byte, got "
+                             f"{max_memory!r}")
+        _halfway._train_to_dir(text, is_text, os.getcwd(), directory, threads,
+                               "" if max_memory is None else str(max_memory))
 
         def read(name):
             return pd.read_csv(os.path.join(directory, name))

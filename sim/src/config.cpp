@@ -169,6 +169,10 @@ void parse_fp8_options(const toml::table& t, const std::string& w, Policy& p) {
 
 TrainConfig parse_config(const std::string& text, const std::string& base_dir,
                          const std::string& source_name) {
+  if (text.size() > kMaxTextFileBytes)
+    throw InputError(source_name + ": a config may hold at most " +
+                     std::to_string(kMaxTextFileBytes) + " bytes, this one has " +
+                     std::to_string(text.size()));
   toml::table root;
   try {
     root = toml::parse(text, source_name);
@@ -425,7 +429,8 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
 }
 
 TrainConfig parse_config_file(const std::string& path) {
-  const std::string text = read_file(path);
+  // A regular file of at most 1 MiB: never a device (/dev/zero) or a FIFO.
+  const std::string text = read_text_file(path, kMaxTextFileBytes);
   const std::filesystem::path p(path);
   std::string base = p.parent_path().string();
   if (base.empty()) base = ".";

@@ -131,4 +131,51 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::string read_text_file(const std::string& path, size_t max_bytes) {
+  const std::string what = "cannot read '" + path + "': ";
+  // stat first, so that a device is never opened; fstat again on what was opened.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw InputError(what + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw InputError(what + file_kind(st.st_mode) + ", not a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) throw InputError(what + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) throw InputError(what + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw InputError(what + file_kind(st.st_mode) + ", not a regular file");
+  auto too_big = [&] {
+    return InputError("'" + path + "' is larger than " + std::to_string(max_bytes) +
+                      " bytes, the most it may hold");
+  };
+  if (uint64_t(st.st_size) > max_bytes) throw too_big();
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(what + std::strerror(errno));
+    if (n == 0) break;
+    if (out.size() + size_t(n) > max_bytes) throw too_big();  // it grew while being read
+    out.append(buf, size_t(n));
+  }
+  return out;
+}
+
 }  // namespace halfway::sim

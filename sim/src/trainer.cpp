@@ -1,5 +1,6 @@
 #include "halfway/sim/trainer.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -31,11 +32,23 @@ void check_ids(const NpyArray& a, const char* key, int64_t limit, const std::str
                        std::to_string(limit) + ")");
 }
 
-Dataset load_data(const TrainConfig& c) {
+Dataset load_data_unchecked(const TrainConfig& c, uint64_t npz_bytes);
+
+/// `npz_bytes`: the most an .npz's values may take (read_npz's limit).
+Dataset load_data(const TrainConfig& c, uint64_t npz_bytes) {
+  Dataset d = load_data_unchecked(c, npz_bytes);
+  if (c.data_npz.empty()) {
+    check_finite_fp32(d.x, "synthetic data: 'x'");
+    check_finite_fp32(d.y, "synthetic data: 'y' (data.noise or data.spread too large?)");
+  }
+  return d;
+}
+
+Dataset load_data_unchecked(const TrainConfig& c, uint64_t npz_bytes) {
   const bool mlp = c.model_kind == "mlp";
   const int fin = mlp ? c.mlp.layers.front() : 0, fout = mlp ? c.mlp.layers.back() : 0;
   if (!c.data_npz.empty()) {
-    const NpzFile f = read_npz(c.data_npz);
+    const NpzFile f = read_npz(c.data_npz, npz_bytes);
     const std::string what = "'" + c.data_npz + "'";
     const NpyArray& x = need(f, "x", what);
     const NpyArray& y = need(f, "y", what);
@@ -119,12 +132,21 @@ std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
 }  // namespace
 
 TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallback& cb) {
+  // Before anything large is allocated. An .npz's arrays are bounded while they are read by
+  // what the limit leaves them (they are held twice while copied into the dataset), and the
+  // estimate is checked again with their real size.
+  const uint64_t limit = o.max_memory ? o.max_memory : default_memory_limit();
+  const MemoryEstimate before = estimate_memory(c);
+  check_memory(before, limit);
+  const uint64_t npz_bytes =
+      uint64_t(std::max(1.0, (double(limit) - (before.total() - before.data)) / 2));
   Rng rng(c.seed);
   std::unique_ptr<Model> model =
       c.model_kind == "mlp" ? make_mlp(c.mlp, rng) : make_transformer(c.transformer, rng);
-  if (!c.init_npz.empty()) model->load(read_npz(c.init_npz), "'" + c.init_npz + "'");
+  if (!c.init_npz.empty()) model->load(read_npz(c.init_npz, npz_bytes), "'" + c.init_npz + "'");
   if (c.policy.param_dtype != DType::f32()) model->set_param_dtype(c.policy.param_dtype);
-  const Dataset data = load_data(c);
+  const Dataset data = load_data(c, npz_bytes);
+  if (!c.data_npz.empty()) check_memory(estimate_memory(c, &data), limit);
   Loader loader(data, c.batch_size, c.shuffle, c.seed);
   std::vector<Param>& params = model->params();
   Optimizer opt(c.optimizer, params);

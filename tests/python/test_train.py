@@ -91,6 +91,29 @@ class Train(hwtest.unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "threads"):
             halfway.train(TEXT, threads=0)
 
+    def test_limits(self):
+        # d_model * mlp_ratio wrapped an int and crashed the interpreter (SIGSEGV).
+        bad = dict(DICT, model={"kind": "transformer", "vocab": 16, "seq_len": 8, "d_model": 4,
+                                "heads": 2, "mlp_ratio": 1073741824},
+                   data={"synthetic": "copy", "batch_size": 4}, loss={"kind": "cross_entropy"})
+        with self.assertRaisesRegex(ValueError, "mlp_ratio"):
+            halfway.train(bad)
+        with self.assertRaisesRegex(ValueError, "estimated"):
+            halfway.train(DICT, max_memory="1K")
+        with self.assertRaisesRegex(ValueError, "estimated"):
+            halfway.train(DICT, max_memory=4096)
+        with self.assertRaisesRegex(ValueError, "memory size"):
+            halfway.train(DICT, max_memory="lots")
+        with self.assertRaises(ValueError):
+            halfway.train(DICT, max_memory=0)
+        with self.assertRaises(TypeError):
+            halfway.train(DICT, max_memory=1.5)
+        self.assertEqual(len(halfway.train(DICT, max_memory="1G").steps), 3)
+        with self.assertRaisesRegex(ValueError, "below the smallest positive fp32"):
+            halfway.train(dict(DICT, scaler={"kind": "dynamic", "init_scale": 1e-50}))
+        with self.assertRaisesRegex(ValueError, "overflow fp32"):
+            halfway.train(dict(DICT, optimizer={"kind": "adam", "lr": 1e308}))
+
 
 if __name__ == "__main__":
     hwtest.main()

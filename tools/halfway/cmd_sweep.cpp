@@ -371,7 +371,7 @@ SweepDef load_sweep(const std::string& path) {
   d.path = path;
   d.base_dir = fs::path(path).parent_path().string();
   if (d.base_dir.empty()) d.base_dir = ".";
-  const std::string text = sim::read_file(path);
+  const std::string text = sim::read_text_file(path);  // regular, at most 1 MiB
   toml::table root;
   try {
     root = toml::parse(text, path);
@@ -390,7 +390,7 @@ SweepDef load_sweep(const std::string& path) {
     if (auto s = b->as_string()) {
       const std::string bp = (fs::path(d.base_dir) / s->get()).string();
       try {
-        base = toml::parse(sim::read_file(bp), bp);
+        base = toml::parse(sim::read_text_file(bp), bp);
       } catch (const toml::parse_error& e) {
         throw InputError(bp + ":" + std::to_string(e.source().begin.line) + ": " +
                          one_line(std::string(e.description())));
@@ -557,7 +557,7 @@ SweepDef load_sweep(const std::string& path) {
 }
 
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
-              bool quiet) {
+              bool quiet, uint64_t max_memory) {
   const fs::path root(out);
   fs::create_directories(root);
   const nlohmann::json def = definition_json(d);
@@ -645,7 +645,9 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
           const sim::TrainConfig c = sim::parse_config(r.config_toml, d.base_dir, "config.toml");
           fs::create_directories(tmp);
           sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
-          sim::write_run(c, tmp.string(), {});
+          sim::TrainOptions o;
+          o.max_memory = max_memory;
+          sim::write_run(c, tmp.string(), o);
           fs::rename(tmp, dir);
           ++ran;
         }
@@ -707,6 +709,10 @@ int cmd_sweep(int argc, char** argv) {
   app.add_option("--shard", shard_s, "run only runs with index % N == I (I from 0); default "
                                      "from SLURM_ARRAY_TASK_ID/COUNT");
   app.add_flag("--quiet,-q", quiet, "print nothing on success");
+  std::string max_memory;
+  app.add_option("--max-memory", max_memory, "refuse each run whose estimated peak memory is "
+                                             "over SIZE (e.g. 2G; default: 80% of physical "
+                                             "memory)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -743,7 +749,8 @@ int cmd_sweep(int argc, char** argv) {
     fs::path p(file);
     out = (p.parent_path() / p.stem()).string();
   }
-  return run_sweep(d, out, jobs, shard, count, quiet);
+  return run_sweep(d, out, jobs, shard, count, quiet,
+                   max_memory.empty() ? 0 : sim::parse_memory_size(max_memory));
 }
 
 int cmd_merge(int argc, char** argv) {

@@ -212,7 +212,7 @@ int bench(int steps, int reps, const std::string& python) {
 
 int cmd_train(int argc, char** argv) {
   CLI::App app{"Simulate mixed-precision training and trace every rounding", "halfway train"};
-  std::string config, out, python = "python3";
+  std::string config, out, python = "python3", max_memory;
   int threads = 1, steps = 300, reps = 5;
   bool run_bench = false;
   app.add_option("config", config, "the run's TOML config (paths in it are relative to it)");
@@ -221,6 +221,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for large matrix products (results do not "
                                        "depend on it)")
       ->check(CLI::Range(1, 256));
+  app.add_option("--max-memory", max_memory, "refuse a run whose estimated peak memory is over "
+                                             "SIZE (e.g. 2G, 512M; default: 80% of physical "
+                                             "memory)");
   app.add_flag("--bench", run_bench, "benchmark: traced fp16 vs fp32 steps, and halfway vs "
                                      "PyTorch emulating bf16 (no CONFIG)");
   app.add_option("--bench-steps", steps, "steps per timed run")->check(CLI::Range(1, 1000000));
@@ -243,13 +246,14 @@ int cmd_train(int argc, char** argv) {
     return bench(steps, reps, python);
   }
   if (config.empty()) throw InputError("missing CONFIG.toml (usage: halfway train CONFIG.toml [--out DIR])");
+  sim::TrainOptions o;
+  o.threads = threads;
+  if (!max_memory.empty()) o.max_memory = sim::parse_memory_size(max_memory);
   const sim::TrainConfig c = sim::parse_config_file(config);
   if (out.empty()) {
     std::filesystem::path p(config);
     out = (p.parent_path() / p.stem()).string();
   }
-  sim::TrainOptions o;
-  o.threads = threads;
   const sim::TrainSummary s = sim::write_run(c, out, o);
   std::printf("halfway train: %lld steps, final loss %.9g, %lld skipped, final scale %.9g -> %s\n",
               static_cast<long long>(c.steps), s.final_loss, static_cast<long long>(s.skipped),

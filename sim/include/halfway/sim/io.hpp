@@ -46,4 +46,11 @@ void write_file_atomic(const std::string& path, const std::string& content);
 /// Read a whole file; throws InputError naming the file when it cannot be read.
 std::string read_file(const std::string& path);
 
+/// The most a config or sweep file may hold (1 MiB; the largest real one is a few KiB).
+inline constexpr size_t kMaxTextFileBytes = size_t(1) << 20;
+/// Read a regular file of at most `max_bytes` bytes. Throws InputError naming the file when it
+/// cannot be read, is not a regular file (a device such as /dev/zero, a FIFO, a directory, a
+/// socket) or is larger. Never blocks on a FIFO and never reads a device.
+std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
+
 }  // namespace halfway::sim

@@ -30,4 +30,37 @@ std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& pa
 
 uint64_t total_bytes(const std::vector<MemoryRow>& rows);
 
+struct TrainConfig;
+struct Dataset;
+
+/// A run's peak memory estimated from its config alone, before anything is allocated: what
+/// the simulator really holds (every value is a binary64 `double`, whatever its dtype), not
+/// what memory.csv reports for the simulated dtypes. Meant as an upper bound of the process's
+/// peak resident set within a factor of 3 (tests/sim/test_limits.py measures it). Computed in
+/// floating point, so absurd sizes give huge numbers, never an overflow.
+struct MemoryEstimate {
+  double params = 0;       ///< parameters and their gradients, the optimizer's state and
+                           ///< temporaries, the per-step fp32 gradients, weights/grads output
+  double activations = 0;  ///< one step's autograd graph: every node's values and gradient,
+                           ///< and the backward's temporaries
+  double data = 0;         ///< the dataset and the loader's index (for an .npz: its arrays)
+  double trace = 0;        ///< the tracer's per-step records
+  double base = 0;         ///< the process itself: code, libraries, the allocator's slack
+  double total() const { return params + activations + data + trace + base; }
+};
+
+/// The estimate for `c`; with `data` (an .npz dataset once loaded) its real size is used.
+MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data = nullptr);
+
+/// 80% of the physical memory (the default --max-memory).
+uint64_t default_memory_limit();
+/// "2G", "512M", "1.5GiB", "100000" (bytes): K, M, G, T are powers of 1024, with an optional
+/// "B" or "iB". Throws InputError for anything else or a size of 0.
+uint64_t parse_memory_size(const std::string& text);
+/// "1.5 GiB", "312 KiB", "17 bytes".
+std::string format_bytes(double bytes);
+/// Throw InputError (one line naming the parts) when `e` is over `limit` bytes; `limit` 0
+/// means the default.
+void check_memory(const MemoryEstimate& e, uint64_t limit);
+
 }  // namespace halfway::sim

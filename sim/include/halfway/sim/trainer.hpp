@@ -88,6 +88,9 @@ struct TrainOptions {
   /// each rounded tensor of each step with another implementation. Steps are delimited by the
   /// StepCallback, which runs after each step's roundings.
   RoundObserver on_round;
+  /// Refuse (InputError) a run whose estimated peak memory (estimate_memory) is over this many
+  /// bytes; 0: 80% of the physical memory.
+  uint64_t max_memory = 0;
 };
 
 struct TrainSummary {
@@ -106,7 +109,8 @@ using StepCallback = std::function<void(const StepRow&, const StepTrace*,
                                         const std::vector<Param>&,
                                         const std::vector<std::vector<float>>&)>;
 
-/// Run the configuration. Throws InputError for bad data or initial weights.
+/// Run the configuration. Throws InputError for bad data or initial weights, and for a run
+/// whose estimated memory is over `o.max_memory` (checked before anything large is allocated).
 TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallback& cb);
 
 /// Run and write the result files into `out_dir` (created when missing).
