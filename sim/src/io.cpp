@@ -1,12 +1,15 @@
 #include "halfway/sim/io.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -177,5 +180,62 @@ std::string read_text_file(const std::string& path, size_t max_bytes) {
   }
   return out;
 }
+
+void remove_stale_tmp_files(const std::string& dir, const std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    for (const std::string& n : names) {
+      const std::string prefix = n + ".tmp.";
+      if (f.size() <= prefix.size() || f.compare(0, prefix.size(), prefix) != 0) continue;
+      // NAME.tmp.PID, or NAME.tmp.PID.SUFFIX (a writer's spool or libzip's own file)
+      const size_t end = f.find('.', prefix.size());
+      const std::string digits = f.substr(prefix.size(), end - prefix.size());
+      if (digits.empty() || digits.size() > 9 ||
+          digits.find_first_not_of("0123456789") != std::string::npos)
+        continue;
+      const pid_t pid = pid_t(std::stol(digits));
+      if (pid <= 0 || pid == ::getpid()) continue;
+      if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+      std::error_code rm;
+      if (it->is_regular_file(rm)) fs::remove(it->path(), rm);
+    }
+  }
+}
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
+
+extern "C" void halfway_sim_on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  // A second SIGINT or SIGTERM ends the process as it would without this handler.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = halfway_sim_on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // writes in progress continue rather than fail with EINTR
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+void request_stop(int signal_number) {
+  g_stop_signal.store(signal_number ? signal_number : SIGINT);
+}
+
+int stop_signal() { return g_stop_signal.load(); }
+
+void clear_stop() { g_stop_signal.store(0); }
 
 }  // namespace halfway::sim

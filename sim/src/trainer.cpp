@@ -165,6 +165,11 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   TrainSummary sum;
   bool first_window = true;
   for (int64_t step = 0; step < c.steps; ++step) {
+    // A stop request (SIGINT, SIGTERM) ends the run here, between two steps.
+    if (const int sig = stop_signal()) {
+      sum.stop_signal = sig;
+      break;
+    }
     const bool traced = c.trace && step % c.trace_every == 0;
     const float scale_used = scaler.scale();
     if (traced) tracer.begin_step(int(step), scale_used);
@@ -245,6 +250,8 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       }
     }
     if (cb) cb(row, stp, params, grads);
+    sum.steps_done = step + 1;
+    if (o.on_progress) o.on_progress(step + 1, c.steps);
   }
   sum.final_scale = scaler.scale();
   sum.final_params = params;
@@ -361,6 +368,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   m["git_revision"] = git_revision();
   m["seed"] = c.seed;
   m["config_file"] = c.source_name;
+  // A run stopped by SIGINT/SIGTERM holds the files of its finished steps only.
+  m["complete"] = sum.complete();
+  m["steps_done"] = sum.steps_done;
   try {
     m["config"] = json::parse(c.config_json);
   } catch (const json::exception&) {
@@ -414,12 +424,27 @@ TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const T
   const bool existed = fs::exists(out_dir, ec);
   fs::create_directories(out_dir, ec);
   if (ec) throw InputError("cannot create output directory '" + out_dir + "': " + ec.message());
+  // What a killed run (SIGKILL) left behind.
+  remove_stale_tmp_files(out_dir, {"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
+                                   "manifest.json", "weights.npz", "grads.npz", "config.toml"});
   try {
     return write_run_into(c, out_dir, o);
   } catch (...) {
     // The temporary files are gone already; do not leave an empty directory behind either.
     if (!existed) fs::remove(out_dir, ec);  // only removes it when empty
     throw;
+  }
+}
+
+bool run_complete(const std::string& dir) {
+  std::error_code ec;
+  const std::string path = dir + "/manifest.json";
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  try {
+    const nlohmann::json m = nlohmann::json::parse(read_file(path));
+    return m.value("complete", true);
+  } catch (const std::exception&) {
+    return false;  // unreadable: not a finished run
   }
 }
 

@@ -615,7 +615,7 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   for (const SweepRun& r : d.runs) {
     if (r.index % shard_count != shard) continue;
     ++mine_total;
-    if (!fs::exists(root / "runs" / run_dir_name(r.index) / "manifest.json"))
+    if (!sim::run_complete((root / "runs" / run_dir_name(r.index)).string()))
       todo.push_back(r.index);
   }
   const int already = mine_total - int(todo.size());
@@ -638,7 +638,7 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
       const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
       try {
         const FileLock lock(root / "runs" / ("." + run_dir_name(r.index) + ".lock"));
-        if (!fs::exists(dir / "manifest.json")) {
+        if (!sim::run_complete(dir.string())) {
           // Left by an interrupted run: a temporary folder, a folder without its manifest.
           if (fs::exists(tmp)) fs::remove_all(tmp);
           if (fs::exists(dir)) fs::remove_all(dir);
@@ -647,7 +647,10 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
           sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
           sim::TrainOptions o;
           o.max_memory = max_memory;
-          sim::write_run(c, tmp.string(), o);
+          if (!sim::write_run(c, tmp.string(), o).complete()) {  // stopped: not done
+            fs::remove_all(tmp);
+            throw std::runtime_error("stopped before its last step; a resume reruns it");
+          }
           fs::rename(tmp, dir);
           ++ran;
         }
@@ -795,7 +798,7 @@ int cmd_merge(int argc, char** argv) {
     std::string found;
     for (const std::string& dir : dirs) {
       const fs::path rd = fs::path(dir) / "runs" / run_dir_name(i);
-      if (fs::exists(rd / "manifest.json")) {
+      if (sim::run_complete(rd.string())) {
         found = rd.string();
         break;
       }

@@ -16,11 +16,14 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include "commands.hpp"
 #include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "progress.hpp"
 
 namespace halfway::cli {
 
@@ -254,7 +257,32 @@ int cmd_train(int argc, char** argv) {
     std::filesystem::path p(config);
     out = (p.parent_path() / p.stem()).string();
   }
+  // A run that lasts more than 10 s shows a progress bar with an ETA, on a terminal only.
+  Progress bar(uint64_t(c.steps), isatty(STDERR_FILENO) != 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  o.on_progress = [&](int64_t done, int64_t total) {
+    bar.add(1);
+    if (!bar.enabled()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - t0 < std::chrono::seconds(10) || now - last < std::chrono::milliseconds(250)) return;
+    last = now;
+    bar.label(std::to_string(done) + "/" + std::to_string(total) + " steps");
+    bar.draw();
+  };
+  // SIGINT/SIGTERM: stop after the step in progress and write what is complete.
+  sim::install_stop_handlers();
   const sim::TrainSummary s = sim::write_run(c, out, o);
+  bar.finish();
+  if (!s.complete()) {
+    const int sig = s.stop_signal;
+    std::fprintf(stderr, "halfway train: stopped by %s after %lld of %lld steps; %s holds the "
+                 "finished steps (manifest.json: \"complete\": false)\n",
+                 sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal",
+                 static_cast<long long>(s.steps_done), static_cast<long long>(c.steps),
+                 out.c_str());
+    return 128 + sig;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
+  }
   std::printf("halfway train: %lld steps, final loss %.9g, %lld skipped, final scale %.9g -> %s\n",
               static_cast<long long>(c.steps), s.final_loss, static_cast<long long>(s.skipped),
               double(s.final_scale), out.c_str());

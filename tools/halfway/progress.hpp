@@ -42,7 +42,9 @@ class Progress {
     std::string bar(size_t(fill), '#');
     bar.append(size_t(kWidth - fill), '.');
     std::string eta = "--";
-    if (frac > 0.001 && elapsed > 0.5) eta = duration(elapsed / frac - elapsed);
+    // After 10 s the rate so far means something even below 0.1% (a long training run).
+    if (d > 0 && ((frac > 0.001 && elapsed > 0.5) || elapsed > 10))
+      eta = duration(elapsed / frac - elapsed);
     std::fprintf(stderr, "\r[%s] %5.1f%%  %s elapsed, ETA %s  %-40.40s", bar.c_str(),
                  100.0 * frac, duration(elapsed).c_str(), eta.c_str(), label_.c_str());
     std::fflush(stderr);
@@ -65,8 +67,10 @@ class Progress {
       std::snprintf(buf, sizeof buf, s < 10 ? "%.1f s" : "%.0f s", s);
     } else if (s < 3600) {
       std::snprintf(buf, sizeof buf, "%d min %02d s", int(s) / 60, int(s) % 60);
-    } else {
+    } else if (s < 360000) {
       std::snprintf(buf, sizeof buf, "%d h %02d min", int(s) / 3600, (int(s) / 60) % 60);
+    } else {  // 100 h or more (no int overflow for an ETA of years)
+      std::snprintf(buf, sizeof buf, "%.3g h", s / 3600);
     }
     return buf;
   }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace halfway::sim {
 
@@ -52,5 +53,21 @@ inline constexpr size_t kMaxTextFileBytes = size_t(1) << 20;
 /// cannot be read, is not a regular file (a device such as /dev/zero, a FIFO, a directory, a
 /// socket) or is larger. Never blocks on a FIFO and never reads a device.
 std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
+
+/// Remove the files `NAME.tmp.PID` and `NAME.tmp.PID.*` in `dir`, for NAME in `names`, whose
+/// process PID no longer exists: what an AtomicFile (or an NpzWriter) leaves behind when its
+/// process is killed (SIGKILL). The temporary files of a live process are kept.
+void remove_stale_tmp_files(const std::string& dir, const std::vector<std::string>& names);
+
+/// Stopping a run at a step boundary. After `install_stop_handlers()`, SIGINT and SIGTERM only
+/// record the signal (and restore the default action, so a second one ends the process at
+/// once); `train()` checks after every step and ends the run early, marked incomplete.
+void install_stop_handlers();
+/// Ask the running `train()` calls to stop, as the signal `signal_number` would.
+void request_stop(int signal_number);
+/// The signal that asked to stop, 0 when none did.
+int stop_signal();
+/// Forget a stop request (tests; a process that runs again after an interrupted run).
+void clear_stop();
 
 }  // namespace halfway::sim

@@ -91,6 +91,8 @@ struct TrainOptions {
   /// Refuse (InputError) a run whose estimated peak memory (estimate_memory) is over this many
   /// bytes; 0: 80% of the physical memory.
   uint64_t max_memory = 0;
+  /// Optional: called after every step with the steps done and the steps of the run.
+  std::function<void(int64_t done, int64_t total)> on_progress;
 };
 
 struct TrainSummary {
@@ -101,6 +103,9 @@ struct TrainSummary {
   float final_scale = 1;
   int k_low = INT_MIN, k_high = INT_MIN;  ///< intersection of the per-step safe windows
   bool window_known = false;
+  int64_t steps_done = 0;  ///< fewer than the config's steps when the run was stopped
+  int stop_signal = 0;     ///< the signal that stopped the run early (stop_signal()), or 0
+  bool complete() const { return stop_signal == 0; }
 };
 
 /// Called after every step with the step's row, its trace (null on untraced steps) and the
@@ -111,10 +116,18 @@ using StepCallback = std::function<void(const StepRow&, const StepTrace*,
 
 /// Run the configuration. Throws InputError for bad data or initial weights, and for a run
 /// whose estimated memory is over `o.max_memory` (checked before anything large is allocated).
+/// A stop request (io.hpp: SIGINT/SIGTERM after install_stop_handlers) ends the run after the
+/// step in progress; the summary then says how many steps were done.
 TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallback& cb);
 
-/// Run and write the result files into `out_dir` (created when missing).
+/// Run and write the result files into `out_dir` (created when missing), removing the
+/// temporary files a killed run left there. A run stopped early writes the files of its
+/// finished steps, with "complete": false in manifest.json.
 TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const TrainOptions& o);
+
+/// Whether `dir` holds a finished run: a manifest.json that does not say "complete": false
+/// (as a run stopped by SIGINT/SIGTERM does). Sweeps resume every run that is not.
+bool run_complete(const std::string& dir);
 
 /// The build's version and git revision.
 const char* sim_version();
