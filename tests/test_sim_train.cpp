@@ -2,7 +2,10 @@
 // atomic outputs, mistake mode, pure low precision, fp8 and the transformer.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <filesystem>
@@ -475,4 +478,191 @@ TEST_CASE("on_round sees every traced rounding with its values, and fp32 ones", 
                           "scaler.grad_input", "0.weight.grad.cast", "2.bias.grad.cast"})
       CHECK(f32.count(n));
   }
+}
+
+// ---- Limits (issue 16): sizes, memory, values that cannot train, files, stopping -------------
+
+TEST_CASE("sizes are checked in 64 bits against stated limits", "[sim][train][limits]") {
+  const std::string tr = R"(
+[model]
+kind = "transformer"
+vocab = 16
+seq_len = 8
+d_model = 4
+heads = 2
+mlp_ratio = 4
+[data]
+synthetic = "copy"
+batch_size = 4
+[loss]
+kind = "cross_entropy"
+[optimizer]
+kind = "adam"
+lr = 0.01
+[precision]
+policy = "fp32"
+[run]
+steps = 1
+)";
+  CHECK_NOTHROW(parse_config(tr, "."));
+  // 4 * 2^30 wrapped an int in the model and crashed.
+  expect_error(replace(tr, "mlp_ratio = 4", "mlp_ratio = 1073741824"),
+               "'model.mlp_ratio' must be in");
+  expect_error(replace(replace(tr, "d_model = 4", "d_model = 65536"), "mlp_ratio = 4",
+                       "mlp_ratio = 512"),
+               "(the MLP width) must be at most 16777216");
+  expect_error(replace(tr, "vocab = 16", "vocab = 1099511627776"), "'model.vocab' must be in");
+  expect_error(replace(tr, "heads = 2", "heads = 8"), "'model.heads' must be in 1..4");
+  expect_error(replace(tr, "heads = 2", "heads = 3"), "multiple of 'model.heads'");
+  expect_error(replace(tr, "mlp_ratio = 4", "blocks = 1073741824"), "'model.blocks' must be in");
+  expect_error(replace(tr, "seq_len = 8", "seq_len = 65537"), "'model.seq_len' must be in");
+  expect_error(replace(kMlp, "[10, 32, 1]", "[10, 9223372036854775807, 1]"),
+               "'model.layers' widths must be in 1..16777216");
+  expect_error(replace(kMlp, "batch_size = 64", "batch_size = 16777217"), "'data.batch_size'");
+  expect_error(replace(kMlp, "batch_size = 64", "batch_size = 64\nn = 67108865"), "'data.n'");
+  expect_error(replace(kMlp, "steps = 4", "steps = 2147483648"), "'run.steps' must be in");
+  // The models check the same limits when built directly (no config in between).
+  Rng rng(0);
+  TransformerConfig t;
+  t.d_model = 4;
+  t.mlp_ratio = 1 << 30;
+  CHECK_THROWS_AS(make_transformer(t, rng), InputError);
+  MlpConfig m;
+  m.layers = {10, int(kMaxWidth) + 1, 1};
+  CHECK_THROWS_AS(make_mlp(m, rng), InputError);
+}
+
+TEST_CASE("the memory estimate refuses what does not fit, before allocating",
+          "[sim][train][limits]") {
+  TrainConfig c = parse_config(kMlp, ".");
+  const MemoryEstimate e = estimate_memory(c);
+  CHECK(e.params > 0);
+  CHECK(e.activations > 0);
+  CHECK(e.data >= 1024.0 * 11 * 8);  // n = 1024 rows of 10 + 1 doubles
+  CHECK(e.total() < 64.0 * 1024 * 1024);
+  CHECK_NOTHROW(check_memory(e, uint64_t(1) << 30));
+  CHECK_THROWS_AS(check_memory(e, 1024), InputError);
+  try {
+    check_memory(e, 1024);
+  } catch (const InputError& err) {
+    const std::string msg = err.what();
+    CHECK(msg.find("estimated") != std::string::npos);
+    CHECK(msg.find("memory limit of 1.00 KiB") != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+  // Refused by train() itself, whatever called it.
+  TrainOptions o;
+  o.max_memory = 1024;
+  CHECK_THROWS_AS(train(c, o, {}), InputError);
+  // Sizes no config accepts (built directly): a huge, finite estimate, never a wrapped one.
+  c.model_kind = "transformer";
+  c.transformer.blocks = 1 << 30;
+  c.transformer.d_model = 1 << 16;
+  c.transformer.mlp_ratio = 1 << 30;
+  c.transformer.vocab = 1 << 30;
+  c.batch_size = c.data_n = int64_t(1) << 40;
+  const double huge = estimate_memory(c).total();
+  CHECK(huge > 1e30);
+  CHECK_THROWS_AS(check_memory(estimate_memory(c), 0), InputError);
+  // More of anything costs more.
+  TrainConfig a = parse_config(kMlp, "."), b = a;
+  b.data_n *= 4;
+  CHECK(estimate_memory(b).data > estimate_memory(a).data);
+  b = a;
+  b.batch_size *= 4;
+  CHECK(estimate_memory(b).activations > estimate_memory(a).activations);
+  b = a;
+  b.mlp.layers = {10, 320, 1};
+  CHECK(estimate_memory(b).params > estimate_memory(a).params);
+}
+
+TEST_CASE("memory sizes parse with binary suffixes", "[sim][limits]") {
+  CHECK(parse_memory_size("100000") == 100000u);
+  CHECK(parse_memory_size("2K") == 2048u);
+  CHECK(parse_memory_size("512M") == 512u << 20);
+  CHECK(parse_memory_size("2G") == uint64_t(2) << 30);
+  CHECK(parse_memory_size("1.5GiB") == uint64_t(3) << 29);
+  CHECK(parse_memory_size("1t") == uint64_t(1) << 40);
+  CHECK(parse_memory_size("64MB") == uint64_t(64) << 20);
+  for (const char* bad : {"", "0", "-1", "G", "2X", "1.2.3", "2 G", "2GB!", "1e3", "0.5",
+                          "99999999999T", ".", "inf", "nan"})
+    CHECK_THROWS_AS(parse_memory_size(bad), InputError);
+  CHECK(default_memory_limit() > 0);
+  CHECK(format_bytes(1536) == "1.50 KiB");
+  CHECK(format_bytes(17) == "17 bytes");
+}
+
+TEST_CASE("values that cannot train are refused", "[sim][train][limits]") {
+  expect_error(replace(kMlp, "kind = \"dynamic\"", "kind = \"dynamic\"\ninit_scale = 1e-50"),
+               "below the smallest positive fp32");
+  expect_error(replace(kMlp, "kind = \"dynamic\"", "kind = \"static\"\nscale = 1e-40"),
+               "its fp32 inverse overflows");
+  CHECK_NOTHROW(
+      parse_config(replace(kMlp, "kind = \"dynamic\"", "kind = \"static\"\nscale = 3e-39"), "."));
+  expect_error(replace(kMlp, "lr = 0.01", "lr = 1e308"), "makes the first update overflow fp32");
+  // Adam's first step is lr / (1 - beta1): 10 lr by default.
+  expect_error(replace(kMlp, "lr = 0.01", "lr = 1e38"), "at most 3.40282347e+37");
+  CHECK_NOTHROW(parse_config(replace(kMlp, "lr = 0.01", "lr = 1e37"), "."));
+  expect_error(replace(kMlp, "lr = 0.01", "lr = 0.01\neps = inf"), "optimizer.eps");
+  std::vector<double> v{1.0, 3.4028235e38};  // above FLT_MAX, but rounds to it: finite
+  CHECK_NOTHROW(check_finite_fp32(v, "x"));
+  v.push_back(3.5e38);
+  CHECK_THROWS_WITH(check_finite_fp32(v, "x"),
+                    Catch::Contains("x has values beyond the fp32 range"));
+  v.back() = NAN;
+  CHECK_THROWS_WITH(check_finite_fp32(v, "x"), Catch::Contains("x has NaN or inf"));
+}
+
+TEST_CASE("configs are read from regular files of at most 1 MiB", "[sim][limits]") {
+  const fs::path dir = scratch("text_file");
+  CHECK_THROWS_WITH(read_text_file("/dev/zero"), Catch::Contains("a character device"));
+  CHECK_THROWS_WITH(parse_config_file("/dev/zero"), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(read_text_file(dir.string()), Catch::Contains("a directory"));
+  const std::string fifo = (dir / "fifo.toml").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(read_text_file(fifo), Catch::Contains("a FIFO"));  // and no hang
+  std::ofstream((dir / "big.toml").string()) << std::string(kMaxTextFileBytes + 1, '#');
+  CHECK_THROWS_WITH(read_text_file((dir / "big.toml").string()), Catch::Contains("larger than"));
+  std::ofstream((dir / "ok.toml").string()) << kMlp;
+  CHECK(read_text_file((dir / "ok.toml").string()) == kMlp);
+  CHECK_THROWS_WITH(parse_config(std::string(kMaxTextFileBytes + 1, '#'), "."),
+                    Catch::Contains("at most 1048576 bytes"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a stop request ends the run at a step boundary, marked incomplete",
+          "[sim][train][limits]") {
+  const fs::path dir = scratch("stop");
+  TrainConfig c = parse_config(replace(kMlp, "steps = 4", "steps = 50"), ".");
+  TrainOptions o;
+  int calls = 0;
+  o.on_progress = [&](int64_t done, int64_t total) {
+    ++calls;
+    CHECK(total == 50);
+    if (done == 7) request_stop(SIGTERM);
+  };
+  const TrainSummary s = write_run(c, dir.string(), o);
+  clear_stop();
+  CHECK(calls == 7);
+  CHECK(s.steps_done == 7);
+  CHECK(s.stop_signal == SIGTERM);
+  CHECK_FALSE(s.complete());
+  const std::string manifest = slurp(dir / "manifest.json");
+  CHECK(manifest.find("\"complete\": false") != std::string::npos);
+  CHECK(manifest.find("\"steps_done\": 7") != std::string::npos);
+  CHECK_FALSE(run_complete(dir.string()));
+  std::istringstream steps(slurp(dir / "steps.csv"));
+  std::string line;
+  int rows = -1;
+  while (std::getline(steps, line)) ++rows;
+  CHECK(rows == 7);
+  for (const auto& e : fs::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  // A complete run in the same folder, which also removes a dead process's temporary file.
+  std::ofstream((dir / "trace.csv.tmp.999999999").string()) << "partial";
+  c.steps = 2;
+  CHECK(write_run(c, dir.string(), {}).complete());
+  CHECK(run_complete(dir.string()));
+  CHECK_FALSE(fs::exists(dir / "trace.csv.tmp.999999999"));
+  fs::remove_all(dir);
 }
