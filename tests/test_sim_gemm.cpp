@@ -5,19 +5,23 @@
 //     blocks, vector and scalar column tails, k = 0) and on special values (±0, subnormals,
 //     ±inf, NaN, huge products that overflow): identical bits, NaN for NaN.
 // (2) Every named accumulation resolves into lib's AccumulationModel, and a block-FMA GEMM
-//     gives lib's dot per element.
+//     gives lib's dot per element. (3) The persistent thread pool: every part exactly once,
+//     nested and concurrent callers, and GEMMs with the same bits at any thread count.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "../sim/src/gemm_f32.hpp"
 #include "halfway/halfway.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"
+#include "halfway/sim/thread_pool.hpp"
 #include "test_support.hpp"
 
 using namespace halfway::sim::detail;
@@ -152,5 +156,46 @@ TEST_CASE("every named accumulation resolves into lib's model, and block FMAs fo
     INFO(name << ": " << differs << " of " << m * n << " elements differ from fp32 accumulation");
     CHECK(bad == 0);
     CHECK(differs > 0);  // the model is really applied: its truncation shows on these values
+  }
+}
+
+TEST_CASE("the persistent thread pool runs every part once, deterministically", "[sim][pool]") {
+  using halfway::sim::ThreadPool;
+  ThreadPool& pool = ThreadPool::global();
+  for (int parts : {1, 2, 3, 8, 17}) {
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(parts));
+      pool.run(parts, [&](int p) { hits[size_t(p)]++; });
+      int bad = 0;
+      for (auto& h : hits) bad += h.load() != 1;
+      REQUIRE(bad == 0);
+    }
+  }
+  // A run from inside a part runs inline; two callers at once are served one after the other.
+  std::atomic<int> inner{0};
+  pool.run(4, [&](int) { pool.run(3, [&](int) { inner++; }); });
+  CHECK(inner == 12);
+  std::atomic<int> total{0};
+  std::thread other([&] {
+    for (int i = 0; i < 100; ++i) pool.run(3, [&](int) { total++; });
+  });
+  for (int i = 0; i < 100; ++i) pool.run(5, [&](int) { total++; });
+  other.join();
+  CHECK(total == 800);
+  // A GEMM split over 1, 2, 3 and 8 threads: the same bits.
+  const int64_t m = 301, n = 67, k = 129;
+  std::mt19937 g(11);
+  const auto A = values(size_t(m * k), g, true), B = values(size_t(k * n), g, true);
+  std::vector<float> ref(size_t(m * n));
+  halfway::sim::gemm(halfway::accumulation::fp32_sequential, halfway::accumulation::kF32, m, n, k,
+                     A.data(), B.data(), nullptr, ref.data(), {}, 1);
+  for (int threads : {2, 3, 8}) {
+    std::vector<float> C(size_t(m * n));
+    halfway::sim::gemm(halfway::accumulation::fp32_sequential, halfway::accumulation::kF32, m, n,
+                       k, A.data(), B.data(), nullptr, C.data(), {}, threads);
+    int64_t bad = 0;
+    for (size_t e = 0; e < C.size(); ++e) bad += !same(C[e], ref[e]);
+    INFO(threads << " threads");
+    CHECK(bad == 0);
   }
 }

@@ -1,10 +1,11 @@
 #include "halfway/sim/accumulate.hpp"
 
 #include <cmath>
-#include <thread>
+#include <algorithm>
 
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/sim/thread_pool.hpp"
 #include "gemm_f32.hpp"
 
 namespace halfway::sim {
@@ -165,7 +166,8 @@ void gemm_f64(int64_t m, int64_t n, int64_t k, const double* A, const double* B,
 
 void parallel_rows(int64_t m, int threads, int64_t work, void (*f)(int64_t, int64_t, void*),
                    void* arg) {
-  // Threads only change which rows run where, never the order of any accumulation.
+  // Threads only change which rows run where, never the order of any accumulation; part p
+  // always covers the same rows.
   constexpr int64_t kMinWorkPerThread = int64_t(1) << 18;
   int t = threads < 1 ? 1 : threads;
   if (int64_t(t) > m) t = static_cast<int>(m);
@@ -174,14 +176,11 @@ void parallel_rows(int64_t m, int threads, int64_t work, void (*f)(int64_t, int6
     f(0, m, arg);
     return;
   }
-  std::vector<std::thread> pool;
   const int64_t per = (m + t - 1) / t;
-  for (int w = 1; w < t; ++w) {
-    const int64_t i0 = w * per, i1 = std::min(m, i0 + per);
-    if (i0 < i1) pool.emplace_back(f, i0, i1, arg);
-  }
-  f(0, std::min(m, per), arg);
-  for (auto& th : pool) th.join();
+  ThreadPool::global().run(t, [&](int p) {
+    const int64_t i0 = p * per, i1 = std::min(m, i0 + per);
+    if (i0 < i1) f(i0, i1, arg);
+  });
 }
 
 }  // namespace halfway::sim

@@ -22,6 +22,7 @@
 #include "commands.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/thread_pool.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "progress.hpp"
 
@@ -216,13 +217,13 @@ int bench(int steps, int reps, const std::string& python) {
 int cmd_train(int argc, char** argv) {
   CLI::App app{"Simulate mixed-precision training and trace every rounding", "halfway train"};
   std::string config, out, python = "python3", max_memory;
-  int threads = 1, steps = 300, reps = 5;
+  int threads = sim::ThreadPool::hardware_threads(), steps = 300, reps = 5;
   bool run_bench = false;
   app.add_option("config", config, "the run's TOML config (paths in it are relative to it)");
   app.add_option("--out", out, "output directory (default: the config's name without .toml, "
                                "next to it)");
-  app.add_option("--threads", threads, "threads for large matrix products (results do not "
-                                       "depend on it)")
+  app.add_option("--threads", threads, "threads for large matrix products (default: the "
+                                       "machine's cores; results do not depend on it)")
       ->check(CLI::Range(1, 256));
   app.add_option("--max-memory", max_memory, "refuse a run whose estimated peak memory is over "
                                              "SIZE (e.g. 2G, 512M; default: 80% of physical "
