@@ -40,6 +40,15 @@ bool parse_int(std::string_view s, int& out) {
   return ec == std::errc() && p == e && b != e;
 }
 
+/// The X or Y of a custom eXmY: decimal digits written the one way (no sign, no leading zero),
+/// so that no two names give one format and "e8m00" cannot pass for the preset e8m0.
+bool parse_width(std::string_view s, int& out) {
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return false;
+  for (const char c : s)
+    if (c < '0' || c > '9') return false;
+  return parse_int(s, out);
+}
+
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
   size_t start = 0;
@@ -115,8 +124,8 @@ Format parse_format(std::string_view text) {
     int e = -1, m = -1;
     const auto mpos = base.find('m');
     if (base.size() < 4 || base[0] != 'e' || mpos == std::string::npos ||
-        !parse_int(std::string_view(base).substr(1, mpos - 1), e) ||
-        !parse_int(std::string_view(base).substr(mpos + 1), m))
+        !parse_width(std::string_view(base).substr(1, mpos - 1), e) ||
+        !parse_width(std::string_view(base).substr(mpos + 1), m))
       throw InputError("unknown format " + quote(text) +
                        " (presets: fp16 bf16 tf32 fp32 e4m3 e5m2 e4m3fnuz e5m2fnuz e2m3 e3m2 "
                        "e2m1 e8m0; custom: eXmY[:options])");
