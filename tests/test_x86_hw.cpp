@@ -79,14 +79,22 @@ std::string hex(uint32_t v) {
 
 // ---- F16C ---------------------------------------------------------------------------------
 
+// The conversions between _mm_setcsr and _mm_getcsr have no side effects the compiler knows
+// of, so it may move them across those (an ASan build did: every flag read before its
+// conversion). An empty asm that takes and gives back the operand after setcsr, and the result
+// before getcsr, keeps each conversion in its place.
+#define HALFWAY_PIN(x) asm volatile("" : "+x"(x))
+
 /// vcvtps2ph on one value with immediate IMM; returns the result and the MXCSR flags raised.
 template <int IMM>
 __attribute__((target("avx,f16c"))) uint16_t cvtps_ph_one(uint32_t bits, unsigned mxcsr_rc,
                                                           uint8_t* flags) {
   const unsigned saved = _mm_getcsr();
   _mm_setcsr((saved & ~0x603Fu) | (mxcsr_rc << 13));  // clear flags, set rounding control
-  const __m128 v = _mm_castsi128_ps(_mm_cvtsi32_si128(int(bits)));
-  const __m128i h = _mm_cvtps_ph(v, IMM);
+  __m128 v = _mm_castsi128_ps(_mm_cvtsi32_si128(int(bits)));
+  HALFWAY_PIN(v);
+  __m128i h = _mm_cvtps_ph(v, IMM);
+  HALFWAY_PIN(h);
   const unsigned after = _mm_getcsr();
   _mm_setcsr(saved);
   *flags = mxcsr_flags(after);
@@ -96,7 +104,10 @@ __attribute__((target("avx,f16c"))) uint16_t cvtps_ph_one(uint32_t bits, unsigne
 __attribute__((target("avx,f16c"))) uint32_t cvtph_ps_one(uint16_t h, uint8_t* flags) {
   const unsigned saved = _mm_getcsr();
   _mm_setcsr(saved & ~0x3Fu);
-  const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
+  __m128i x = _mm_cvtsi32_si128(h);
+  HALFWAY_PIN(x);
+  __m128 v = _mm_cvtph_ps(x);
+  HALFWAY_PIN(v);
   const unsigned after = _mm_getcsr();
   _mm_setcsr(saved);
   *flags = mxcsr_flags(after);
@@ -114,8 +125,10 @@ __attribute__((target("avx,f16c"))) uint8_t cvtps_ph8(const uint32_t* in, unsign
                                                       uint16_t* out) {
   const unsigned saved = _mm_getcsr();
   _mm_setcsr((saved & ~0x603Fu) | (rc << 13));
-  const __m256 v = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
-  const __m128i h = _mm256_cvtps_ph(v, IMM);
+  __m256 v = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+  HALFWAY_PIN(v);
+  __m128i h = _mm256_cvtps_ph(v, IMM);
+  HALFWAY_PIN(h);
   const unsigned after = _mm_getcsr();
   _mm_setcsr(saved);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
