@@ -147,6 +147,12 @@ const char* file_kind(mode_t m) {
 
 }  // namespace
 
+uint64_t default_memory_limit() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t(1) << 32;
+  return uint64_t(pages) / 5 * 4 * uint64_t(page);
+}
+
 std::string read_text_file(const std::string& path, size_t max_bytes) {
   const std::string what = "cannot read '" + path + "': ";
   // stat first, so that a device is never opened; fstat again on what was opened.

@@ -1,7 +1,5 @@
 #include "halfway/sim/memory.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include <unordered_set>
 
 #include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
 #include "halfway/sim/trainer.hpp"
 
 namespace halfway::sim {
@@ -211,12 +210,6 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
     e.data = n * cols * kValue + n * 8;
   }
   return e;
-}
-
-uint64_t default_memory_limit() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return uint64_t(1) << 34;  // unknown: 16 GiB
-  return uint64_t(double(pages) * double(page) * 0.8);
 }
 
 uint64_t parse_memory_size(const std::string& text) {

@@ -314,15 +314,9 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 
 }  // namespace
 
-uint64_t default_npz_limit() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return uint64_t(1) << 32;
-  return uint64_t(pages) / 5 * 4 * uint64_t(page);  // 80% of physical memory
-}
-
 NpyArray parse_npy(const std::string& b, const std::string& what, uint64_t max_bytes) {
   StringSource in(b);
-  uint64_t budget = max_bytes ? max_bytes : default_npz_limit();
+  uint64_t budget = max_bytes ? max_bytes : default_memory_limit();
   return parse_npy_stream(in, b.size(), budget, what);
 }
 
@@ -348,7 +342,7 @@ NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
   ZipCloser closer{za};
   const zip_int64_t entries = zip_get_num_entries(za, 0);
   if (entries < 0) throw InputError(what + ": not an .npz (zip) file");
-  uint64_t budget = max_bytes ? max_bytes : default_npz_limit();
+  uint64_t budget = max_bytes ? max_bytes : default_memory_limit();
   NpzFile out;
   for (zip_int64_t i = 0; i < entries; ++i) {
     zip_stat_t zs;

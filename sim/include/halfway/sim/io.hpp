@@ -54,6 +54,10 @@ inline constexpr size_t kMaxTextFileBytes = size_t(1) << 20;
 /// socket) or is larger. Never blocks on a FIFO and never reads a device.
 std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 
+/// 80% of the physical memory (4 GiB when it cannot be read): the default --max-memory, and
+/// the default budget for the values of one .npz archive.
+uint64_t default_memory_limit();
+
 /// Remove the files `NAME.tmp.PID` and `NAME.tmp.PID.*` in `dir`, for NAME in `names`, whose
 /// process PID no longer exists: what an AtomicFile (or an NpzWriter) leaves behind when its
 /// process is killed (SIGKILL). The temporary files of a live process are kept.

@@ -52,8 +52,6 @@ struct MemoryEstimate {
 /// The estimate for `c`; with `data` (an .npz dataset once loaded) its real size is used.
 MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data = nullptr);
 
-/// 80% of the physical memory (the default --max-memory).
-uint64_t default_memory_limit();
 /// "2G", "512M", "1.5GiB", "100000" (bytes): K, M, G, T are powers of 1024, with an optional
 /// "B" or "iB". Throws InputError for anything else or a size of 0.
 uint64_t parse_memory_size(const std::string& text);

@@ -32,14 +32,11 @@ struct NpyArray {
 
 using NpzFile = std::map<std::string, NpyArray>;
 
-/// The memory read_npz may fill with one archive's values by default: 80% of physical memory.
-uint64_t default_npz_limit();
-
 /// Parse one `.npy` image (exactly: no bytes may follow the data). Throws InputError naming
 /// `what` on malformed input or when its values need more than `max_bytes` (0: the default).
 NpyArray parse_npy(const std::string& bytes, const std::string& what, uint64_t max_bytes = 0);
 /// Read an `.npz` archive: member names without the ".npy" suffix. `path` must be a regular
-/// file; all arrays together may take at most `max_bytes` (0: default_npz_limit()). Throws
+/// file; all arrays together may take at most `max_bytes` (0: default_memory_limit(), io.hpp). Throws
 /// InputError, with one line, on anything else.
 NpzFile read_npz(const std::string& path, uint64_t max_bytes = 0);
 /// Serialise one array as `.npy` (dtype "f4", "f8" or "i8").
