@@ -11,6 +11,7 @@
 
 usage: test_cli_output.py PATH/TO/halfway      (exit 77: /dev/full is missing)
 """
+import json
 import os
 import re
 import resource
@@ -197,21 +198,52 @@ check(r.returncode == 2 and "\x1b" not in r.stderr and "no\\x1bsuch" in r.stderr
 # --- train --bench --python: no shell -----------------------------------------------------------
 marker = os.path.join(TMP, "shell-ran")
 evil = "/nonexistent'; touch '%s'; echo '" % marker
-r = subprocess.run([HALFWAY, "train", "--bench", "--bench-steps", "1", "--bench-reps", "1",
-                    "--python", evil], capture_output=True, text=True, timeout=300)
+QUICK = ["--bench-models", "mlp", "--bench-steps", "2", "--bench-reps", "1"]
+r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--python", evil], capture_output=True,
+                   text=True, timeout=300)
 check(r.returncode == 0 and not os.path.exists(marker) and "unavailable" in r.stdout,
       "--python with quotes and ';' is not run by a shell (%r)" % r.stdout[-300:])
 odd = os.path.join(TMP, "a dir with 'quotes' and spaces")
 os.makedirs(odd)
 fake = os.path.join(odd, "py thon")
+# The reference protocol: argv[1] the script, argv[2] a JSON spec; one JSON object printed.
 with open(fake, "w") as f:
-    f.write("#!/bin/sh\n[ \"$2\" = 1 ] && [ \"$3\" = 1 ] && echo 2.5e-05\n")
+    f.write("#!/bin/sh\ncase \"$2\" in *'\"steps\":2'*) echo '{\"reference\": \"fake ref\", "
+            "\"seconds_per_step\": 2.5e-05}';; esac\n")
 os.chmod(fake, 0o755)
-r = subprocess.run([HALFWAY, "train", "--bench", "--bench-steps", "1", "--bench-reps", "1",
-                    "--python", fake], capture_output=True, text=True, timeout=300)
-check(r.returncode == 0 and re.search(r"PyTorch emulated bf16 \(CPU\) +25\.0 us", r.stdout),
+r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--python", fake], capture_output=True,
+                   text=True, timeout=300)
+check(r.returncode == 0 and re.search(r"mlp fp32 .* reference +25\.0 us", r.stdout)
+      and "fake ref" in r.stdout,
       "--python with spaces and quotes in its path runs, with its arguments (%r)"
       % r.stdout[-400:])
+
+# --- train --bench --json: the documented record, ratio = halfway / reference -----------------
+r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--json", "--python", fake],
+                   capture_output=True, text=True, timeout=300)
+recs = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+FIELDS = {"name", "model", "threads", "halfway_us", "reference", "reference_us", "ratio",
+          "goal_max"}
+check(r.returncode == 0 and len(recs) == 3 and all(set(x) == FIELDS for x in recs),
+      "--json prints one record with the documented fields per row (%r)" % r.stdout[-400:])
+check(all(abs(x["reference_us"] - 25.0) < 1e-9 and x["threads"] == 1 and x["halfway_us"] > 0
+          and x["ratio"] == x["halfway_us"] / x["reference_us"] for x in recs),
+      "ratio is halfway_us / reference_us (%r)" % recs)
+check({x["name"]: x["goal_max"] for x in recs} ==
+      {"mlp fp32": 2, "mlp torch-cuda-fp16 traced": 3, "mlp pure-bf16 untraced": 0.5},
+      "the MLP rows and their goals (%r)" % recs)
+r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--json", "--python", evil],
+                   capture_output=True, text=True, timeout=300)
+recs = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+check(r.returncode == 0 and recs and all(x["ratio"] is None and x["reference_us"] is None
+                                         and x["reference"].startswith("unavailable")
+                                         for x in recs),
+      "without PyTorch, ratio and reference_us are null and the reference says why (%r)"
+      % r.stdout[-300:])
+r = subprocess.run([HALFWAY, "train", "--bench", "--bench-models", "cnn"], capture_output=True,
+                   text=True)
+check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1,
+      "an unknown bench model: one line, exit 2 (%r)" % r.stderr)
 
 shutil.rmtree(TMP, ignore_errors=True)
 if failures:

@@ -1,0 +1,49 @@
+// Running another program without a shell: posix_spawnp, output captured through a pipe.
+#include "spawn.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace halfway::cli {
+
+int run_captured(const std::vector<std::string>& args, std::string& out) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int fd[2];
+  if (::pipe2(fd, O_CLOEXEC) != 0) {
+    out = std::string("cannot run ") + args[0] + ": " + std::strerror(errno);
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], STDERR_FILENO);
+  pid_t pid = -1;
+  const int err = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fd[1]);
+  if (err != 0) {
+    ::close(fd[0]);
+    out = std::string("cannot run ") + args[0] + ": " + std::strerror(err);
+    return -1;
+  }
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd[0], buf, sizeof buf)) != 0;) {
+    if (n > 0) out.append(buf, size_t(n));
+    else if (errno != EINTR) break;
+  }
+  ::close(fd[0]);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+
+}  // namespace halfway::cli
