@@ -157,21 +157,56 @@ DType prepare(OpKind op, std::vector<Tensor>& ts, std::initializer_list<const ch
 
 Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
   Vec t(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) t[size_t(j * rows + i)] = x[i * cols + j];
+  constexpr int64_t kTile = 32;  // tiles keep both sides' cache lines in use
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j) t[size_t(j * rows + i)] = x[i * cols + j];
+    }
   return t;
 }
 
-/// C = A·B (+ bias) with `dt`'s arithmetic (binary64, or the runtime's accumulation model);
-/// C is not yet rounded into dt.
-void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, const double* A,
-             const double* B, const double* bias, double* C, Layout layout) {
-  if (dt.is_f64()) {
-    gemm_f64(m, n, k, A, B, bias, C);
+/// Rows × cols of row-major binary32 from `src`: the same layout, or (`transposed`) src holding
+/// the cols × rows transpose. Values of fp32 or narrower dtypes convert exactly.
+void load_f32(const double* src, int64_t rows, int64_t cols, bool transposed, float* dst) {
+  if (!transposed) {
+    std::copy(src, src + rows * cols, dst);
     return;
   }
-  std::vector<float> fa(A, A + m * k), fb(B, B + k * n), fc(size_t(m * n)), fbias;
-  if (bias) fbias.assign(bias, bias + n);
+  constexpr int64_t kTile = 32;
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) dst[i * cols + j] = float(src[j * rows + i]);
+    }
+}
+
+/// A buffer of at least n floats, kept per thread between calls: a step's GEMMs reuse it.
+float* scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+/// C = A·B (+ bias) with `dt`'s arithmetic (binary64, or the runtime's accumulation model);
+/// C is not yet rounded into dt. `layout` also says how the operands are stored: Layout::tn
+/// passes A as its transpose (k × m), Layout::nt passes B as its transpose (n × k), as the
+/// backward pass and a linear layer's weight hold them; the transposition happens while the
+/// values are converted to binary32.
+void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, const double* A,
+             const double* B, const double* bias, double* C, Layout layout) {
+  const bool at = layout == Layout::tn, bt = layout == Layout::nt;
+  if (dt.is_f64()) {
+    const Vec ta = at ? transpose2d(A, k, m) : Vec(), tb = bt ? transpose2d(B, n, k) : Vec();
+    gemm_f64(m, n, k, at ? ta.data() : A, bt ? tb.data() : B, bias, C);
+    return;
+  }
+  thread_local std::vector<float> fa, fb, fc, fbias;
+  load_f32(A, m, k, at, scratch(fa, size_t(m * k)));
+  load_f32(B, k, n, bt, scratch(fb, size_t(k * n)));
+  float* c = scratch(fc, size_t(m * n));
+  if (bias) load_f32(bias, 1, n, false, scratch(fbias, size_t(n)));
   const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
   BulkOptions o = rt.rounding;
   if (o.rounding == Rounding::stochastic) {
@@ -180,8 +215,8 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, cons
   }
   const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
   gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, fa.data(), fb.data(),
-       bias ? fbias.data() : nullptr, fc.data(), o, rt.threads);
-  for (size_t i = 0; i < fc.size(); ++i) C[i] = fc[i];
+       bias ? fbias.data() : nullptr, c, o, rt.threads);
+  std::copy(c, c + m * n, C);
 }
 
 // ---- broadcasting ----------------------------------------------------------------------------
@@ -474,12 +509,11 @@ Vec mm_forward(const MatmulDims& d, const double* A, const double* B, const Gemm
 Vec mm_grad_a(const MatmulDims& d, const double* G, const double* B, const GemmFn& gemm) {
   Vec g(size_t(d.batch * d.m * d.k));
   if (d.b2) {
-    const Vec bt = transpose2d(B, d.k, d.n);
-    gemm(d.batch * d.m, d.k, d.n, G, bt.data(), g.data(), Layout::nt);
+    gemm(d.batch * d.m, d.k, d.n, G, B, g.data(), Layout::nt);
   } else {
     for (int64_t i = 0; i < d.batch; ++i) {
-      const Vec bt = transpose2d(B + i * d.k * d.n, d.k, d.n);
-      gemm(d.m, d.k, d.n, G + i * d.m * d.n, bt.data(), g.data() + i * d.m * d.k, Layout::nt);
+      gemm(d.m, d.k, d.n, G + i * d.m * d.n, B + i * d.k * d.n, g.data() + i * d.m * d.k,
+           Layout::nt);
     }
   }
   return g;
@@ -489,12 +523,11 @@ Vec mm_grad_a(const MatmulDims& d, const double* G, const double* B, const GemmF
 Vec mm_grad_b(const MatmulDims& d, const double* A, const double* G, const GemmFn& gemm) {
   Vec g(size_t((d.b2 ? 1 : d.batch) * d.k * d.n));
   if (d.b2) {
-    const Vec at = transpose2d(A, d.batch * d.m, d.k);
-    gemm(d.k, d.n, d.batch * d.m, at.data(), G, g.data(), Layout::tn);
+    gemm(d.k, d.n, d.batch * d.m, A, G, g.data(), Layout::tn);
   } else {
     for (int64_t i = 0; i < d.batch; ++i) {
-      const Vec at = transpose2d(A + i * d.m * d.k, d.m, d.k);
-      gemm(d.k, d.n, d.m, at.data(), G + i * d.m * d.n, g.data() + i * d.k * d.n, Layout::tn);
+      gemm(d.k, d.n, d.m, A + i * d.m * d.k, G + i * d.m * d.n, g.data() + i * d.k * d.n,
+           Layout::tn);
     }
   }
   return g;
@@ -572,10 +605,9 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   const int64_t M = nin ? x.numel() / nin : 0;
   Runtime& rt = runtime();
-  const Vec wt = transpose2d(w.data().data(), nout, nin);
   Vec y(size_t(M * nout));
-  gemm_dt(rt, dt, M, nout, nin, x.data().data(), wt.data(), b ? b.data().data() : nullptr,
-          y.data(), Layout::nt);
+  gemm_dt(rt, dt, M, nout, nin, x.data().data(), w.data().data(),
+          b ? b.data().data() : nullptr, y.data(), Layout::nt);
   Ptr out = linear_output(rt, dt, x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -594,9 +626,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
         send_grad(*r, *xp, std::move(g), &tx);
       }
       if (wp->requires_grad) {
-        const Vec gt = transpose2d(G, M, nout);
         Vec g(size_t(nout * nin));
-        gemm_dt(*r, dt, nout, nin, M, gt.data(), xp->data.data(), nullptr, g.data(), Layout::tn);
+        gemm_dt(*r, dt, nout, nin, M, G, xp->data.data(), nullptr, g.data(), Layout::tn);
         send_grad(*r, *wp, std::move(g), &tw);
       }
       if (bp && bp->requires_grad) {
@@ -657,9 +688,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       fp8_quantize(rt, scoped("input"), cfg.fwd, x.data(), fwd_kind(*x.impl()), "linear");
   const Fp8Operand wq =
       fp8_quantize(rt, scoped("weight"), cfg.fwd, w.data(), TraceKind::weight, "linear");
-  const Vec wqt = transpose2d(wq.q.data(), nout, nin);
   Vec y(size_t(M * nout));
-  gemm_fp8(rt, M, nout, nin, xq.q.data(), wqt.data(), b ? b.data().data() : nullptr, y.data(),
+  gemm_fp8(rt, M, nout, nin, xq.q.data(), wq.q.data(), b ? b.data().data() : nullptr, y.data(),
            Layout::nt, xq.inv * wq.inv);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
@@ -682,9 +712,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
         send_grad(*r, *xp, std::move(gx), &tgx);
       }
       if (wp->requires_grad) {
-        const Vec gt = transpose2d(g.q.data(), M, nout);
         Vec gw(size_t(nout * nin));
-        gemm_fp8(*r, nout, nin, M, gt.data(), xq.q.data(), nullptr, gw.data(), Layout::tn,
+        gemm_fp8(*r, nout, nin, M, g.q.data(), xq.q.data(), nullptr, gw.data(), Layout::tn,
                  g.inv * xq.inv);
         send_grad(*r, *wp, std::move(gw), &tgw);
       }
@@ -1118,29 +1147,27 @@ Tensor reshape(const Tensor& x, Shape shape) {
 namespace {
 
 Vec permute_swap(const Vec& v, const Shape& s, int d0, int d1, Shape& os) {
-  const int r = static_cast<int>(s.size());
+  if (d0 > d1) std::swap(d0, d1);
   os = s;
   std::swap(os[size_t(d0)], os[size_t(d1)]);
-  std::vector<int64_t> st(size_t(r), 1), ost(size_t(r), 1);
-  for (int i = r - 2; i >= 0; --i) {
-    st[size_t(i)] = st[size_t(i + 1)] * s[size_t(i + 1)];
-    ost[size_t(i)] = ost[size_t(i + 1)] * os[size_t(i + 1)];
-  }
+  // The shape as [outer, n0, mid, n1, inner]; the result is [outer, n1, mid, n0, inner], so
+  // every run of `inner` values moves as one block.
+  const auto prod = [&](int from, int to) {
+    int64_t p = 1;
+    for (int i = from; i < to; ++i) p *= s[size_t(i)];
+    return p;
+  };
+  const int64_t outer = prod(0, d0), n0 = s[size_t(d0)], mid = prod(d0 + 1, d1),
+                n1 = s[size_t(d1)], inner = prod(d1 + 1, int(s.size()));
   Vec out(v.size());
-  std::vector<int64_t> idx(size_t(r), 0);
-  for (size_t n = 0; n < v.size(); ++n) {
-    // idx: index in the source; the destination swaps d0 and d1.
-    int64_t dst = 0;
-    for (int i = 0; i < r; ++i) {
-      const int j = i == d0 ? d1 : i == d1 ? d0 : i;
-      dst += idx[size_t(j)] * ost[size_t(i)];
-    }
-    out[size_t(dst)] = v[n];
-    for (int i = r - 1; i >= 0; --i) {
-      if (++idx[size_t(i)] < s[size_t(i)]) break;
-      idx[size_t(i)] = 0;
-    }
-  }
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i0 = 0; i0 < n0; ++i0)
+      for (int64_t m = 0; m < mid; ++m)
+        for (int64_t i1 = 0; i1 < n1; ++i1) {
+          const double* src = v.data() + (((o * n0 + i0) * mid + m) * n1 + i1) * inner;
+          double* dst = out.data() + (((o * n1 + i1) * mid + m) * n0 + i0) * inner;
+          std::copy(src, src + inner, dst);
+        }
   return out;
 }
 
