@@ -6,8 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <unordered_set>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
@@ -271,6 +276,17 @@ void check_memory(const MemoryEstimate& e, uint64_t limit) {
                    format_bytes(e.trace) + "), more than the memory limit of " +
                    format_bytes(double(limit)) + " (--max-memory); make the model, batch or data "
                    "smaller, or raise the limit");
+}
+
+void reuse_freed_memory() {
+#if defined(__GLIBC__)
+  static const bool once = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    return true;
+  }();
+  (void)once;
+#endif
 }
 
 }  // namespace halfway::sim

@@ -138,6 +138,7 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   const uint64_t limit = o.max_memory ? o.max_memory : default_memory_limit();
   const MemoryEstimate before = estimate_memory(c);
   check_memory(before, limit);
+  reuse_freed_memory();
   const uint64_t npz_bytes =
       uint64_t(std::max(1.0, (double(limit) - (before.total() - before.data)) / 2));
   Rng rng(c.seed);
