@@ -48,9 +48,11 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size
   // non-zero finite value, the extremes, the non-finite inputs. Bin index e - kMinExp is the
   // biased exponent + 22 for normals, 31 - clz for subnormals; bin 277 collects zeros and
   // non-finite values. p counts the exact powers of two the same way (no fraction bits set
-  // for a normal, one bit set for a subnormal). Branch-free apart from the counter increments.
-  constexpr size_t kSlots = TraceRecord::kBins + 1;
-  uint64_t h[kSlots] = {}, p[kSlots] = {};
+  // for a normal, one bit set for a subnormal); they are rare, so a branch skips the rest.
+  // Values cluster in a few bins, so four copies of the histogram (element i into copy i % 4)
+  // keep consecutive increments of one bin from waiting on each other.
+  constexpr size_t kSlots = TraceRecord::kBins + 1, kCopies = 4;
+  uint64_t h[kCopies][kSlots] = {}, p[kSlots] = {};
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(pre);
   uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
   uint64_t nonfinite = 0;
@@ -59,15 +61,15 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size
     const bool finite_nonzero = b - 1u < 0x7F7FFFFFu;  // 0 < b < 0x7F800000
     const uint32_t field = b >> 23;
     const uint32_t bin = field ? field + 22 : uint32_t(31 - __builtin_clz(b | 1));
-    h[finite_nonzero ? bin : TraceRecord::kBins]++;
+    h[i % kCopies][finite_nonzero ? bin : TraceRecord::kBins]++;
     const uint32_t rest = field ? (b & 0x7FFFFFu) : (b & (b - 1u));
-    p[finite_nonzero && rest == 0 ? bin : TraceRecord::kBins]++;
+    if (rest == 0 && finite_nonzero) p[bin]++;
     nonfinite += b >= 0x7F800000u;
     max_bits = std::max(max_bits, finite_nonzero ? b : 0u);
     min_bits = std::min(min_bits, finite_nonzero ? b : 0xFFFFFFFFu);
   }
   for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j) {
-    r.hist[j] += h[j];
+    r.hist[j] += h[0][j] + h[1][j] + h[2][j] + h[3][j];
     r.pow2[j] += p[j];
   }
   r.nonfinite_in += nonfinite;
