@@ -1,6 +1,6 @@
-#include "halfway/sim/thread_pool.hpp"
+#include "halfway/thread_pool.hpp"
 
-namespace halfway::sim {
+namespace halfway {
 
 namespace {
 thread_local bool in_part = false;  ///< this thread is running a part of some run()
@@ -84,4 +84,4 @@ void ThreadPool::run(int parts, const std::function<void(int)>& f) {
   parts_ = 0;
 }
 
-}  // namespace halfway::sim
+}  // namespace halfway

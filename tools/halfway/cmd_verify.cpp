@@ -31,6 +31,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/thread_pool.hpp"
 #include "progress.hpp"
 #include "verify_oracle.hpp"
 
@@ -1014,15 +1015,17 @@ void run_blocks(Check& c, unsigned threads, const std::vector<uint64_t>& blocks,
       if (bar) bar->add(weight);
     }
   };
-  const size_t n = std::max<size_t>(1, std::min<size_t>(threads, blocks.size()));
-  std::vector<std::thread> pool;
-  for (size_t i = 0; i < n; ++i) pool.emplace_back(worker);
-  while (bar && bar->enabled() && next.load() < blocks.size()) {
-    bar->draw();
-    for (int i = 0; i < 20 && next.load() < blocks.size(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (auto& t : pool) t.join();
+  // The workers, and one more part that draws the bar until the blocks are taken (run last
+  // when the pool runs the parts inline, so it never waits for work that has not started).
+  const int n = int(std::max<size_t>(1, std::min<size_t>(threads, blocks.size())));
+  ThreadPool::global().run(n + 1, [&](int part) {
+    if (part < n) return worker();
+    while (bar && bar->enabled() && next.load() < blocks.size()) {
+      bar->draw();
+      for (int i = 0; i < 20 && next.load() < blocks.size(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
 }
 
 double seconds_since(Clock::time_point t) {

@@ -1,5 +1,6 @@
 /// \file thread_pool.hpp
-/// The simulator's persistent thread pool: workers are started once (on first use, up to the
+/// The repository's one persistent thread pool (the simulator's matmuls, the tools' and the
+/// tests' parallel loops): workers are started once (on first use, up to the
 /// largest count asked for) and wait for work, instead of a thread being created per matmul.
 /// Work is split deterministically: `run(parts, f)` calls f(0) .. f(parts - 1) exactly once
 /// each, part p always covering the same slice of the problem, so results never depend on
@@ -7,8 +8,15 @@
 /// the rest; a call made from inside a part runs all its parts inline (no nesting deadlock).
 ///
 ///     ThreadPool::global().run(4, [&](int p) { rows(p * m / 4, (p + 1) * m / 4); });
+///
+/// `parallel_chunks(n, chunk, body)` is the dynamic form for loops whose parts cost different
+/// amounts (exhaustive checks, searches): body(lo, hi) over [0, n) in chunks, handed out in
+/// order to the pool's threads. Use it only where the result does not depend on which thread
+/// ran which chunk (counts, sums of integers, per-index outputs).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -16,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-namespace halfway::sim {
+namespace halfway {
 
 class ThreadPool {
  public:
@@ -43,4 +51,15 @@ class ThreadPool {
   std::mutex run_mu_;  ///< one run at a time
 };
 
-}  // namespace halfway::sim
+/// body(lo, hi) over [0, n) in chunks of `chunk`, on `threads` threads of the pool (0: every
+/// hardware thread), each taking the next chunk when it is done with one.
+template <class Body>
+void parallel_chunks(uint64_t n, uint64_t chunk, Body&& body, int threads = 0) {
+  if (threads <= 0) threads = ThreadPool::hardware_threads();
+  std::atomic<uint64_t> next{0};
+  ThreadPool::global().run(threads, [&](int) {
+    for (uint64_t lo; (lo = next.fetch_add(chunk)) < n;) body(lo, std::min(n, lo + chunk));
+  });
+}
+
+}  // namespace halfway

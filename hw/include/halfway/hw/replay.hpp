@@ -30,6 +30,7 @@
 #include "halfway/hw/describe.hpp"
 #include "halfway/hw/fma_cases.hpp"
 #include "halfway/hw/hash.hpp"
+#include "halfway/thread_pool.hpp"
 #include "halfway/hw/math_ref.hpp"
 #include "halfway/hw/mma_cases.hpp"
 #include "halfway/hw/ops.hpp"
@@ -84,33 +85,20 @@ struct Operands {
 
 /// Sum of hash_term(idx, reference) over idx = 0, step, 2·step, ... < n, on all threads.
 inline uint64_t ref_fingerprint(const Operands& ops, uint64_t n, uint64_t step) {
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   const uint64_t count = n == 0 ? 0 : (n - 1) / step + 1;
-  std::vector<uint64_t> part(threads, 0);
-  std::atomic<uint64_t> next{0};
-  const uint64_t chunk = 1 << 16;
-  auto work = [&](unsigned t) {
-    for (;;) {
-      const uint64_t c0 = next.fetch_add(chunk);
-      if (c0 >= count) return;
-      const uint64_t c1 = std::min(count, c0 + chunk);
-      uint64_t h = 0;
-      for (uint64_t k = c0; k < c1; ++k) {
-        const uint64_t idx = k * step;
-        uint32_t a, b, c;
-        ops(idx, a, b, c);
-        h += hash_term(idx, reference(ops.op, a, b, c));
-      }
-      part[t] += h;
+  // Integer sums commute: the total does not depend on which thread hashed which chunk.
+  std::atomic<uint64_t> total{0};
+  parallel_chunks(count, uint64_t(1) << 16, [&](uint64_t c0, uint64_t c1) {
+    uint64_t h = 0;
+    for (uint64_t k = c0; k < c1; ++k) {
+      const uint64_t idx = k * step;
+      uint32_t a, b, c;
+      ops(idx, a, b, c);
+      h += hash_term(idx, reference(ops.op, a, b, c));
     }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
-  uint64_t h = 0;
-  for (uint64_t p : part) h += p;
-  return h;
+    total.fetch_add(h, std::memory_order_relaxed);
+  });
+  return total.load();
 }
 
 }  // namespace replay_detail
