@@ -72,6 +72,14 @@ std::string scheme_list() {
 }
 
 constexpr uint32_t kAbs = 0x7FFFFFFFu;
+
+// The element-pass loops are plain C++ that the compiler vectorises; compile them for AVX-512
+// and AVX2 too and pick at run time (the library itself targets the baseline x86-64).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define HALFWAY_BLOCKS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HALFWAY_BLOCKS_CLONES
+#endif
 constexpr uint32_t kInfBits = 0x7F800000u;
 
 /// 2^k as an fp32 value, k in [−149, 127].
@@ -121,12 +129,13 @@ void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) 
   }
 }
 
-void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols) {
-  const size_t n = rows * cols;
-  bool bad = false;
-  for (size_t i = 0; i < n; ++i) bad |= (f32_bits(x[i]) & kInfBits) == kInfBits;
-  if (!bad) return;
-  for (size_t i = 0; i < n; ++i) {
+/// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
+void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
+                    const std::vector<uint32_t>& amax) {
+  uint32_t a = 0;
+  for (uint32_t v : amax) a = std::max(a, v);
+  if (a < kInfBits) return;
+  for (size_t i = 0; i < rows * cols; ++i) {
     if ((f32_bits(x[i]) & kInfBits) == kInfBits)
       throw InputError(s.name + ": non-finite value " + std::to_string(x[i]) + " at [" +
                        std::to_string(i / cols) + ", " + std::to_string(i % cols) +
@@ -135,8 +144,9 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
 }
 
 /// The bits of max |x| of each block (a NaN's bits exceed infinity's).
-std::vector<uint32_t> block_amax(const Job& j) {
-  std::vector<uint32_t> amax(j.sr * j.sc, 0);
+HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
+  thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
+  amax.assign(j.sr * j.sc, 0);
   for (size_t r = 0; r < j.rows; ++r) {
     const uint32_t* row = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
     uint32_t* a = amax.data() + (r / j.tr) * j.sc;
@@ -202,26 +212,45 @@ Nvfp4Global nvfp4_global(const std::vector<uint32_t>& amax) {
   return {g, 1.0f / g, g * inv6};
 }
 
+/// The fp32 values of the 256 e4m3 encodings.
+const float* e4m3_values() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (uint32_t c = 0; c < 256; ++c) {
+      Env env;
+      t[c] = to_f32(formats::e4m3, c, env);
+    }
+    return t;
+  }();
+  return table.data();
+}
+
 void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   const Nvfp4Global g = nvfp4_global(amax);
   e.global_scale = g.encode;
   const float fp32_max = FLT_MAX;
-  for (size_t b = 0; b < amax.size(); ++b) {
-    float ds = bits_f32(amax[b]) * g.multiplier;
-    ds = std::min(ds, fp32_max);
-    bool clamped = ds > 448.0f;
-    ds = std::min(ds, 448.0f);
-    Env env;
-    const uint32_t code = from_f32(formats::e4m3, ds, env);  // RNE, subnormals kept
-    const float s = to_f32(formats::e4m3, code, env);
-    if (s == 0.0f && amax[b] != 0) clamped = true;  // the scale underflowed to zero
+  const size_t nb = amax.size();
+  thread_local std::vector<float> ds;
+  thread_local std::vector<uint8_t> clamped;
+  ds.resize(nb);
+  clamped.resize(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    float d = bits_f32(amax[b]) * g.multiplier;
+    d = d < fp32_max ? d : fp32_max;
+    clamped[b] = d > 448.0f;
+    ds[b] = d < 448.0f ? d : 448.0f;
+  }
+  round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
+  const float* value = e4m3_values();
+  for (size_t b = 0; b < nb; ++b) {
+    const float s = value[e.scale_codes[b]];
+    if (s == 0.0f && amax[b] != 0) clamped[b] = 1;  // the scale underflowed to zero
     float enc = 1.0f / (s * g.decode);
     enc = std::min(enc, fp32_max);
-    e.scale_codes[b] = uint8_t(code);
     e.scales[b] = s;
     j.scale[b].mult = enc;
     j.scale[b].zero = s == 0.0f;
-    if (clamped) {
+    if (clamped[b]) {
       e.events.scales_clamped++;
       if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
     }
@@ -265,74 +294,107 @@ void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& 
   }
 }
 
-/// Block index of every column of row r: `base + c / tc`.
-struct RowBlocks {
-  size_t base, tc;
-};
-
-/// Scale row r into `buf` and count the saturated elements per block.
-void scale_row(const Job& j, size_t r, float* buf, uint32_t* sat) {
+/// Scale row r into `buf` (x · mult, or x / mult; clamped to ±max for NVFP4) and count per
+/// block the elements beyond the element format's largest value. Plain loops over one
+/// multiplier per segment, which the compiler vectorises.
+template <bool Divide, bool Clamp>
+HALFWAY_BLOCKS_CLONES void scale_row(const Job& j, size_t r, float* buf, uint32_t* sat) {
   const float* x = j.x + r * j.cols;
   const size_t base = (r / j.tr) * j.sc;
   const float lim = j.s.element_max;
-  const bool clamp6 = j.s.family == BlockFamily::nvfp4;
-  auto one = [&](size_t c, const BlockScale& bs) {
-    float y = j.divide ? x[c] / bs.mult : x[c] * bs.mult;
-    const bool over = std::fabs(y) > lim;
-    if (clamp6) y = std::clamp(y, -lim, lim);  // TE clamps before the e2m1 cast
-    buf[c] = y;
-    return over && !bs.zero && !bs.nan;
+  auto one = [lim](float v, float m, float& out) -> uint32_t {
+    float y = Divide ? v / m : v * m;
+    const uint32_t over = std::fabs(y) > lim;
+    if (Clamp) y = y > lim ? lim : (y < -lim ? -lim : y);  // TE clamps before the e2m1 cast
+    out = y;
+    return over;
   };
   if (j.tc == 1) {
-    for (size_t c = 0; c < j.cols; ++c) sat[base + c] += one(c, j.scale[base + c]);
+    const BlockScale* bs = j.scale.data() + base;
+    uint32_t* st = sat + base;
+    for (size_t c = 0; c < j.cols; ++c) st[c] += one(x[c], bs[c].mult, buf[c]);
     return;
   }
   for (size_t b = 0; b < j.sc; ++b) {
-    const BlockScale bs = j.scale[base + b];
+    const float m = j.scale[base + b].mult;
+    const size_t c0 = b * j.tc;
     uint32_t n = 0;
-    for (size_t c = b * j.tc; c < (b + 1) * j.tc; ++c) n += one(c, bs);
+    for (size_t c = 0; c < j.tc; ++c) n += one(x[c0 + c], m, buf[c0 + c]);
     sat[base + b] += n;
   }
 }
 
-/// After rounding row r: TE's zero rule, NaN-scale blocks, and the flushed counts.
-void finish_row(const Job& j, size_t r, const float* buf, uint8_t* codes, uint32_t* flushed) {
-  const float* x = j.x + r * j.cols;
+/// After rounding row r: TE's rule for zero (code 0, also for −0.0) and the count of non-zero
+/// inputs whose code is ±0, per block.
+template <bool ZeroIsPlus>
+HALFWAY_BLOCKS_CLONES void finish_row(const Job& j, size_t r, const float* buf, uint8_t* codes, uint32_t* flushed) {
+  const uint32_t* x = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
+  const uint32_t* y = reinterpret_cast<const uint32_t*>(buf);
   const size_t base = (r / j.tr) * j.sc;
-  const uint32_t mag = j.s.element.mag_mask();
-  const bool zero_is_plus = j.s.family == BlockFamily::nvfp4;
-  auto one = [&](size_t c, const BlockScale& bs) {
-    if (zero_is_plus && (f32_bits(buf[c]) & kAbs) == 0) codes[c] = 0;  // TE: −0.0 → code 0
-    if (bs.nan) codes[c] = 0;
-    const bool nonzero = (f32_bits(x[c]) & kAbs) != 0;
-    return nonzero && !bs.nan && (bs.zero || (codes[c] & mag) == 0);
+  const uint8_t mag = uint8_t(j.s.element.mag_mask());
+  auto one = [&](size_t c) -> uint32_t {
+    if (ZeroIsPlus) codes[c] = (y[c] & kAbs) == 0 ? uint8_t(0) : codes[c];
+    return uint32_t((x[c] & kAbs) != 0) & uint32_t((codes[c] & mag) == 0);
   };
   if (j.tc == 1) {
-    for (size_t c = 0; c < j.cols; ++c) flushed[base + c] += one(c, j.scale[base + c]);
+    uint32_t* fl = flushed + base;
+    for (size_t c = 0; c < j.cols; ++c) fl[c] += one(c);
     return;
   }
   for (size_t b = 0; b < j.sc; ++b) {
-    const BlockScale bs = j.scale[base + b];
     uint32_t n = 0;
-    for (size_t c = b * j.tc; c < (b + 1) * j.tc; ++c) n += one(c, bs);
+    for (size_t c = b * j.tc; c < (b + 1) * j.tc; ++c) n += one(c);
     flushed[base + b] += n;
+  }
+}
+
+using ScaleRowFn = void (*)(const Job&, size_t, float*, uint32_t*);
+using FinishRowFn = void (*)(const Job&, size_t, const float*, uint8_t*, uint32_t*);
+
+/// Blocks whose scale is NaN (MX) or zero (NVFP4): codes 0 for NaN blocks, nothing saturated,
+/// every non-zero input flushed for zero scales. Rare, so a second look at those blocks only.
+void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
+                    std::vector<uint32_t>& flushed) {
+  for (size_t b = 0; b < j.scale.size(); ++b) {
+    const BlockScale& bs = j.scale[b];
+    if (!bs.nan && !bs.zero) continue;
+    sat[b] = 0;
+    flushed[b] = 0;
+    const size_t r0 = (b / j.sc) * j.tr, c0 = (b % j.sc) * j.tc;
+    for (size_t r = r0; r < r0 + j.tr; ++r)
+      for (size_t c = c0; c < c0 + j.tc; ++c) {
+        if (bs.nan) e.codes[r * j.cols + c] = 0;
+        else flushed[b] += (f32_bits(j.x[r * j.cols + c]) & kAbs) != 0;
+      }
   }
 }
 
 void encode_elements(const Job& j, BlockEncoding& e) {
   const size_t nb = j.sr * j.sc;
-  std::vector<uint32_t> sat(nb, 0), flushed(nb, 0);
-  std::vector<float> buf(j.cols);
+  thread_local std::vector<uint32_t> sat, flushed;
+  sat.assign(nb, 0);
+  flushed.assign(nb, 0);
+  const bool nv = j.s.family == BlockFamily::nvfp4;
+  const ScaleRowFn scale_fn = nv ? scale_row<false, true>
+                              : j.divide ? scale_row<true, false> : scale_row<false, false>;
+  const FinishRowFn finish_fn = nv ? finish_row<true> : finish_row<false>;
+  // Whole rows at a time, about 16Ki elements: few calls of the bulk kernel, a buffer in cache.
+  const size_t chunk_rows = std::max<size_t>(1, (size_t(1) << 14) / std::max<size_t>(1, j.cols));
+  thread_local std::vector<float> buf;
+  buf.resize(std::min(chunk_rows, std::max<size_t>(j.rows, 1)) * j.cols);
   BulkOptions bo;
   bo.rounding = j.o.rounding;
   bo.seed = j.o.seed;
-  for (size_t r = 0; r < j.rows; ++r) {
-    scale_row(j, r, buf.data(), sat.data());
-    bo.offset = j.o.offset + r * j.cols;
-    uint8_t* codes = e.codes.data() + r * j.cols;
-    round_f32(j.s.element, buf.data(), codes, j.cols, bo);
-    finish_row(j, r, buf.data(), codes, flushed.data());
+  for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
+    const size_t r1 = std::min(j.rows, r0 + chunk_rows);
+    for (size_t r = r0; r < r1; ++r) scale_fn(j, r, buf.data() + (r - r0) * j.cols, sat.data());
+    bo.offset = j.o.offset + r0 * j.cols;  // element (r, c) at stream position offset + r·cols + c
+    uint8_t* codes = e.codes.data() + r0 * j.cols;
+    round_f32(j.s.element, buf.data(), codes, (r1 - r0) * j.cols, bo);
+    for (size_t r = r0; r < r1; ++r)
+      finish_fn(j, r, buf.data() + (r - r0) * j.cols, codes + (r - r0) * j.cols, flushed.data());
   }
+  special_blocks(j, e, sat, flushed);
   for (size_t b = 0; b < nb; ++b) {
     e.events.saturated += sat[b];
     e.events.flushed += flushed[b];
@@ -428,9 +490,10 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
     apply_rht(transformed, rows, cols, o.axis);
     x = transformed.data();
   }
-  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols);
   Job j{s, o, x, rows, cols, tr, tc, rows / tr, cols / tc, false, {}};
   const size_t nb = j.sr * j.sc;
+  thread_local std::vector<BlockScale> scale_store;  // scratch kept between calls
+  j.scale.swap(scale_store);
   j.scale.assign(nb, BlockScale{});
   e.codes.assign(n, 0);
   e.scales.assign(nb, 0.0f);
@@ -438,13 +501,15 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   if (o.per_block_events) e.block_events.assign(nb, BlockEvents{});
   e.events.elements = n;
   e.events.blocks = nb;
-  const std::vector<uint32_t> amax = block_amax(j);
+  const std::vector<uint32_t>& amax = block_amax(j);
+  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax);
   switch (s.family) {
     case BlockFamily::mx: mx_scales(j, amax, e); break;
     case BlockFamily::nvfp4: nvfp4_scales(j, amax, e); break;
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);
+  j.scale.swap(scale_store);
   return e;
 }
 
