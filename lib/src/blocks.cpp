@@ -102,12 +102,8 @@ void log2_parts(uint32_t a, int& e, uint32_t& frac) {
   frac = (mant << (23 - p)) & 0x7FFFFFu;
 }
 
-/// What the element pass needs from each block.
-struct BlockScale {
-  float mult = 1;         ///< elements are x · mult (or x / mult when `divide`)
-  bool zero = false;      ///< the scale is zero (NVFP4 e4m3 underflow): every element decodes to 0
-  bool nan = false;       ///< MX NaN scale: codes 0
-};
+/// Blocks whose scale makes the element pass take a second look (special_blocks).
+enum : uint8_t { kPlainScale = 0, kZeroScale = 1, kNanScale = 2 };
 
 /// The per-call state of an encoding.
 struct Job {
@@ -116,7 +112,8 @@ struct Job {
   const float* x;
   size_t rows, cols, tr, tc, sr, sc;
   bool divide = false;  ///< fp8_block without pow2 divides by the scale
-  std::vector<BlockScale> scale;
+  float* mult = nullptr;       ///< per block: elements are x · mult (or x / mult when `divide`)
+  uint8_t* special = nullptr;  ///< per block: kPlainScale, kZeroScale (NVFP4), kNanScale (MX)
 };
 
 void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) {
@@ -163,36 +160,47 @@ HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   return amax;
 }
 
-void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
-  const uint32_t max_frac = f32_bits(j.s.element_max) & 0x7FFFFFu;
-  for (size_t b = 0; b < amax.size(); ++b) {
+/// The MX scale of every block, branch-free so that it vectorises: k from amax's exponent
+/// (a subnormal amax through its exact conversion to float), the ceil rule from its fraction.
+HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* amax, size_t nb, int emax, bool ceil,
+                                         uint32_t max_frac, uint8_t* codes, float* scales,
+                                         float* mult, uint8_t* special, uint8_t* clamped) {
+  for (size_t b = 0; b < nb; ++b) {
     const uint32_t a = amax[b];
-    if (a >= kInfBits) {  // OCP MX: a block holding NaN or ±inf gets the NaN scale
-      e.scale_codes[b] = 0xFF;
-      e.scales[b] = std::numeric_limits<float>::quiet_NaN();
-      j.scale[b].nan = true;
-      e.events.nan_scales++;
-      continue;
+    const uint32_t field = a >> 23;
+    const uint32_t sub = f32_bits(float(int32_t(a & 0x7FFFFFu)));  // mant = 1.f · 2^p exactly
+    const bool is_sub = field == 0;
+    const int ea = is_sub ? int(sub >> 23) - 127 - 149 : int(field) - 127;
+    const uint32_t frac = (is_sub ? sub : a) & 0x7FFFFFu;
+    // floor: 2^(floor(log2 amax) − emax_elem). ceil: the smallest 2^k with
+    // amax ≤ 2^k · elem_max; elem_max = M · 2^emax with M in [1, 2), so k = ea − emax when
+    // amax's significand is ≤ M, else one more.
+    const int k = ea - emax + int(ceil && frac > max_frac);
+    const bool zero = a == 0, nan = a >= kInfBits;
+    clamped[b] = !zero && !nan && (k < -127 || k > 127);
+    // An all-zero block gets the smallest scale by definition (not a clamp).
+    const int kc = zero ? -127 : (k < -127 ? -127 : (k > 127 ? 127 : k));
+    codes[b] = nan ? uint8_t(0xFF) : uint8_t(kc + 127);
+    scales[b] = bits_f32(nan ? 0x7FC00000u : kc >= -126 ? uint32_t(kc + 127) << 23 : 0x00400000u);
+    // x · 2^−k is exact whenever it matters (docs/blocks.md).
+    mult[b] = bits_f32(kc <= 126 ? uint32_t(127 - kc) << 23 : 0x00400000u);
+    special[b] = nan ? kNanScale : kPlainScale;
+  }
+}
+
+void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  const size_t nb = amax.size();
+  thread_local std::vector<uint8_t> clamped;
+  clamped.resize(nb);
+  mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil,
+                f32_bits(j.s.element_max) & 0x7FFFFFu, e.scale_codes.data(), e.scales.data(),
+                j.mult, j.special, clamped.data());
+  for (size_t b = 0; b < nb; ++b) {
+    e.events.nan_scales += j.special[b] == kNanScale;  // OCP MX: NaN or ±inf in the block
+    if (clamped[b]) {
+      e.events.scales_clamped++;
+      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
     }
-    int k = -127;  // an all-zero block: the smallest scale, by definition (not a clamp)
-    if (a != 0) {
-      int ea;
-      uint32_t frac;
-      log2_parts(a, ea, frac);
-      // floor: 2^(floor(log2 amax) − emax_elem). ceil: the smallest 2^k with
-      // amax ≤ 2^k · elem_max; elem_max = M · 2^emax with M in [1, 2), so k = ea − emax when
-      // amax's significand is ≤ M, else one more.
-      k = ea - j.s.element_emax;
-      if (j.s.ceil && frac > max_frac) ++k;
-      if (k < -127 || k > 127) {
-        k = std::clamp(k, -127, 127);
-        e.events.scales_clamped++;
-        if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
-      }
-    }
-    e.scale_codes[b] = uint8_t(k + 127);
-    e.scales[b] = pow2f(k);
-    j.scale[b].mult = pow2f(-k);  // x · 2^−k is exact whenever it matters (docs/blocks.md)
   }
 }
 
@@ -248,8 +256,8 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
     float enc = 1.0f / (s * g.decode);
     enc = std::min(enc, fp32_max);
     e.scales[b] = s;
-    j.scale[b].mult = enc;
-    j.scale[b].zero = s == 0.0f;
+    j.mult[b] = enc;
+    j.special[b] = s == 0.0f ? kZeroScale : kPlainScale;
     if (clamped[b]) {
       e.events.scales_clamped++;
       if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
@@ -286,7 +294,7 @@ void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& 
       mult = s;
     }
     e.scales[b] = s;
-    j.scale[b].mult = mult;
+    j.mult[b] = mult;
     if (clamped) {
       e.events.scales_clamped++;
       if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
@@ -295,75 +303,91 @@ void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& 
 }
 
 /// Scale row r into `buf` (x · mult, or x / mult; clamped to ±max for NVFP4) and count per
-/// block the elements beyond the element format's largest value. Plain loops over one
-/// multiplier per segment, which the compiler vectorises.
-template <bool Divide, bool Clamp>
-HALFWAY_BLOCKS_CLONES void scale_row(const Job& j, size_t r, float* buf, uint32_t* sat) {
-  const float* x = j.x + r * j.cols;
-  const size_t base = (r / j.tr) * j.sc;
+/// block the elements beyond the element format's largest value and, with CountFlushed (round
+/// to nearest: the code is ±0 exactly when |y| is at most half the smallest subnormal), the
+/// non-zero inputs that become zero. Plain loops over one multiplier per segment, which the
+/// compiler vectorises.
+template <bool Divide, bool Clamp, bool CountFlushed>
+HALFWAY_BLOCKS_CLONES void scale_row(const Job& j, size_t r, float* buf_, uint32_t* sat,
+                                     uint32_t* flushed) {
+  // Locals and restrict pointers: without them every store could change j's fields, and the
+  // loops would not vectorise.
+  const float* __restrict x = j.x + r * j.cols;
+  float* __restrict buf = buf_;
+  const size_t base = (r / j.tr) * j.sc, cols = j.cols, tc = j.tc, sc = j.sc;
+  const float* __restrict mult = j.mult + base;
   const float lim = j.s.element_max;
-  auto one = [lim](float v, float m, float& out) -> uint32_t {
+  const float half_min = j.s.half_min_subnormal;
+  auto one = [lim, half_min](float v, float m, float& out, uint32_t& fl) -> uint32_t {
     float y = Divide ? v / m : v * m;
-    const uint32_t over = std::fabs(y) > lim;
+    const float a = std::fabs(y);
+    if (CountFlushed) fl += uint32_t(v != 0.0f) & uint32_t(a <= half_min);
     if (Clamp) y = y > lim ? lim : (y < -lim ? -lim : y);  // TE clamps before the e2m1 cast
     out = y;
-    return over;
+    return a > lim;
   };
-  if (j.tc == 1) {
-    const BlockScale* bs = j.scale.data() + base;
-    uint32_t* st = sat + base;
-    for (size_t c = 0; c < j.cols; ++c) st[c] += one(x[c], bs[c].mult, buf[c]);
+  if (tc == 1) {
+    uint32_t* __restrict st = sat + base;
+    uint32_t* __restrict ft = flushed + base;
+    for (size_t c = 0; c < cols; ++c) {
+      uint32_t f = 0;
+      st[c] += one(x[c], mult[c], buf[c], f);
+      ft[c] += f;
+    }
     return;
   }
-  for (size_t b = 0; b < j.sc; ++b) {
-    const float m = j.scale[base + b].mult;
-    const size_t c0 = b * j.tc;
-    uint32_t n = 0;
-    for (size_t c = 0; c < j.tc; ++c) n += one(x[c0 + c], m, buf[c0 + c]);
+  for (size_t b = 0; b < sc; ++b) {
+    const float m = mult[b];
+    const float* __restrict xb = x + b * tc;
+    float* __restrict yb = buf + b * tc;
+    uint32_t n = 0, f = 0;
+    for (size_t c = 0; c < tc; ++c) n += one(xb[c], m, yb[c], f);
     sat[base + b] += n;
+    flushed[base + b] += f;
   }
 }
 
-/// After rounding row r: TE's rule for zero (code 0, also for −0.0) and the count of non-zero
-/// inputs whose code is ±0, per block.
-template <bool ZeroIsPlus>
-HALFWAY_BLOCKS_CLONES void finish_row(const Job& j, size_t r, const float* buf, uint8_t* codes, uint32_t* flushed) {
-  const uint32_t* x = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
-  const uint32_t* y = reinterpret_cast<const uint32_t*>(buf);
-  const size_t base = (r / j.tr) * j.sc;
+/// After rounding row r (NVFP4): TE's rule for zero (code 0, also for −0.0) and the count of
+/// non-zero inputs whose code is ±0, per block.
+HALFWAY_BLOCKS_CLONES void finish_row(const Job& j, size_t r, const float* buf, uint8_t* codes_,
+                                      uint32_t* flushed) {
+  const uint32_t* __restrict x = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
+  const uint32_t* __restrict y = reinterpret_cast<const uint32_t*>(buf);
+  uint8_t* __restrict codes = codes_;
+  const size_t base = (r / j.tr) * j.sc, cols = j.cols, tc = j.tc, sc = j.sc;
   const uint8_t mag = uint8_t(j.s.element.mag_mask());
   auto one = [&](size_t c) -> uint32_t {
-    if (ZeroIsPlus) codes[c] = (y[c] & kAbs) == 0 ? uint8_t(0) : codes[c];
-    return uint32_t((x[c] & kAbs) != 0) & uint32_t((codes[c] & mag) == 0);
+    const uint8_t code = (y[c] & kAbs) == 0 ? uint8_t(0) : codes[c];
+    codes[c] = code;
+    return uint32_t((x[c] & kAbs) != 0) & uint32_t((code & mag) == 0);
   };
-  if (j.tc == 1) {
-    uint32_t* fl = flushed + base;
-    for (size_t c = 0; c < j.cols; ++c) fl[c] += one(c);
+  if (tc == 1) {
+    uint32_t* __restrict fl = flushed + base;
+    for (size_t c = 0; c < cols; ++c) fl[c] += one(c);
     return;
   }
-  for (size_t b = 0; b < j.sc; ++b) {
+  for (size_t b = 0; b < sc; ++b) {
     uint32_t n = 0;
-    for (size_t c = b * j.tc; c < (b + 1) * j.tc; ++c) n += one(c);
+    for (size_t c = b * tc; c < (b + 1) * tc; ++c) n += one(c);
     flushed[base + b] += n;
   }
 }
 
-using ScaleRowFn = void (*)(const Job&, size_t, float*, uint32_t*);
-using FinishRowFn = void (*)(const Job&, size_t, const float*, uint8_t*, uint32_t*);
+using ScaleRowFn = void (*)(const Job&, size_t, float*, uint32_t*, uint32_t*);
 
 /// Blocks whose scale is NaN (MX) or zero (NVFP4): codes 0 for NaN blocks, nothing saturated,
 /// every non-zero input flushed for zero scales. Rare, so a second look at those blocks only.
 void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
                     std::vector<uint32_t>& flushed) {
-  for (size_t b = 0; b < j.scale.size(); ++b) {
-    const BlockScale& bs = j.scale[b];
-    if (!bs.nan && !bs.zero) continue;
+  for (size_t b = 0; b < j.sr * j.sc; ++b) {
+    if (j.special[b] == kPlainScale) continue;
+    const bool nan = j.special[b] == kNanScale;
     sat[b] = 0;
     flushed[b] = 0;
     const size_t r0 = (b / j.sc) * j.tr, c0 = (b % j.sc) * j.tc;
     for (size_t r = r0; r < r0 + j.tr; ++r)
       for (size_t c = c0; c < c0 + j.tc; ++c) {
-        if (bs.nan) e.codes[r * j.cols + c] = 0;
+        if (nan) e.codes[r * j.cols + c] = 0;
         else flushed[b] += (f32_bits(j.x[r * j.cols + c]) & kAbs) != 0;
       }
   }
@@ -375,9 +399,11 @@ void encode_elements(const Job& j, BlockEncoding& e) {
   sat.assign(nb, 0);
   flushed.assign(nb, 0);
   const bool nv = j.s.family == BlockFamily::nvfp4;
-  const ScaleRowFn scale_fn = nv ? scale_row<false, true>
-                              : j.divide ? scale_row<true, false> : scale_row<false, false>;
-  const FinishRowFn finish_fn = nv ? finish_row<true> : finish_row<false>;
+  // NVFP4 needs the codes for TE's zero rule and, under stochastic rounding, to know what
+  // became zero; the others count flushed elements from the scaled values.
+  const ScaleRowFn scale_fn = nv          ? scale_row<false, true, false>
+                              : j.divide ? scale_row<true, false, true>
+                                         : scale_row<false, false, true>;
   // Whole rows at a time, about 16Ki elements: few calls of the bulk kernel, a buffer in cache.
   const size_t chunk_rows = std::max<size_t>(1, (size_t(1) << 14) / std::max<size_t>(1, j.cols));
   thread_local std::vector<float> buf;
@@ -387,12 +413,15 @@ void encode_elements(const Job& j, BlockEncoding& e) {
   bo.seed = j.o.seed;
   for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
     const size_t r1 = std::min(j.rows, r0 + chunk_rows);
-    for (size_t r = r0; r < r1; ++r) scale_fn(j, r, buf.data() + (r - r0) * j.cols, sat.data());
+    for (size_t r = r0; r < r1; ++r)
+      scale_fn(j, r, buf.data() + (r - r0) * j.cols, sat.data(), flushed.data());
     bo.offset = j.o.offset + r0 * j.cols;  // element (r, c) at stream position offset + r·cols + c
     uint8_t* codes = e.codes.data() + r0 * j.cols;
     round_f32(j.s.element, buf.data(), codes, (r1 - r0) * j.cols, bo);
-    for (size_t r = r0; r < r1; ++r)
-      finish_fn(j, r, buf.data() + (r - r0) * j.cols, codes + (r - r0) * j.cols, flushed.data());
+    if (nv)
+      for (size_t r = r0; r < r1; ++r)
+        finish_row(j, r, buf.data() + (r - r0) * j.cols, codes + (r - r0) * j.cols,
+                   flushed.data());
   }
   special_blocks(j, e, sat, flushed);
   for (size_t b = 0; b < nb; ++b) {
@@ -404,7 +433,7 @@ void encode_elements(const Job& j, BlockEncoding& e) {
       be.blocks = 1;
       be.saturated = sat[b];
       be.flushed = flushed[b];
-      be.nan_scales = j.scale[b].nan;
+      be.nan_scales = j.special[b] == kNanScale;
     }
   }
 }
@@ -425,6 +454,7 @@ BlockScheme parse_block_scheme(std::string_view name) {
     Env env;
     s.element_max = to_f32(s.element, s.element.max_mag(), env);
     s.element_emax = s.element.emax();
+    s.half_min_subnormal = to_f32(s.element, 1, env) / 2;  // exact: a power of two
     if (colon != std::string_view::npos) {
       const std::string_view opt = name.substr(colon + 1);
       if (opt != "ceil" || s.family != BlockFamily::mx)
@@ -490,11 +520,14 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
     apply_rht(transformed, rows, cols, o.axis);
     x = transformed.data();
   }
-  Job j{s, o, x, rows, cols, tr, tc, rows / tr, cols / tc, false, {}};
+  Job j{s, o, x, rows, cols, tr, tc, rows / tr, cols / tc, false, nullptr, nullptr};
   const size_t nb = j.sr * j.sc;
-  thread_local std::vector<BlockScale> scale_store;  // scratch kept between calls
-  j.scale.swap(scale_store);
-  j.scale.assign(nb, BlockScale{});
+  thread_local std::vector<float> mult;  // scratch kept between calls
+  thread_local std::vector<uint8_t> special;
+  mult.assign(nb, 1.0f);
+  special.assign(nb, kPlainScale);
+  j.mult = mult.data();
+  j.special = special.data();
   e.codes.assign(n, 0);
   e.scales.assign(nb, 0.0f);
   if (s.family != BlockFamily::fp8_block) e.scale_codes.assign(nb, 0);
@@ -509,7 +542,6 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);
-  j.scale.swap(scale_store);
   return e;
 }
 

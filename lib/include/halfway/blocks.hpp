@@ -43,6 +43,7 @@ struct BlockScheme {
   bool ceil = false;    ///< MX scale rule ":ceil" (the smallest 2^e ≥ amax / element max)
   float element_max = 0;  ///< the element format's largest finite value
   int element_emax = 0;   ///< its exponent (MX: emax_elem)
+  float half_min_subnormal = 0;  ///< half its smallest subnormal: at most this rounds to ±0
 };
 
 /// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 (each optionally
