@@ -322,7 +322,9 @@ HALFWAY_BLOCKS_CLONES void scale_row(const Job& j, size_t r, float* buf_, uint32
     float y = Divide ? v / m : v * m;
     const float a = std::fabs(y);
     if (CountFlushed) fl += uint32_t(v != 0.0f) & uint32_t(a <= half_min);
-    if (Clamp) y = y > lim ? lim : (y < -lim ? -lim : y);  // TE clamps before the e2m1 cast
+    // NVFP4: TE clamps before the e2m1 cast, and its table gives −0.0 the code of +0; adding
+    // +0 turns −0 into +0 (round to nearest) and leaves every other value as it is.
+    if (Clamp) y = (y > lim ? lim : (y < -lim ? -lim : y)) + 0.0f;
     out = y;
     return a > lim;
   };
@@ -347,30 +349,13 @@ HALFWAY_BLOCKS_CLONES void scale_row(const Job& j, size_t r, float* buf_, uint32
   }
 }
 
-/// After rounding row r (NVFP4): TE's rule for zero (code 0, also for −0.0) and the count of
-/// non-zero inputs whose code is ±0, per block.
-HALFWAY_BLOCKS_CLONES void finish_row(const Job& j, size_t r, const float* buf, uint8_t* codes_,
-                                      uint32_t* flushed) {
-  const uint32_t* __restrict x = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
-  const uint32_t* __restrict y = reinterpret_cast<const uint32_t*>(buf);
-  uint8_t* __restrict codes = codes_;
-  const size_t base = (r / j.tr) * j.sc, cols = j.cols, tc = j.tc, sc = j.sc;
+/// After stochastic rounding of row r (NVFP4): the non-zero inputs whose code is ±0, per block.
+void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t* flushed) {
+  const float* x = j.x + r * j.cols;
+  const size_t base = (r / j.tr) * j.sc;
   const uint8_t mag = uint8_t(j.s.element.mag_mask());
-  auto one = [&](size_t c) -> uint32_t {
-    const uint8_t code = (y[c] & kAbs) == 0 ? uint8_t(0) : codes[c];
-    codes[c] = code;
-    return uint32_t((x[c] & kAbs) != 0) & uint32_t((code & mag) == 0);
-  };
-  if (tc == 1) {
-    uint32_t* __restrict fl = flushed + base;
-    for (size_t c = 0; c < cols; ++c) fl[c] += one(c);
-    return;
-  }
-  for (size_t b = 0; b < sc; ++b) {
-    uint32_t n = 0;
-    for (size_t c = b * tc; c < (b + 1) * tc; ++c) n += one(c);
-    flushed[base + b] += n;
-  }
+  for (size_t c = 0; c < j.cols; ++c)
+    flushed[base + c / j.tc] += x[c] != 0.0f && (codes[c] & mag) == 0;
 }
 
 using ScaleRowFn = void (*)(const Job&, size_t, float*, uint32_t*, uint32_t*);
@@ -399,9 +384,10 @@ void encode_elements(const Job& j, BlockEncoding& e) {
   sat.assign(nb, 0);
   flushed.assign(nb, 0);
   const bool nv = j.s.family == BlockFamily::nvfp4;
-  // NVFP4 needs the codes for TE's zero rule and, under stochastic rounding, to know what
-  // became zero; the others count flushed elements from the scaled values.
-  const ScaleRowFn scale_fn = nv          ? scale_row<false, true, false>
+  // Rounding to nearest: flushed elements are counted from the scaled values; stochastic
+  // rounding (NVFP4 only) needs the codes.
+  const bool sr = j.o.rounding == Rounding::stochastic;
+  const ScaleRowFn scale_fn = nv ? (sr ? scale_row<false, true, false> : scale_row<false, true, true>)
                               : j.divide ? scale_row<true, false, true>
                                          : scale_row<false, false, true>;
   // Whole rows at a time, about 16Ki elements: few calls of the bulk kernel, a buffer in cache.
@@ -418,10 +404,9 @@ void encode_elements(const Job& j, BlockEncoding& e) {
     bo.offset = j.o.offset + r0 * j.cols;  // element (r, c) at stream position offset + r·cols + c
     uint8_t* codes = e.codes.data() + r0 * j.cols;
     round_f32(j.s.element, buf.data(), codes, (r1 - r0) * j.cols, bo);
-    if (nv)
+    if (sr)
       for (size_t r = r0; r < r1; ++r)
-        finish_row(j, r, buf.data() + (r - r0) * j.cols, codes + (r - r0) * j.cols,
-                   flushed.data());
+        count_flushed_codes(j, r, codes + (r - r0) * j.cols, flushed.data());
   }
   special_blocks(j, e, sat, flushed);
   for (size_t b = 0; b < nb; ++b) {
