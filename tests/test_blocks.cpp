@@ -154,12 +154,9 @@ TEST_CASE("every MX element encoding at representative scales decodes back to it
         float pin;
         if (!exact_f32(s.element_max, k, pin)) continue;
         std::vector<float> in;
-        std::vector<double> want;
         for (double v : vals) {
           float f;
-          if (!exact_f32(v, k, f)) continue;  // below fp32's subnormals at the smallest scales
-          in.push_back(f);
-          want.push_back(v);
+          if (exact_f32(v, k, f)) in.push_back(f);  // not below fp32's subnormals at 2^-127
         }
         size_t cols = 0;
         const std::vector<float> x = blocks_of(in, pin, 32, cols);
@@ -172,7 +169,6 @@ TEST_CASE("every MX element encoding at representative scales decodes back to it
         CHECK(e.events.saturated == 0);
         CHECK(e.events.flushed == 0);
         check_against_oracle(s, x, 1, cols);
-        (void)want;
       }
     }
   }
