@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "halfway/blocks.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
@@ -399,6 +400,176 @@ py::object arith(Op op, const std::vector<py::handle>& operands, py::handle fmt,
 }
 
 // ---------------------------------------------------------------------------------------------
+// Block quantization (blocks.hpp): 2-D float32 tensors to element codes and block scales
+
+BlockAxis to_axis(int axis, const char* fn) {
+  if (axis == -1 || axis == 1) return BlockAxis::last;
+  if (axis == 0 || axis == -2) return BlockAxis::first;
+  throw py::value_error(std::string("halfway.") + fn + ": axis must be 1 (-1), the last, or 0 " +
+                        "(-2), the first, not " + std::to_string(axis));
+}
+
+BlockOptions block_options(const BlockScheme& s, int axis, const std::string& rounding,
+                           py::handle seed, py::handle offset, bool rht, bool pow2_scales,
+                           const char* fn) {
+  BlockOptions o;
+  o.axis = to_axis(axis, fn);
+  o.rounding = parse_rounding(rounding);
+  if (o.rounding == Rounding::stochastic) {
+    if (seed.is_none())
+      throw InputError("stochastic rounding needs seed=<int>, so that results can be reproduced");
+    o.seed = to_u64(seed, "seed");
+  }
+  o.offset = to_u64(offset, "offset");
+  o.rht = rht;
+  o.pow2_scales = pow2_scales;
+  o.per_block_events = true;
+  (void)s;
+  return o;
+}
+
+/// A 2-D C-contiguous array of T; `what` names it in errors.
+template <class T>
+py::array_t<T> matrix_input(py::handle a, const char* fn, const char* what, const char* dtype) {
+  if (!py::isinstance<py::array>(a))
+    throw py::type_error(std::string("halfway.") + fn + ": " + what + " must be a 2-D numpy " +
+                         dtype + " array, not " + type_name(a));
+  py::array arr = py::reinterpret_borrow<py::array>(a);
+  if (!arr.dtype().is(py::dtype::of<T>()))
+    throw py::type_error(std::string("halfway.") + fn + ": " + what + " must be " + dtype +
+                         ", got " + dtype_name(arr) + " (convert with .astype(np." + dtype + "))");
+  if (arr.ndim() != 2)
+    throw py::value_error(std::string("halfway.") + fn + ": " + what + " must be 2-D, got " +
+                          std::to_string(arr.ndim()) + "-D");
+  return py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(arr);
+}
+
+py::dict block_counts(const BlockEncoding& e) {
+  py::dict d;
+  d["elements"] = e.events.elements;
+  d["blocks"] = e.events.blocks;
+  d["saturated"] = e.events.saturated;
+  d["flushed"] = e.events.flushed;
+  d["scales_clamped"] = e.events.scales_clamped;
+  d["nan_scales"] = e.events.nan_scales;
+  const std::vector<py::ssize_t> shape{py::ssize_t(e.scale_rows()), py::ssize_t(e.scale_cols())};
+  py::array_t<uint32_t> sat(shape), fl(shape);
+  py::array_t<bool> clamped(shape);
+  for (size_t b = 0; b < e.block_events.size(); ++b) {
+    sat.mutable_data()[b] = uint32_t(e.block_events[b].saturated);
+    fl.mutable_data()[b] = uint32_t(e.block_events[b].flushed);
+    clamped.mutable_data()[b] = e.block_events[b].scales_clamped != 0;
+  }
+  d["block_saturated"] = sat;
+  d["block_flushed"] = fl;
+  d["block_scales_clamped"] = clamped;
+  return d;
+}
+
+BlockEncoding encode_matrix(const BlockScheme& s, py::handle x, const BlockOptions& o,
+                            const char* fn) {
+  const py::array_t<float> in = matrix_input<float>(x, fn, "x", "float32");
+  const size_t rows = size_t(in.shape(0)), cols = size_t(in.shape(1));
+  check_blocks(s, rows, cols, o);
+  const float* p = in.data();
+  py::gil_scoped_release release;
+  return encode_blocks(s, p, rows, cols, o);
+}
+
+py::object encode_blocks_py(py::handle x, const std::string& scheme, int axis,
+                            const std::string& rounding, py::handle seed, py::handle offset,
+                            bool rht, bool pow2_scales, bool counts) {
+  const BlockScheme s = parse_block_scheme(scheme);
+  const BlockOptions o =
+      block_options(s, axis, rounding, seed, offset, rht, pow2_scales, "encode_blocks");
+  const BlockEncoding e = encode_matrix(s, x, o, "encode_blocks");
+  py::array_t<uint8_t> codes({py::ssize_t(e.rows), py::ssize_t(e.cols)});
+  std::copy(e.codes.begin(), e.codes.end(), codes.mutable_data());
+  const std::vector<py::ssize_t> sshape{py::ssize_t(e.scale_rows()), py::ssize_t(e.scale_cols())};
+  py::object scales;
+  if (s.family == BlockFamily::fp8_block) {
+    py::array_t<float> v(sshape);
+    std::copy(e.scales.begin(), e.scales.end(), v.mutable_data());
+    scales = v;
+  } else {
+    py::array_t<uint8_t> v(sshape);
+    std::copy(e.scale_codes.begin(), e.scale_codes.end(), v.mutable_data());
+    scales = v;
+  }
+  py::object global = e.global_scale ? np().attr("float32")(*e.global_scale) : py::none();
+  if (counts) return py::make_tuple(codes, scales, global, block_counts(e));
+  return py::make_tuple(codes, scales, global);
+}
+
+py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle global,
+                            const std::string& scheme, py::handle axis_arg) {
+  const BlockScheme s = parse_block_scheme(scheme);
+  const py::array_t<uint8_t> c = matrix_input<uint8_t>(codes, "decode_blocks", "codes", "uint8");
+  BlockEncoding e;
+  e.rows = size_t(c.shape(0));
+  e.cols = size_t(c.shape(1));
+  const bool fp8 = s.family == BlockFamily::fp8_block;
+  py::array sc = fp8 ? py::array(matrix_input<float>(scales, "decode_blocks", "scales", "float32"))
+                     : py::array(matrix_input<uint8_t>(scales, "decode_blocks", "scales", "uint8"));
+  const size_t srows = size_t(sc.shape(0)), scols = size_t(sc.shape(1));
+  if (axis_arg.is_none()) {
+    // The scales' shape tells the axis of 1-D blocks: [rows, cols/k] or [rows/k, cols].
+    e.axis = !s.two_d && srows * size_t(s.block) == e.rows && scols == e.cols ? BlockAxis::first
+                                                                            : BlockAxis::last;
+  } else {
+    e.axis = to_axis(axis_arg.cast<int>(), "decode_blocks");
+  }
+  const auto [tr, tc] = block_tile(s, e.axis);
+  e.tile_rows = tr;
+  e.tile_cols = tc;
+  if (e.rows % tr || e.cols % tc || srows != e.rows / tr || scols != e.cols / tc)
+    throw py::value_error("halfway.decode_blocks: " + s.name + " codes of shape [" +
+                          std::to_string(e.rows) + ", " + std::to_string(e.cols) +
+                          "] need scales of shape [" + std::to_string(e.rows / tr) + ", " +
+                          std::to_string(e.cols / tc) + "], got [" + std::to_string(srows) +
+                          ", " + std::to_string(scols) + "]");
+  e.codes.assign(c.data(), c.data() + c.size());
+  if (fp8) {
+    const float* p = static_cast<const float*>(sc.data());
+    e.scales.assign(p, p + sc.size());
+  } else {
+    const uint8_t* p = static_cast<const uint8_t*>(sc.data());
+    e.scale_codes.assign(p, p + sc.size());
+  }
+  if (!global.is_none()) {
+    if (s.family != BlockFamily::nvfp4)
+      throw py::value_error("halfway.decode_blocks: " + s.name + " has no global scale (pass None)");
+    e.global_scale = np().attr("float32")(global).cast<float>();
+  } else if (s.family == BlockFamily::nvfp4) {
+    throw py::value_error("halfway.decode_blocks: " + s.name + " needs its global scale");
+  }
+  py::array_t<float> out({py::ssize_t(e.rows), py::ssize_t(e.cols)});
+  float* po = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    decode_blocks(s, e, po);
+  }
+  return out;
+}
+
+py::object quantize_blocks_py(py::handle x, const std::string& scheme, int axis,
+                              const std::string& rounding, py::handle seed, py::handle offset,
+                              bool rht, bool pow2_scales, bool counts) {
+  const BlockScheme s = parse_block_scheme(scheme);
+  const BlockOptions o =
+      block_options(s, axis, rounding, seed, offset, rht, pow2_scales, "quantize_blocks");
+  const BlockEncoding e = encode_matrix(s, x, o, "quantize_blocks");
+  py::array_t<float> out({py::ssize_t(e.rows), py::ssize_t(e.cols)});
+  float* po = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    decode_blocks(s, e, po);
+  }
+  if (counts) return py::make_tuple(out, block_counts(e));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
 // finfo
 
 py::dict finfo_fields(py::handle fmt) {
@@ -621,6 +792,17 @@ PYBIND11_MODULE(_halfway, m) {
       py::arg("counts") = false);
 
   m.def("_finfo_fields", &finfo_fields, py::arg("fmt"));
+  m.def("encode_blocks", &encode_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
+        py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
+        py::arg("offset") = 0, py::arg("rht") = false, py::arg("pow2_scales") = false,
+        py::arg("counts") = false);
+  m.def("decode_blocks", &decode_blocks_py, py::arg("codes"), py::arg("scales"),
+        py::arg("global_scale"), py::arg("scheme"), py::kw_only(), py::arg("axis") = py::none());
+  m.def("quantize_blocks", &quantize_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
+        py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
+        py::arg("offset") = 0, py::arg("rht") = false, py::arg("pow2_scales") = false,
+        py::arg("counts") = false);
+  m.def("block_schemes", &block_scheme_names, "Names of the block quantization schemes.");
 #if HALFWAY_PY_SIM
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");

@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
+    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
 
@@ -130,6 +131,65 @@ def sqrt(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=
 
 for _f in (round, encode, add, sub, mul, div, fma, sqrt):
     _f.__doc__ += _COMMON
+del _f
+
+
+_BLOCK_OPTIONS = """
+    scheme: mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4 (each optionally with
+        ':ceil', Transformer Engine's scale rule), nvfp4, nvfp4_2d, fp8_block, fp8_block_2d.
+        docs/blocks.md defines each one bit for bit.
+    axis: -1 (default): 1 x k blocks along each row; 0: k x 1 blocks down each column (the
+        operand whose reduction dimension is its first). The 2-D schemes use k x k tiles.
+    rounding: 'near_even', or 'stochastic' for NVFP4 elements (needs seed; element (r, c)
+        uses the random bits of stream position offset + r * cols + c).
+    rht: nvfp4 only: Transformer Engine's 16-point random Hadamard transform of each block
+        first (codes, scales and values are then those of the transformed tensor).
+    pow2_scales: fp8_block only: power-of-two scales (TE's force_pow_2_scales).
+    counts: also return a dict: elements, blocks, saturated, flushed, scales_clamped,
+        nan_scales, and per-block arrays block_saturated, block_flushed,
+        block_scales_clamped shaped like the scales.
+
+    Bad input raises ValueError: a shape that does not divide into blocks, an unknown scheme,
+    a NaN or infinity with nvfp4/fp8_block (MX gives such a block a NaN scale), an option the
+    scheme does not have. x must be a 2-D float32 array (TypeError otherwise).
+"""
+
+
+def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset=0, rht=False,
+                  pow2_scales=False, counts=False):
+    """Quantize a 2-D float32 array into block-scaled codes.
+
+    Returns (codes, scales, global_scale): codes is uint8 with x's shape (element encodings);
+    scales is shaped [rows / tile_rows, cols / tile_cols] and holds uint8 codes (e8m0 for MX,
+    e4m3 for NVFP4) or float32 values (fp8_block*); global_scale is NVFP4's fp32 global encode
+    scale (a numpy float32) and None otherwise. With counts=True a dict is appended.
+    """
+    return _halfway.encode_blocks(x, scheme, axis=axis, rounding=rounding, seed=seed,
+                                  offset=offset, rht=rht, pow2_scales=pow2_scales, counts=counts)
+
+
+def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
+    """The float32 values of block-scaled codes: element x scale, rounded once in fp32
+    (NVFP4: element x fp32(e4m3 scale x fp32(1 / global_scale))). The blocks' axis is read
+    from the scales' shape unless given. Shapes that do not match raise ValueError."""
+    return _halfway.decode_blocks(codes, scales, global_scale, scheme, axis=axis)
+
+
+def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset=0,
+                    rht=False, pow2_scales=False, counts=False):
+    """encode_blocks then decode_blocks: x's values after block quantization, float32."""
+    return _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding, seed=seed,
+                                    offset=offset, rht=rht, pow2_scales=pow2_scales,
+                                    counts=counts)
+
+
+def block_schemes():
+    """Names of the block quantization schemes (the MX ones also take ':ceil')."""
+    return _halfway.block_schemes()
+
+
+for _f in (encode_blocks, quantize_blocks):
+    _f.__doc__ += _BLOCK_OPTIONS
 del _f
 
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "halfway/blocks.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
@@ -366,6 +367,12 @@ class Bench {
                   true);
     round_vs_f16c("quantize_f32", "bf16", Rounding::near_even, small, 0.25, true, true);
     round_vs_f16c("quantize_f32", "e4m3", Rounding::near_even, small, 0.25, true, true);
+    // Block quantization (codes, scales and events) against F16C's fp16 throughput.
+    for (const char* scheme : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4",
+                               "mxfp4:ceil", "nvfp4", "nvfp4_2d", "fp8_block", "fp8_block_2d"})
+      blocks_vs_f16c(scheme, BlockAxis::last, small);
+    blocks_vs_f16c("mxfp8_e4m3", BlockAxis::first, small);
+    blocks_vs_f16c("nvfp4", BlockAxis::first, small);
     // Arithmetic against native fp32.
     for (const char* f : {"fp16", "bf16"}) {
       arith_vs_native("add", f, small);
@@ -468,6 +475,35 @@ class Bench {
       r.ratio = m.ratio;
     }
     detail::set_bulk_hardware_conversions(old_hw);
+    emit(r);
+  }
+
+  /// encode_blocks on a square tensor of n elements (at least 128x128; normal values over
+  /// 2^-8..2^8, so blocks have different scales), against F16C converting as many values.
+  void blocks_vs_f16c(const std::string& scheme, BlockAxis axis, size_t n) {
+    const std::string name =
+        std::string("encode_blocks") + (axis == BlockAxis::first ? " (axis 0)" : "");
+    if (!wanted(name, scheme, Rounding::near_even)) return;
+    const BlockScheme bs = parse_block_scheme(scheme);
+    n = std::max<size_t>(n, 128 * 128);
+    const size_t rows = size_t(std::lround(std::sqrt(double(n)))), cols = n / rows;
+    const std::vector<float> v = sample_values(n, 8, -8, 8);
+    Buffer<float> in(n);
+    std::memcpy(in.p, v.data(), n * sizeof(float));
+    Buffer<uint16_t> ref16(n);
+    BlockOptions o;
+    o.axis = axis;
+    auto ours = [&] { (void)encode_blocks(bs, in.p, rows, cols, o); };
+    Row r{name, scheme, "near_even", n, 0, "F16C vcvtps2ph (f32->fp16)", {}, 0.25,
+          "codes, scales and event counts of a square tensor"};
+    if (!has_f16c()) {
+      r.reference = "skipped: no F16C";
+      r.items_per_second = n / time_call(ours, calibrate(ours, s_.min_seconds));
+    } else {
+      const Measure m = measure(s_, ours, [&] { f16c_ref(in.p, ref16.p, n); });
+      r.items_per_second = n / m.ours_seconds;
+      r.ratio = m.ratio;
+    }
     emit(r);
   }
 

@@ -1,0 +1,154 @@
+/// \file blocks.hpp
+/// Block-scaled quantization of row-major 2-D float32 tensors: OCP MX (one e8m0 scale per 32
+/// elements), NVIDIA NVFP4 (an e4m3 scale per 16 e2m1 elements plus an fp32 global scale) and
+/// blockwise fp8 (an fp32 scale per 1×128 row tile or 128×128 tile). Each scheme is defined
+/// bit for bit in docs/blocks.md, with its source. Host only.
+///
+///     const halfway::BlockScheme s = halfway::parse_block_scheme("mxfp4");
+///     halfway::BlockEncoding e = halfway::encode_blocks(s, x.data(), rows, cols);
+///     // e.codes: rows×cols e2m1 codes; e.scale_codes: rows×(cols/32) e8m0 codes
+///     std::vector<float> y(rows * cols);
+///     halfway::decode_blocks(s, e, y.data());   // e2m1 value × 2^(scale − 127)
+///
+/// Blocks run along the last axis (1×k, as an operand whose reduction dimension is its rows'
+/// length) or, with `BlockAxis::first`, along the first (k×1, the transposed operand); the
+/// 2-D schemes use k×k tiles either way. Codes keep the shape and layout of the input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "halfway/env.hpp"
+#include "halfway/format.hpp"
+
+namespace halfway {
+
+/// How a scheme computes its scales.
+enum class BlockFamily : uint8_t {
+  mx,         ///< OCP MX v1.0: e8m0 scale 2^e per block
+  nvfp4,      ///< Transformer Engine's NVFP4: e4m3 block scale and fp32 global scale
+  fp8_block,  ///< DeepSeek-V3 style blockwise fp8: fp32 scale amax/448 per block
+};
+
+struct BlockScheme {
+  std::string name;     ///< as parsed, e.g. "mxfp8_e4m3:ceil"
+  BlockFamily family = BlockFamily::mx;
+  Format element;       ///< the element format, saturating (e4m3:sat, e5m2:sat, e2m3, e3m2, e2m1)
+  int block = 32;       ///< elements per block along the block axis (the tile side for 2-D)
+  bool two_d = false;   ///< block×block tiles (nvfp4_2d, fp8_block_2d)
+  bool ceil = false;    ///< MX scale rule ":ceil" (the smallest 2^e ≥ amax / element max)
+  float element_max = 0;  ///< the element format's largest finite value
+  int element_emax = 0;   ///< its exponent (MX: emax_elem)
+  float half_min_subnormal = 0;  ///< half its smallest subnormal: at most this rounds to ±0
+};
+
+/// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 (each optionally
+/// followed by ":ceil"), nvfp4 nvfp4_2d fp8_block fp8_block_2d. Throws InputError.
+BlockScheme parse_block_scheme(std::string_view name);
+/// The scheme names without options, in the order above.
+const std::vector<std::string>& block_scheme_names();
+
+enum class BlockAxis : uint8_t {
+  last,   ///< 1×k blocks along each row (x's last axis)
+  first,  ///< k×1 blocks down each column (x's first axis)
+};
+
+struct BlockOptions {
+  BlockAxis axis = BlockAxis::last;
+  /// near_even, or stochastic for the elements of nvfp4/nvfp4_2d (element (r, c) uses the
+  /// random bits of stream position offset + r·cols + c, see env.hpp).
+  Rounding rounding = Rounding::near_even;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  /// nvfp4 (1×16) only: apply Transformer Engine's 16-point random Hadamard transform to each
+  /// block before quantizing; codes, scales and decoded values are then those of the
+  /// transformed tensor (what TE's wgrad GEMM consumes).
+  bool rht = false;
+  /// fp8_block only: power-of-two scales (Transformer Engine's force_pow_2_scales).
+  bool pow2_scales = false;
+  /// Also fill BlockEncoding::block_events.
+  bool per_block_events = false;
+};
+
+/// Event counts of a call or of one block.
+struct BlockEvents {
+  uint64_t elements = 0;
+  uint64_t blocks = 0;
+  /// Elements whose value before element rounding was beyond the element format's largest
+  /// finite value, so they were clamped to ±max (MX floor rule, NVFP4's clamp to ±6, fp8).
+  uint64_t saturated = 0;
+  /// Non-zero elements that decode to zero: the element code is ±0, or the block's scale is 0.
+  uint64_t flushed = 0;
+  /// Blocks whose scale left the scale format's range and was clamped (docs/blocks.md).
+  uint64_t scales_clamped = 0;
+  /// MX blocks holding a NaN or an infinity: their scale is NaN (e8m0 0xFF).
+  uint64_t nan_scales = 0;
+
+  BlockEvents& operator+=(const BlockEvents& o) {
+    elements += o.elements;
+    blocks += o.blocks;
+    saturated += o.saturated;
+    flushed += o.flushed;
+    scales_clamped += o.scales_clamped;
+    nan_scales += o.nan_scales;
+    return *this;
+  }
+  bool operator==(const BlockEvents&) const = default;
+};
+
+/// A quantized tensor.
+struct BlockEncoding {
+  size_t rows = 0, cols = 0;
+  size_t tile_rows = 1, tile_cols = 1;  ///< the shape of one block in the tensor
+  BlockAxis axis = BlockAxis::last;
+  std::vector<uint8_t> codes;        ///< rows×cols element encodings, row-major
+  /// (rows/tile_rows)×(cols/tile_cols), row-major: e8m0 codes (MX) or e4m3 codes (NVFP4);
+  /// empty for fp8_block.
+  std::vector<uint8_t> scale_codes;
+  /// The same shape: each block's scale as an fp32 value (MX 2^e or NaN, NVFP4 the e4m3
+  /// value, fp8_block the scale itself).
+  std::vector<float> scales;
+  std::optional<float> global_scale;  ///< NVFP4: the fp32 global encode scale
+  BlockEvents events;                 ///< the whole call
+  std::vector<BlockEvents> block_events;  ///< per block (only with per_block_events)
+
+  size_t scale_rows() const { return rows / tile_rows; }
+  size_t scale_cols() const { return cols / tile_cols; }
+};
+
+/// The block shape of `s` for `axis` (rows, cols).
+std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis);
+
+/// Check a call before any work: the shape divides into blocks, the options fit the scheme.
+/// Throws InputError with a one-line message.
+void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOptions& o);
+
+/// Quantize x (rows×cols, row-major). Throws InputError for a bad shape or options, and for a
+/// NaN or infinity in x with the NVFP4 and fp8_block schemes (MX gives such a block a NaN
+/// scale, as the OCP MX specification does).
+BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
+                            const BlockOptions& o = {});
+
+/// The dequantized values of `e` (rows×cols fp32, row-major): element × scale in fp32, rounded
+/// once (NVFP4: element × fp32(e4m3 scale × fp32(1 / global scale))). Reads scale_codes for MX
+/// and NVFP4, scales for fp8_block. Throws InputError for inconsistent sizes.
+void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out);
+
+/// encode_blocks then decode_blocks; returns the call's events.
+BlockEvents quantize_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
+                            float* out, const BlockOptions& o = {});
+
+namespace detail {
+/// Transformer Engine's random Hadamard transform of one 16-element vector (in place, stride
+/// between elements): y_j = Σ_k x_k · s_k · H_kj / 4, H the Sylvester Hadamard matrix, s TE's
+/// wgrad sign vector, summed in fp32 in the order k = 0..15.
+void rht16(float* v, size_t stride);
+/// TE's fixed sign vector of the wgrad RHT.
+extern const float kRhtSigns[16];
+}  // namespace detail
+
+}  // namespace halfway

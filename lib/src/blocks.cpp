@@ -1,0 +1,587 @@
+// Block-scaled quantization (blocks.hpp). Each call makes three passes over a tensor: the
+// block amax (integer max of |x|'s bits), one scale per block (scalar), and the elements: each
+// row is scaled into a buffer with the block's multiplier (or divisor) and rounded by the bulk
+// kernels (bulk.hpp), which also serve stochastic rounding. The events are counted on the way.
+// docs/blocks.md defines every step; the tests compare with an oracle written separately
+// (tests/block_oracle.cpp) and, in Python, with a numpy transcription of the definitions.
+// Compiled with -ffp-contract=off: every fp32 step is its own rounding, as the definitions say.
+#include "halfway/blocks.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "halfway/bulk.hpp"
+#include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+
+namespace halfway {
+
+namespace detail {
+const float kRhtSigns[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
+
+void rht16(float* v, size_t stride) {
+  float in[16];
+  for (int k = 0; k < 16; ++k) in[k] = v[size_t(k) * stride];
+  for (int j = 0; j < 16; ++j) {
+    float acc = 0;
+    for (int k = 0; k < 16; ++k) {
+      // Sylvester's Hadamard entry H_kj = (−1)^popcount(k & j), with TE's row sign s_k and
+      // the normalisation 1/sqrt(16): the matrix entry is ±0.25 exactly.
+      const float h = (__builtin_popcount(unsigned(k & j)) & 1) ? -0.25f : 0.25f;
+      const float p = in[k] * (kRhtSigns[k] * h);
+      acc = k == 0 ? p : acc + p;
+    }
+    v[size_t(j) * stride] = acc;
+  }
+}
+}  // namespace detail
+
+namespace {
+
+Format saturating(Format f) {
+  f.overflow = Overflow::saturate;
+  return f;
+}
+
+struct SchemeEntry {
+  const char* name;
+  BlockFamily family;
+  Format element;
+  int block;
+  bool two_d;
+};
+
+const SchemeEntry kSchemes[] = {
+    {"mxfp8_e4m3", BlockFamily::mx, saturating(formats::e4m3), 32, false},
+    {"mxfp8_e5m2", BlockFamily::mx, saturating(formats::e5m2), 32, false},
+    {"mxfp6_e2m3", BlockFamily::mx, formats::e2m3, 32, false},
+    {"mxfp6_e3m2", BlockFamily::mx, formats::e3m2, 32, false},
+    {"mxfp4", BlockFamily::mx, formats::e2m1, 32, false},
+    {"nvfp4", BlockFamily::nvfp4, formats::e2m1, 16, false},
+    {"nvfp4_2d", BlockFamily::nvfp4, formats::e2m1, 16, true},
+    {"fp8_block", BlockFamily::fp8_block, saturating(formats::e4m3), 128, false},
+    {"fp8_block_2d", BlockFamily::fp8_block, saturating(formats::e4m3), 128, true},
+};
+
+std::string scheme_list() {
+  std::string s;
+  for (const auto& e : kSchemes) s += (s.empty() ? "" : " ") + std::string(e.name);
+  return s;
+}
+
+constexpr uint32_t kAbs = 0x7FFFFFFFu;
+
+// The element-pass loops are plain C++ that the compiler vectorises; compile them for AVX-512
+// and AVX2 too and pick at run time (the library itself targets the baseline x86-64).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define HALFWAY_BLOCKS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HALFWAY_BLOCKS_CLONES
+#endif
+constexpr uint32_t kInfBits = 0x7F800000u;
+
+/// 2^k as an fp32 value, k in [−149, 127].
+float pow2f(int k) {
+  if (k >= -126) return bits_f32(uint32_t(k + 127) << 23);
+  return bits_f32(uint32_t(1) << (k + 149));
+}
+
+/// floor(log2 a) and the 23 fraction bits of a's normalised significand, for finite a > 0
+/// given by its bits.
+void log2_parts(uint32_t a, int& e, uint32_t& frac) {
+  const uint32_t field = a >> 23, mant = a & 0x7FFFFFu;
+  if (field) {
+    e = int(field) - 127;
+    frac = mant;
+    return;
+  }
+  const int p = 31 - __builtin_clz(mant);  // leading bit of a subnormal
+  e = p - 149;
+  frac = (mant << (23 - p)) & 0x7FFFFFu;
+}
+
+/// Blocks whose scale makes the element pass take a second look (special_blocks).
+enum : uint8_t { kPlainScale = 0, kZeroScale = 1, kNanScale = 2 };
+
+/// The per-call state of an encoding.
+struct Job {
+  const BlockScheme& s;
+  const BlockOptions& o;
+  const float* x;
+  size_t rows, cols, tr, tc, sr, sc;
+  bool divide = false;  ///< fp8_block without pow2 divides by the scale
+  float* mult = nullptr;       ///< per block: elements are x · mult (or x / mult when `divide`)
+  uint8_t* special = nullptr;  ///< per block: kPlainScale, kZeroScale (NVFP4), kNanScale (MX)
+};
+
+void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) {
+  if (axis == BlockAxis::last) {
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < cols; j += 16) detail::rht16(v.data() + r * cols + j, 1);
+  } else {
+    for (size_t r = 0; r < rows; r += 16)
+      for (size_t c = 0; c < cols; ++c) detail::rht16(v.data() + r * cols + c, cols);
+  }
+}
+
+/// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
+void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
+                    const std::vector<uint32_t>& amax) {
+  uint32_t a = 0;
+  for (uint32_t v : amax) a = std::max(a, v);
+  if (a < kInfBits) return;
+  for (size_t i = 0; i < rows * cols; ++i) {
+    if ((f32_bits(x[i]) & kInfBits) == kInfBits)
+      throw InputError(s.name + ": non-finite value " + std::to_string(x[i]) + " at [" +
+                       std::to_string(i / cols) + ", " + std::to_string(i % cols) +
+                       "] (only the MX schemes accept NaN and infinity)");
+  }
+}
+
+/// The bits of max |x| of each block (a NaN's bits exceed infinity's).
+HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
+  thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
+  amax.assign(j.sr * j.sc, 0);
+  for (size_t r = 0; r < j.rows; ++r) {
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
+    uint32_t* a = amax.data() + (r / j.tr) * j.sc;
+    if (j.tc == 1) {
+      for (size_t c = 0; c < j.cols; ++c) a[c] = std::max(a[c], row[c] & kAbs);
+      continue;
+    }
+    for (size_t b = 0; b < j.sc; ++b) {
+      uint32_t m = 0;
+      for (size_t c = b * j.tc; c < (b + 1) * j.tc; ++c) m = std::max(m, row[c] & kAbs);
+      a[b] = std::max(a[b], m);
+    }
+  }
+  return amax;
+}
+
+/// The MX scale of every block, branch-free so that it vectorises: k from amax's exponent
+/// (a subnormal amax through its exact conversion to float), the ceil rule from its fraction.
+HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* amax, size_t nb, int emax, bool ceil,
+                                         uint32_t max_frac, uint8_t* codes, float* scales,
+                                         float* mult, uint8_t* special, uint8_t* clamped) {
+  for (size_t b = 0; b < nb; ++b) {
+    const uint32_t a = amax[b];
+    const uint32_t field = a >> 23;
+    const uint32_t sub = f32_bits(float(int32_t(a & 0x7FFFFFu)));  // mant = 1.f · 2^p exactly
+    const bool is_sub = field == 0;
+    const int ea = is_sub ? int(sub >> 23) - 127 - 149 : int(field) - 127;
+    const uint32_t frac = (is_sub ? sub : a) & 0x7FFFFFu;
+    // floor: 2^(floor(log2 amax) − emax_elem). ceil: the smallest 2^k with
+    // amax ≤ 2^k · elem_max; elem_max = M · 2^emax with M in [1, 2), so k = ea − emax when
+    // amax's significand is ≤ M, else one more.
+    const int k = ea - emax + int(ceil && frac > max_frac);
+    const bool zero = a == 0, nan = a >= kInfBits;
+    clamped[b] = !zero && !nan && (k < -127 || k > 127);
+    // An all-zero block gets the smallest scale by definition (not a clamp).
+    const int kc = zero ? -127 : (k < -127 ? -127 : (k > 127 ? 127 : k));
+    codes[b] = nan ? uint8_t(0xFF) : uint8_t(kc + 127);
+    scales[b] = bits_f32(nan ? 0x7FC00000u : kc >= -126 ? uint32_t(kc + 127) << 23 : 0x00400000u);
+    // x · 2^−k is exact whenever it matters (docs/blocks.md).
+    mult[b] = bits_f32(kc <= 126 ? uint32_t(127 - kc) << 23 : 0x00400000u);
+    special[b] = nan ? kNanScale : kPlainScale;
+  }
+}
+
+void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  const size_t nb = amax.size();
+  thread_local std::vector<uint8_t> clamped;
+  clamped.resize(nb);
+  mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil,
+                f32_bits(j.s.element_max) & 0x7FFFFFu, e.scale_codes.data(), e.scales.data(),
+                j.mult, j.special, clamped.data());
+  for (size_t b = 0; b < nb; ++b) {
+    e.events.nan_scales += j.special[b] == kNanScale;  // OCP MX: NaN or ±inf in the block
+    if (clamped[b]) {
+      e.events.scales_clamped++;
+      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
+    }
+  }
+}
+
+/// TE's NVFP4 global encode scale and the factor of every block decode scale.
+struct Nvfp4Global {
+  float encode, decode, multiplier;
+};
+
+Nvfp4Global nvfp4_global(const std::vector<uint32_t>& amax) {
+  uint32_t a = 0;
+  for (uint32_t v : amax) a = std::max(a, v);
+  const float fp32_max = FLT_MAX;
+  float g = (448.0f * 6.0f) / bits_f32(a);  // amax 0 gives inf, capped below
+  g = std::min(g, fp32_max);
+  if (g == 0.0f) g = 1.0f;
+  const float inv6 = 1.0f / 6.0f;  // torch.reciprocal(6.0) in fp32
+  return {g, 1.0f / g, g * inv6};
+}
+
+/// The fp32 values of the 256 e4m3 encodings.
+const float* e4m3_values() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (uint32_t c = 0; c < 256; ++c) {
+      Env env;
+      t[c] = to_f32(formats::e4m3, c, env);
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  const Nvfp4Global g = nvfp4_global(amax);
+  e.global_scale = g.encode;
+  const float fp32_max = FLT_MAX;
+  const size_t nb = amax.size();
+  thread_local std::vector<float> ds;
+  thread_local std::vector<uint8_t> clamped;
+  ds.resize(nb);
+  clamped.resize(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    float d = bits_f32(amax[b]) * g.multiplier;
+    d = d < fp32_max ? d : fp32_max;
+    clamped[b] = d > 448.0f;
+    ds[b] = d < 448.0f ? d : 448.0f;
+  }
+  round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
+  const float* value = e4m3_values();
+  for (size_t b = 0; b < nb; ++b) {
+    const float s = value[e.scale_codes[b]];
+    if (s == 0.0f && amax[b] != 0) clamped[b] = 1;  // the scale underflowed to zero
+    float enc = 1.0f / (s * g.decode);
+    enc = std::min(enc, fp32_max);
+    e.scales[b] = s;
+    j.mult[b] = enc;
+    j.special[b] = s == 0.0f ? kZeroScale : kPlainScale;
+    if (clamped[b]) {
+      e.events.scales_clamped++;
+      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
+    }
+  }
+}
+
+void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  const float fp32_max = FLT_MAX;
+  j.divide = !j.o.pow2_scales;
+  for (size_t b = 0; b < amax.size(); ++b) {
+    const float a = bits_f32(amax[b]);
+    bool clamped = false;
+    float s = 1.0f, mult = 1.0f;
+    if (a != 0.0f && j.o.pow2_scales) {
+      // TE: scale = 448 / amax in fp32 (inf → fp32 max), rounded down to a power of two;
+      // the decode scale is its reciprocal, exact.
+      float q = 448.0f / a;
+      if (q > fp32_max) {
+        q = fp32_max;
+        clamped = true;
+      }
+      int eq;
+      uint32_t frac;
+      log2_parts(f32_bits(q), eq, frac);
+      mult = pow2f(eq);
+      s = pow2f(-eq);
+    } else if (a != 0.0f) {
+      s = a / 448.0f;
+      if (s == 0.0f) {  // amax below 448 · 2^−150: the smallest positive fp32 instead of 0
+        s = std::numeric_limits<float>::denorm_min();
+        clamped = true;
+      }
+      mult = s;
+    }
+    e.scales[b] = s;
+    j.mult[b] = mult;
+    if (clamped) {
+      e.events.scales_clamped++;
+      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
+    }
+  }
+}
+
+/// Scale row r into `buf` (x · mult, or x / mult; clamped to ±max for NVFP4) and count per
+/// block the elements beyond the element format's largest value and, with CountFlushed (round
+/// to nearest: the code is ±0 exactly when |y| is at most half the smallest subnormal), the
+/// non-zero inputs that become zero. Plain loops over one multiplier per segment, which the
+/// compiler vectorises.
+template <bool Divide, bool Clamp, bool CountFlushed>
+HALFWAY_BLOCKS_CLONES void scale_row(const Job& j, size_t r, float* buf_, uint32_t* sat,
+                                     uint32_t* flushed) {
+  // Locals and restrict pointers: without them every store could change j's fields, and the
+  // loops would not vectorise.
+  const float* __restrict x = j.x + r * j.cols;
+  float* __restrict buf = buf_;
+  const size_t base = (r / j.tr) * j.sc, cols = j.cols, tc = j.tc, sc = j.sc;
+  const float* __restrict mult = j.mult + base;
+  const float lim = j.s.element_max;
+  const float half_min = j.s.half_min_subnormal;
+  auto one = [lim, half_min](float v, float m, float& out, uint32_t& fl) -> uint32_t {
+    float y = Divide ? v / m : v * m;
+    const float a = std::fabs(y);
+    if (CountFlushed) fl += uint32_t(v != 0.0f) & uint32_t(a <= half_min);
+    // NVFP4: TE clamps before the e2m1 cast, and its table gives −0.0 the code of +0; adding
+    // +0 turns −0 into +0 (round to nearest) and leaves every other value as it is.
+    if (Clamp) y = (y > lim ? lim : (y < -lim ? -lim : y)) + 0.0f;
+    out = y;
+    return a > lim;
+  };
+  if (tc == 1) {
+    uint32_t* __restrict st = sat + base;
+    uint32_t* __restrict ft = flushed + base;
+    for (size_t c = 0; c < cols; ++c) {
+      uint32_t f = 0;
+      st[c] += one(x[c], mult[c], buf[c], f);
+      ft[c] += f;
+    }
+    return;
+  }
+  for (size_t b = 0; b < sc; ++b) {
+    const float m = mult[b];
+    const float* __restrict xb = x + b * tc;
+    float* __restrict yb = buf + b * tc;
+    uint32_t n = 0, f = 0;
+    for (size_t c = 0; c < tc; ++c) n += one(xb[c], m, yb[c], f);
+    sat[base + b] += n;
+    flushed[base + b] += f;
+  }
+}
+
+/// After stochastic rounding of row r (NVFP4): the non-zero inputs whose code is ±0, per block.
+void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t* flushed) {
+  const float* x = j.x + r * j.cols;
+  const size_t base = (r / j.tr) * j.sc;
+  const uint8_t mag = uint8_t(j.s.element.mag_mask());
+  for (size_t c = 0; c < j.cols; ++c)
+    flushed[base + c / j.tc] += x[c] != 0.0f && (codes[c] & mag) == 0;
+}
+
+using ScaleRowFn = void (*)(const Job&, size_t, float*, uint32_t*, uint32_t*);
+
+/// Blocks whose scale is NaN (MX) or zero (NVFP4): codes 0 for NaN blocks, nothing saturated,
+/// every non-zero input flushed for zero scales. Rare, so a second look at those blocks only.
+void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
+                    std::vector<uint32_t>& flushed) {
+  for (size_t b = 0; b < j.sr * j.sc; ++b) {
+    if (j.special[b] == kPlainScale) continue;
+    const bool nan = j.special[b] == kNanScale;
+    sat[b] = 0;
+    flushed[b] = 0;
+    const size_t r0 = (b / j.sc) * j.tr, c0 = (b % j.sc) * j.tc;
+    for (size_t r = r0; r < r0 + j.tr; ++r)
+      for (size_t c = c0; c < c0 + j.tc; ++c) {
+        if (nan) e.codes[r * j.cols + c] = 0;
+        else flushed[b] += (f32_bits(j.x[r * j.cols + c]) & kAbs) != 0;
+      }
+  }
+}
+
+void encode_elements(const Job& j, BlockEncoding& e) {
+  const size_t nb = j.sr * j.sc;
+  thread_local std::vector<uint32_t> sat, flushed;
+  sat.assign(nb, 0);
+  flushed.assign(nb, 0);
+  const bool nv = j.s.family == BlockFamily::nvfp4;
+  // Rounding to nearest: flushed elements are counted from the scaled values; stochastic
+  // rounding (NVFP4 only) needs the codes.
+  const bool sr = j.o.rounding == Rounding::stochastic;
+  const ScaleRowFn scale_fn = nv ? (sr ? scale_row<false, true, false> : scale_row<false, true, true>)
+                              : j.divide ? scale_row<true, false, true>
+                                         : scale_row<false, false, true>;
+  // Whole rows at a time, about 16Ki elements: few calls of the bulk kernel, a buffer in cache.
+  const size_t chunk_rows = std::max<size_t>(1, (size_t(1) << 14) / std::max<size_t>(1, j.cols));
+  thread_local std::vector<float> buf;
+  buf.resize(std::min(chunk_rows, std::max<size_t>(j.rows, 1)) * j.cols);
+  BulkOptions bo;
+  bo.rounding = j.o.rounding;
+  bo.seed = j.o.seed;
+  for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
+    const size_t r1 = std::min(j.rows, r0 + chunk_rows);
+    for (size_t r = r0; r < r1; ++r)
+      scale_fn(j, r, buf.data() + (r - r0) * j.cols, sat.data(), flushed.data());
+    bo.offset = j.o.offset + r0 * j.cols;  // element (r, c) at stream position offset + r·cols + c
+    uint8_t* codes = e.codes.data() + r0 * j.cols;
+    round_f32(j.s.element, buf.data(), codes, (r1 - r0) * j.cols, bo);
+    if (sr)
+      for (size_t r = r0; r < r1; ++r)
+        count_flushed_codes(j, r, codes + (r - r0) * j.cols, flushed.data());
+  }
+  special_blocks(j, e, sat, flushed);
+  for (size_t b = 0; b < nb; ++b) {
+    e.events.saturated += sat[b];
+    e.events.flushed += flushed[b];
+    if (!e.block_events.empty()) {
+      BlockEvents& be = e.block_events[b];
+      be.elements = j.tr * j.tc;
+      be.blocks = 1;
+      be.saturated = sat[b];
+      be.flushed = flushed[b];
+      be.nan_scales = j.special[b] == kNanScale;
+    }
+  }
+}
+
+}  // namespace
+
+BlockScheme parse_block_scheme(std::string_view name) {
+  const size_t colon = name.find(':');
+  const std::string_view base = name.substr(0, colon);
+  for (const auto& entry : kSchemes) {
+    if (base != entry.name) continue;
+    BlockScheme s;
+    s.name = std::string(name);
+    s.family = entry.family;
+    s.element = entry.element;
+    s.block = entry.block;
+    s.two_d = entry.two_d;
+    Env env;
+    s.element_max = to_f32(s.element, s.element.max_mag(), env);
+    s.element_emax = s.element.emax();
+    s.half_min_subnormal = to_f32(s.element, 1, env) / 2;  // exact: a power of two
+    if (colon != std::string_view::npos) {
+      const std::string_view opt = name.substr(colon + 1);
+      if (opt != "ceil" || s.family != BlockFamily::mx)
+        throw InputError("unknown option '" + std::string(opt) + "' of block scheme '" +
+                         std::string(base) + "' (only the MX schemes take ':ceil')");
+      s.ceil = true;
+    }
+    return s;
+  }
+  throw InputError("unknown block scheme '" + std::string(name) + "' (" + scheme_list() +
+                   ", the MX ones optionally with ':ceil')");
+}
+
+const std::vector<std::string>& block_scheme_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& e : kSchemes) v.emplace_back(e.name);
+    return v;
+  }();
+  return names;
+}
+
+std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis) {
+  const size_t k = size_t(s.block);
+  if (s.two_d) return {k, k};
+  return axis == BlockAxis::last ? std::pair<size_t, size_t>{1, k} : std::pair<size_t, size_t>{k, 1};
+}
+
+void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOptions& o) {
+  const auto [tr, tc] = block_tile(s, o.axis);
+  if (rows % tr != 0 || cols % tc != 0)
+    throw InputError(s.name + ": shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                     "] does not divide into " + std::to_string(tr) + "x" + std::to_string(tc) +
+                     " blocks");
+  if (cols != 0 && rows > (size_t(1) << 40) / cols)
+    throw InputError(s.name + ": shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                     "] has more than 2^40 elements");
+  if (o.rounding != Rounding::near_even &&
+      !(o.rounding == Rounding::stochastic && s.family == BlockFamily::nvfp4))
+    throw InputError(s.name + ": element rounding must be near_even" +
+                     std::string(s.family == BlockFamily::nvfp4 ? " or stochastic" : "") +
+                     ", not " + rounding_name(o.rounding));
+  if (o.rht && (s.family != BlockFamily::nvfp4 || s.two_d))
+    throw InputError(s.name + ": the random Hadamard transform is an option of nvfp4 (1x16) only");
+  if (o.pow2_scales && s.family != BlockFamily::fp8_block)
+    throw InputError(s.name + ": power-of-two scales are an option of fp8_block and fp8_block_2d");
+}
+
+BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
+                            const BlockOptions& o) {
+  check_blocks(s, rows, cols, o);
+  const auto [tr, tc] = block_tile(s, o.axis);
+  BlockEncoding e;
+  e.rows = rows;
+  e.cols = cols;
+  e.tile_rows = tr;
+  e.tile_cols = tc;
+  e.axis = o.axis;
+  const size_t n = rows * cols;
+  std::vector<float> transformed;
+  if (o.rht) {
+    transformed.assign(x, x + n);
+    apply_rht(transformed, rows, cols, o.axis);
+    x = transformed.data();
+  }
+  Job j{s, o, x, rows, cols, tr, tc, rows / tr, cols / tc, false, nullptr, nullptr};
+  const size_t nb = j.sr * j.sc;
+  thread_local std::vector<float> mult;  // scratch kept between calls
+  thread_local std::vector<uint8_t> special;
+  mult.assign(nb, 1.0f);
+  special.assign(nb, kPlainScale);
+  j.mult = mult.data();
+  j.special = special.data();
+  e.codes.assign(n, 0);
+  e.scales.assign(nb, 0.0f);
+  if (s.family != BlockFamily::fp8_block) e.scale_codes.assign(nb, 0);
+  if (o.per_block_events) e.block_events.assign(nb, BlockEvents{});
+  e.events.elements = n;
+  e.events.blocks = nb;
+  const std::vector<uint32_t>& amax = block_amax(j);
+  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax);
+  switch (s.family) {
+    case BlockFamily::mx: mx_scales(j, amax, e); break;
+    case BlockFamily::nvfp4: nvfp4_scales(j, amax, e); break;
+    default: fp8_block_scales(j, amax, e); break;
+  }
+  encode_elements(j, e);
+  return e;
+}
+
+void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out) {
+  const auto [tr, tc] = block_tile(s, e.axis);
+  if (e.tile_rows != tr || e.tile_cols != tc || e.rows % tr || e.cols % tc)
+    throw InputError(s.name + ": the encoding's block shape does not match the scheme");
+  const size_t n = e.rows * e.cols, nb = e.scale_rows() * e.scale_cols();
+  if (e.codes.size() != n)
+    throw InputError(s.name + ": " + std::to_string(e.codes.size()) + " codes for a [" +
+                     std::to_string(e.rows) + ", " + std::to_string(e.cols) + "] tensor");
+  const bool coded = s.family != BlockFamily::fp8_block;
+  if ((coded ? e.scale_codes.size() : e.scales.size()) != nb)
+    throw InputError(s.name + ": expected " + std::to_string(nb) + " scales");
+  if (s.family == BlockFamily::nvfp4 &&
+      (!e.global_scale || !(*e.global_scale > 0.0f) || std::isinf(*e.global_scale)))
+    throw InputError(s.name + ": needs a finite positive fp32 global scale");
+  if (s.family != BlockFamily::nvfp4 && e.global_scale)
+    throw InputError(s.name + ": has no global scale");
+  const uint32_t limit = s.element.enc_mask();
+  float value[256];
+  for (uint32_t c = 0; c < 256; ++c) {
+    Env env;
+    value[c] = c <= limit ? to_f32(s.element, c, env) : 0.0f;
+  }
+  std::vector<float> scale(nb);
+  const float gd = s.family == BlockFamily::nvfp4 ? 1.0f / *e.global_scale : 1.0f;
+  for (size_t b = 0; b < nb; ++b) {
+    Env env;
+    if (s.family == BlockFamily::mx)
+      scale[b] = e.scale_codes[b] == 0xFF ? std::numeric_limits<float>::quiet_NaN()
+                                          : pow2f(int(e.scale_codes[b]) - 127);
+    else if (s.family == BlockFamily::nvfp4)
+      scale[b] = to_f32(formats::e4m3, e.scale_codes[b], env) * gd;
+    else
+      scale[b] = e.scales[b];
+  }
+  for (size_t r = 0; r < e.rows; ++r) {
+    const size_t base = (r / tr) * e.scale_cols();
+    for (size_t c = 0; c < e.cols; ++c) {
+      const uint8_t code = e.codes[r * e.cols + c];
+      if (code > limit)
+        throw InputError(s.name + ": code " + std::to_string(code) + " at [" +
+                         std::to_string(r) + ", " + std::to_string(c) + "] is not an encoding of " +
+                         format_name(s.element));
+      out[r * e.cols + c] = value[code] * scale[base + c / tc];
+    }
+  }
+}
+
+BlockEvents quantize_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
+                            float* out, const BlockOptions& o) {
+  const BlockEncoding e = encode_blocks(s, x, rows, cols, o);
+  decode_blocks(s, e, out);
+  return e.events;
+}
+
+}  // namespace halfway

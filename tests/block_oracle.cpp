@@ -1,0 +1,258 @@
+// The block-quantization reference of block_oracle.hpp. Compiled with -ffp-contract=off: the
+// NVFP4 and fp8_block definitions are sequences of separately rounded fp32 operations.
+#include "block_oracle.hpp"
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "halfway/softfloat.hpp"
+
+namespace block_oracle {
+
+using halfway::BlockFamily;
+
+namespace {
+
+/// The largest finite value of a format, by decoding every encoding.
+double largest(const halfway::Format& f) {
+  double m = 0;
+  for (uint32_t c = 0; c < (1u << f.nbits()); ++c) {
+    halfway::Env env;
+    const double v = halfway::to_f64(f, c, env);
+    if (std::isfinite(v)) m = std::max(m, v);
+  }
+  return m;
+}
+
+/// The element indices of one block, in row-major order.
+std::vector<size_t> block_indices(size_t br, size_t bc, size_t tr, size_t tc, size_t cols) {
+  std::vector<size_t> idx;
+  for (size_t r = br * tr; r < (br + 1) * tr; ++r)
+    for (size_t c = bc * tc; c < (bc + 1) * tc; ++c) idx.push_back(r * cols + c);
+  return idx;
+}
+
+/// Sylvester's construction of the 16×16 Hadamard matrix, rows multiplied by TE's signs and
+/// the whole by 1/4.
+std::vector<std::vector<float>> rht_matrix() {
+  std::vector<std::vector<float>> h{{1.0f}};
+  while (h.size() < 16) {
+    const size_t n = h.size();
+    std::vector<std::vector<float>> g(2 * n, std::vector<float>(2 * n));
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) {
+        g[i][j] = g[i][j + n] = g[i + n][j] = h[i][j];
+        g[i + n][j + n] = -h[i][j];
+      }
+    h = g;
+  }
+  for (size_t k = 0; k < 16; ++k)
+    for (size_t j = 0; j < 16; ++j) h[k][j] *= halfway::detail::kRhtSigns[k] * 0.25f;
+  return h;
+}
+
+void apply_rht(std::vector<float>& x, size_t rows, size_t cols, halfway::BlockAxis axis) {
+  static const auto m = rht_matrix();
+  const size_t nb = axis == halfway::BlockAxis::last ? rows * (cols / 16) : (rows / 16) * cols;
+  for (size_t b = 0; b < nb; ++b) {
+    size_t idx[16];
+    for (size_t k = 0; k < 16; ++k) {
+      if (axis == halfway::BlockAxis::last)
+        idx[k] = (b / (cols / 16)) * cols + (b % (cols / 16)) * 16 + k;
+      else
+        idx[k] = ((b / cols) * 16 + k) * cols + b % cols;
+    }
+    float out[16];
+    for (size_t j = 0; j < 16; ++j) {
+      float acc = x[idx[0]] * m[0][j];
+      for (size_t k = 1; k < 16; ++k) acc += x[idx[k]] * m[k][j];
+      out[j] = acc;
+    }
+    for (size_t k = 0; k < 16; ++k) x[idx[k]] = out[k];
+  }
+}
+
+struct Block {
+  std::vector<size_t> idx;
+  double amax = 0;
+  bool finite = true;
+};
+
+void mx_block(const halfway::BlockScheme& s, const std::vector<float>& x, const Block& blk,
+              Result& res, halfway::BlockEvents& ev, size_t b) {
+  const double emax_val = largest(s.element);
+  const int emax = std::ilogb(emax_val);
+  if (!blk.finite) {
+    res.scale_codes[b] = 0xFF;
+    res.scales[b] = std::numeric_limits<float>::quiet_NaN();
+    ev.nan_scales = 1;
+    for (size_t i : blk.idx) res.decoded[i] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  int k = -127;
+  if (blk.amax > 0) {
+    if (s.ceil) {
+      k = std::ilogb(blk.amax) - emax - 2;
+      while (std::ldexp(emax_val, k) < blk.amax) ++k;
+    } else {
+      int e;
+      std::frexp(blk.amax, &e);  // amax = f · 2^e, f in [0.5, 1): floor(log2 amax) = e − 1
+      k = e - 1 - emax;
+    }
+    if (k < -127 || k > 127) {
+      ev.scales_clamped = 1;
+      k = k < -127 ? -127 : 127;
+    }
+  }
+  res.scale_codes[b] = uint8_t(k + 127);
+  res.scales[b] = float(std::ldexp(1.0, k));
+  for (size_t i : blk.idx) {
+    const double v = std::ldexp(double(x[i]), -k);  // exact in binary64
+    halfway::Env env;
+    const uint32_t code = halfway::from_f64(s.element, v, env);
+    res.codes[i] = uint8_t(code);
+    const double value = halfway::to_f64(s.element, code, env);
+    ev.saturated += std::fabs(v) > emax_val;
+    ev.flushed += x[i] != 0.0f && value == 0.0;
+    res.decoded[i] = float(value * std::ldexp(1.0, k));  // exact product, one rounding
+  }
+}
+
+/// TE's NVFP4 reference, step by step in fp32.
+void nvfp4_block(const halfway::BlockScheme& s, const std::vector<float>& x, const Block& blk,
+                 float g, const halfway::BlockOptions& o, size_t cols, Result& res,
+                 halfway::BlockEvents& ev, size_t b) {
+  const float fmax = FLT_MAX;
+  const float gd = 1.0f / g;
+  const float mult = g * (1.0f / 6.0f);
+  float ds = float(blk.amax) * mult;
+  if (ds > fmax) ds = fmax;
+  bool clamped = ds > 448.0f;
+  if (ds > 448.0f) ds = 448.0f;
+  halfway::Env env;
+  const uint32_t sc = halfway::from_f32(halfway::formats::e4m3, ds, env);
+  const float sv = halfway::to_f32(halfway::formats::e4m3, sc, env);
+  if (sv == 0.0f && blk.amax != 0) clamped = true;
+  ev.scales_clamped = clamped;
+  float enc = 1.0f / (sv * gd);
+  if (enc > fmax) enc = fmax;
+  res.scale_codes[b] = uint8_t(sc);
+  res.scales[b] = sv;
+  for (size_t i : blk.idx) {
+    float y = x[i] * enc;
+    const bool over = std::fabs(y) > 6.0f;
+    if (y > 6.0f) y = 6.0f;
+    if (y < -6.0f) y = -6.0f;
+    uint8_t code;
+    if (o.rounding == halfway::Rounding::stochastic) {
+      halfway::Env e{halfway::Rounding::stochastic, o.seed};
+      e.sr_counter = o.offset + i;
+      code = y == 0.0f ? 0 : uint8_t(halfway::from_f32(halfway::formats::e2m1, y, e));
+    } else {
+      code = te_e2m1_code(y);
+    }
+    res.codes[i] = code;
+    halfway::Env d;
+    const float value = halfway::to_f32(halfway::formats::e2m1, code, d);
+    ev.saturated += over && sv != 0.0f;
+    ev.flushed += x[i] != 0.0f && (value == 0.0f || sv == 0.0f);
+    res.decoded[i] = value * (sv * gd);
+  }
+  (void)s;
+  (void)cols;
+}
+
+void fp8_block(const halfway::BlockScheme& s, const std::vector<float>& x, const Block& blk,
+               const halfway::BlockOptions& o, Result& res, halfway::BlockEvents& ev,
+               size_t b) {
+  const float a = float(blk.amax);
+  float sv = 1.0f;
+  if (a != 0.0f && o.pow2_scales) {
+    float q = 448.0f / a;
+    if (std::isinf(q)) {
+      q = FLT_MAX;
+      ev.scales_clamped = 1;
+    }
+    int e;
+    std::frexp(q, &e);
+    sv = std::ldexp(1.0f, -(e - 1));
+  } else if (a != 0.0f) {
+    sv = a / 448.0f;
+    if (sv == 0.0f) {
+      sv = std::numeric_limits<float>::denorm_min();
+      ev.scales_clamped = 1;
+    }
+  }
+  res.scales[b] = sv;
+  for (size_t i : blk.idx) {
+    const float y = x[i] / sv;
+    halfway::Env env;
+    const uint32_t code = halfway::from_f32(s.element, y, env);
+    res.codes[i] = uint8_t(code);
+    const float value = halfway::to_f32(s.element, code, env);
+    ev.saturated += std::fabs(y) > 448.0f;
+    ev.flushed += x[i] != 0.0f && value == 0.0f;
+    res.decoded[i] = value * sv;
+  }
+}
+
+}  // namespace
+
+uint8_t te_e2m1_code(float y) {
+  // Transformer Engine's cast_to_fp4x2: magnitude intervals, ties to the even neighbour; a
+  // negative value keeps the sign bit, an exact −0.0 compares equal to 0.0 and gets code 0.
+  static const float lo[8] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  static const bool lo_closed[8] = {true, false, true, false, true, false, true, false};
+  const float m = std::fabs(y);
+  uint8_t code = 0;
+  for (uint8_t k = 0; k < 8; ++k)
+    if (m > lo[k] || (lo_closed[k] && m == lo[k])) code = k;
+  if (y < 0.0f) code |= 8;
+  return code;
+}
+
+Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_t rows,
+              size_t cols, const halfway::BlockOptions& o) {
+  std::vector<float> x = x0;
+  if (o.rht) apply_rht(x, rows, cols, o.axis);
+  const auto [tr, tc] = halfway::block_tile(s, o.axis);
+  const size_t sr = rows / tr, sc = cols / tc, nb = sr * sc;
+  Result res;
+  res.codes.assign(rows * cols, 0);
+  res.scales.assign(nb, 0.0f);
+  if (s.family != BlockFamily::fp8_block) res.scale_codes.assign(nb, 0);
+  res.decoded.assign(rows * cols, 0.0f);
+  res.block_events.assign(nb, {});
+  std::vector<Block> blocks(nb);
+  double gamax = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    blocks[b].idx = block_indices(b / sc, b % sc, tr, tc, cols);
+    for (size_t i : blocks[b].idx) {
+      if (!std::isfinite(x[i])) blocks[b].finite = false;
+      blocks[b].amax = std::max(blocks[b].amax, std::fabs(double(x[i])));
+    }
+    gamax = std::max(gamax, blocks[b].amax);
+  }
+  float g = 0;
+  if (s.family == BlockFamily::nvfp4) {
+    g = 2688.0f / float(gamax);
+    if (g > FLT_MAX) g = FLT_MAX;
+    if (g == 0.0f) g = 1.0f;
+    res.global_scale = g;
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    halfway::BlockEvents& ev = res.block_events[b];
+    ev.elements = blocks[b].idx.size();
+    ev.blocks = 1;
+    switch (s.family) {
+      case BlockFamily::mx: mx_block(s, x, blocks[b], res, ev, b); break;
+      case BlockFamily::nvfp4: nvfp4_block(s, x, blocks[b], g, o, cols, res, ev, b); break;
+      default: fp8_block(s, x, blocks[b], o, res, ev, b); break;
+    }
+    res.events += ev;
+  }
+  return res;
+}
+
+}  // namespace block_oracle

@@ -1,0 +1,368 @@
+"""halfway.encode_blocks / decode_blocks / quantize_blocks against numpy transcriptions of the
+definitions in docs/blocks.md, written here without halfway:
+
+- NVFP4: Transformer Engine's NVFP4QuantizerRef._quantize_blockwise_reference, each step a
+  numpy float32 operation in TE's order, elements by TE's cast_to_fp4x2 threshold table;
+  stochastic rounding from the definition of the random stream (oracle.sr_bits) with exact
+  fractions; the random Hadamard transform as a Sylvester matrix (np.kron).
+- MX: floor(log2 amax) from np.frexp, the ceil rule by comparing with powers of two, the
+  elements x / 2^k exactly in float64 and rounded to the nearest table value, ties to the even
+  code, clamped at the largest value.
+- blockwise fp8: amax / 448 and x / scale in float32, e4m3 by the same table rounding.
+
+Codes, scales and the global scale must agree bit for bit; decoded values too. Bad input must
+raise ValueError (TypeError for a wrong dtype).
+"""
+
+import sys
+from fractions import Fraction
+
+import numpy as np
+
+import halfway
+from oracle import sr_bits
+
+F32 = np.float32
+FMAX = np.finfo(np.float32).max
+
+# Element formats from their definitions: (exponent bits, fraction bits, bias, has NaN at
+# S.1111.111 like e4m3fn, has inf/NaN like IEEE e5m2).
+ELEMENTS = {
+    "e4m3": (4, 3, 7, "fn"), "e5m2": (5, 2, 15, "ieee"), "e2m3": (2, 3, 1, "none"),
+    "e3m2": (3, 2, 3, "none"), "e2m1": (2, 1, 1, "none"),
+}
+MX = {"mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2", "mxfp6_e2m3": "e2m3",
+      "mxfp6_e3m2": "e3m2", "mxfp4": "e2m1"}
+
+
+def table(name):
+    """(magnitude codes, values) of the finite non-negative values, ascending."""
+    e, m, bias, specials = ELEMENTS[name]
+    codes, values = [], []
+    for c in range(1 << (e + m)):
+        field, frac = c >> m, c & ((1 << m) - 1)
+        if specials == "fn" and c == (1 << (e + m)) - 1:
+            continue
+        if specials == "ieee" and field == (1 << e) - 1:
+            continue
+        v = (frac / (1 << m)) * 2.0 ** (1 - bias) if field == 0 else \
+            (1 + frac / (1 << m)) * 2.0 ** (field - bias)
+        codes.append(c)
+        values.append(v)
+    return np.array(codes), np.array(values)
+
+
+def round_table(v, name):
+    """Round float64 values (exact) to the nearest element, ties to the even code, clamped to
+    the largest; sign kept (also for a result of zero). Returns codes."""
+    codes, vals = table(name)
+    e, m = ELEMENTS[name][:2]
+    sign = np.signbit(v).astype(np.int64) << (e + m)
+    a = np.minimum(np.abs(v), vals[-1])
+    hi = np.clip(np.searchsorted(vals, a), 0, len(vals) - 1)
+    lo = np.maximum(hi - 1, 0)
+    dlo, dhi = a - vals[lo], vals[hi] - a
+    pick_hi = (dhi < dlo) | ((dhi == dlo) & (codes[hi] % 2 == 0))
+    idx = np.where(a == vals[hi], hi, np.where(pick_hi, hi, lo))
+    return (codes[idx] | sign).astype(np.uint8)
+
+
+def element_value(codes, name):
+    c, vals = table(name)
+    e, m = ELEMENTS[name][:2]
+    lut = np.zeros(1 << (e + m + 1))
+    lut[c] = vals
+    lut[c | (1 << (e + m))] = -vals
+    if ELEMENTS[name][3] == "fn":
+        lut[0x7F] = lut[0xFF] = np.nan
+    return lut[codes.astype(np.int64)]
+
+
+def blocks_view(x, k, axis, two_d):
+    """x as [scale_rows, scale_cols, elements of the block]."""
+    r, c = x.shape
+    if two_d:
+        return x.reshape(r // k, k, c // k, k).transpose(0, 2, 1, 3).reshape(r // k, c // k, k * k)
+    if axis == 0:
+        return x.reshape(r // k, k, c).transpose(0, 2, 1)
+    return x.reshape(r, c // k, k)
+
+
+def unblock(b, shape, k, axis, two_d):
+    r, c = shape
+    if two_d:
+        return b.reshape(r // k, c // k, k, k).transpose(0, 2, 1, 3).reshape(r, c)
+    if axis == 0:
+        return b.transpose(0, 2, 1).reshape(r, c)
+    return b.reshape(r, c)
+
+
+# ---------------------------------------------------------------------------------------------
+# The definitions
+
+def mx_ref(x, scheme, axis):
+    base, ceil = scheme.split(":")[0], scheme.endswith(":ceil")
+    elem = MX[base]
+    emax_val = table(elem)[1][-1]
+    emax = int(np.floor(np.log2(emax_val)))
+    b = blocks_view(x.astype(np.float64), 32, axis, False)
+    amax = np.abs(b).max(axis=-1)
+    _, e = np.frexp(amax)
+    k = e - 1 - emax
+    if ceil:
+        k = np.floor(np.log2(amax, where=amax > 0, out=np.ones_like(amax))).astype(int) - emax - 2
+        for _ in range(4):
+            k = np.where(np.ldexp(emax_val, k) < amax, k + 1, k)
+    k = np.where(amax == 0, -127, np.clip(k, -127, 127))
+    codes = round_table(b / np.ldexp(1.0, k)[..., None], elem)
+    return unblock(codes, x.shape, 32, axis, False), (k + 127).astype(np.uint8), None
+
+
+def te_fp4_codes(y):
+    """Transformer Engine's cast_to_fp4x2 table (before packing two per byte)."""
+    r = np.zeros(y.shape, dtype=np.uint8)
+    r[(y >= 0.0) & (y <= 0.25)] = 0
+    r[(y > 0.25) & (y < 0.75)] = 1
+    r[(y >= 0.75) & (y <= 1.25)] = 2
+    r[(y > 1.25) & (y < 1.75)] = 3
+    r[(y >= 1.75) & (y <= 2.5)] = 4
+    r[(y > 2.5) & (y < 3.5)] = 5
+    r[(y >= 3.5) & (y <= 5.0)] = 6
+    r[y > 5.0] = 7
+    r[(y >= -0.25) & (y < -0.0)] = 8
+    r[(y < -0.25) & (y > -0.75)] = 9
+    r[(y <= -0.75) & (y >= -1.25)] = 10
+    r[(y < -1.25) & (y > -1.75)] = 11
+    r[(y <= -1.75) & (y >= -2.5)] = 12
+    r[(y < -2.5) & (y > -3.5)] = 13
+    r[(y <= -3.5) & (y >= -5.0)] = 14
+    r[y < -5.0] = 15
+    return r
+
+
+def sr_e2m1(y, seed, first_index):
+    """Stochastic rounding of clamped float32 values into e2m1: up with probability
+    (distance to the lower neighbour) / spacing, decided by the 32 random bits of stream
+    position first_index + i: up iff floor(frac * 2^32) + bits >= 2^32. Zero gives code 0."""
+    codes_tbl, vals = table("e2m1")
+    flat = y.ravel()
+    out = np.zeros(flat.shape, dtype=np.uint8)
+    for i, v in enumerate(flat):
+        if v == 0:
+            continue
+        a = Fraction(float(abs(v)))
+        j = int(np.searchsorted(vals, float(a), side="right")) - 1
+        if Fraction(vals[j]) == a:
+            c = codes_tbl[j]
+        else:
+            frac = (a - Fraction(vals[j])) / (Fraction(vals[j + 1]) - Fraction(vals[j]))
+            t = int(frac * (1 << 32))
+            c = codes_tbl[j + 1] if t + sr_bits(seed, first_index + i) >= (1 << 32) else codes_tbl[j]
+        out[i] = c | (8 if v < 0 else 0)
+    return out.reshape(y.shape)
+
+
+def rht_ref(x, axis):
+    h = np.array([[1.0]])
+    while h.shape[0] < 16:
+        h = np.kron(np.array([[1.0, 1.0], [1.0, -1.0]]), h)
+    signs = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], dtype=np.float64)
+    t = (signs[:, None] * h * 0.25).astype(F32)
+    b = blocks_view(x, 16, axis, False)
+    out = np.empty_like(b)
+    for j in range(16):
+        acc = b[..., 0] * t[0, j]
+        for k in range(1, 16):
+            acc = acc + b[..., k] * t[k, j]
+        out[..., j] = acc
+    return unblock(out, x.shape, 16, axis, False)
+
+
+def nvfp4_ref(x, two_d, axis, rht=False, seed=None, offset=0):
+    if rht:
+        x = rht_ref(x, axis)
+    b = blocks_view(x, 16, axis, two_d)
+    vec_max = np.abs(b).max(axis=-1).astype(F32)
+    global_amax = F32(np.abs(x).max())
+    with np.errstate(divide="ignore", over="ignore"):
+        g = F32(F32(448.0) * F32(6.0)) / global_amax
+    g = np.minimum(g, FMAX)
+    if g == 0:
+        g = F32(1.0)
+    gd = F32(1.0) / g
+    mult = g * (F32(1.0) / F32(6.0))
+    ds = np.minimum(vec_max * mult, FMAX)
+    ds = np.clip(ds, F32(-448.0), F32(448.0))
+    scode = round_table(ds.astype(np.float64), "e4m3")
+    sval = element_value(scode, "e4m3").astype(F32)
+    with np.errstate(divide="ignore"):
+        enc = np.minimum(F32(1.0) / (sval * gd), FMAX)
+    with np.errstate(over="ignore"):  # x * fp32 max where a block's scale is 0, as in TE
+        y = np.clip(b * enc[..., None], F32(-6.0), F32(6.0))
+    if seed is None:
+        codes = te_fp4_codes(y)
+    else:
+        yy = unblock(y, x.shape, 16, axis, two_d)
+        return sr_e2m1(yy, seed, offset), scode, g
+    return unblock(codes, x.shape, 16, axis, two_d), scode, g
+
+
+def fp8_ref(x, two_d, axis, pow2):
+    b = blocks_view(x, 128, axis, two_d)
+    amax = np.abs(b).max(axis=-1).astype(F32)
+    if pow2:
+        with np.errstate(divide="ignore"):
+            q = F32(448.0) / amax
+        q = np.where(np.isinf(q), FMAX, q)
+        _, e = np.frexp(q)
+        s = np.ldexp(F32(1.0), -(e - 1)).astype(F32)
+    else:
+        s = amax / F32(448.0)
+        s = np.where(s == 0, np.finfo(np.float32).smallest_subnormal, s)
+    s = np.where(amax == 0, F32(1.0), s).astype(F32)
+    codes = round_table((b / s[..., None]).astype(np.float64), "e4m3")
+    return unblock(codes, x.shape, 128, axis, two_d), s, None
+
+
+# ---------------------------------------------------------------------------------------------
+
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL:", msg)
+
+
+def same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f":
+        return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.astype(F32).view(np.uint32))
+    return a.shape == b.shape and np.array_equal(a, b)
+
+
+def mixed(shape, seed, lo, hi):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape) * 2.0 ** rng.integers(lo, hi + 1, size=shape)
+    x[rng.random(shape) < 0.05] = 0.0
+    sub = rng.random(shape) < 0.03
+    x[sub] = rng.integers(1, 1 << 23, size=sub.sum()) * 2.0 ** -149
+    return x.astype(F32)
+
+
+def compare(x, scheme, want, **kw):
+    codes, scales, g = halfway.encode_blocks(x, scheme, **kw)
+    wc, ws, wg = want
+    tag = f"{scheme} {x.shape} {kw}"
+    check(same(codes, wc), f"{tag}: codes differ at {np.argwhere(codes != wc)[:3].tolist()}")
+    check(same(scales, ws), f"{tag}: scales differ")
+    check((g is None) == (wg is None) and (g is None or same(np.float32(g), F32(wg))),
+          f"{tag}: global scale {g} want {wg}")
+    return codes, scales, g
+
+
+def main():
+    for seed, lo, hi in ((1, -6, 6), (2, -40, 40)):
+        x = mixed((256, 256), seed, lo, hi)
+        for axis in (-1, 0):
+            for scheme in MX:
+                for rule in ("", ":ceil"):
+                    compare(x, scheme + rule, mx_ref(x, scheme + rule, axis), axis=axis)
+            compare(x, "nvfp4", nvfp4_ref(x, False, axis), axis=axis)
+            compare(x, "nvfp4_2d", nvfp4_ref(x, True, axis), axis=axis)
+            compare(x, "nvfp4", nvfp4_ref(x, False, axis, rht=True), axis=axis, rht=True)
+            for pow2 in (False, True):
+                compare(x, "fp8_block", fp8_ref(x, False, axis, pow2), axis=axis,
+                        pow2_scales=pow2)
+                compare(x, "fp8_block_2d", fp8_ref(x, True, axis, pow2), axis=axis,
+                        pow2_scales=pow2)
+    # Stochastic rounding of NVFP4 elements, element (r, c) at stream position offset + r*cols + c.
+    x = mixed((32, 64), 3, -3, 3)
+    compare(x, "nvfp4", nvfp4_ref(x, False, -1, seed=7, offset=5), rounding="stochastic", seed=7,
+            offset=5)
+
+    # Decoding: element x scale in fp32 (NVFP4: element x fp32(scale x fp32(1/g))).
+    x = mixed((128, 128), 4, -5, 5)
+    for scheme in list(MX) + ["nvfp4", "nvfp4_2d", "fp8_block", "fp8_block_2d"]:
+        for axis in (-1, 0):
+            codes, scales, g = halfway.encode_blocks(x, scheme, axis=axis)
+            y = halfway.decode_blocks(codes, scales, g, scheme)
+            check(same(y, halfway.quantize_blocks(x, scheme, axis=axis)),
+                  f"{scheme}: quantize_blocks != decode(encode)")
+            elem = MX.get(scheme, "e2m1" if scheme.startswith("nvfp4") else "e4m3")
+            k = 16 if scheme.startswith("nvfp4") else 32 if scheme in MX else 128
+            two_d = scheme.endswith("_2d")
+            v = element_value(codes, elem).astype(F32)
+            if scheme in MX:
+                sv = np.ldexp(F32(1.0), scales.astype(int) - 127).astype(F32)
+            elif scheme.startswith("nvfp4"):
+                sv = element_value(scales, "e4m3").astype(F32) * (F32(1.0) / g)
+            else:
+                sv = scales
+            full = unblock(np.broadcast_to(sv[..., None], sv.shape + (k * k if two_d else k,)),
+                           x.shape, k, axis if not two_d else -1, two_d)
+            check(same(y, (v * full).astype(F32)), f"{scheme} axis {axis}: decoded values differ")
+            check((g is None) == (not scheme.startswith("nvfp4")), f"{scheme}: global scale {g}")
+            check(codes.dtype == np.uint8 and codes.shape == x.shape, f"{scheme}: codes {codes.dtype}")
+            check(scales.dtype == (F32 if scheme.startswith("fp8") else np.uint8),
+                  f"{scheme}: scales dtype {scales.dtype}")
+
+    # Counts: the per-block arrays add up to the call's totals.
+    _, _, _, c = halfway.encode_blocks(mixed((64, 64), 5, -20, 20), "nvfp4", counts=True)
+    check(c["block_saturated"].sum() == c["saturated"] and c["block_flushed"].sum() == c["flushed"]
+          and c["block_scales_clamped"].sum() == c["scales_clamped"], f"counts {c}")
+    check(c["elements"] == 64 * 64 and c["blocks"] == 64 * 4, f"counts {c}")
+
+    # MX: NaN and infinity give the block a NaN scale (e8m0 0xFF).
+    x = np.ones((1, 64), dtype=F32)
+    x[0, 3] = np.inf
+    codes, scales, _ = halfway.encode_blocks(x, "mxfp8_e4m3")
+    check(scales[0, 0] == 0xFF and scales[0, 1] == 127 - 8, f"NaN scale {scales}")
+    check(np.isnan(halfway.quantize_blocks(x, "mxfp8_e4m3")[0, :32]).all(), "NaN block values")
+
+    # Bad input.
+    def raises(exc, f, *a, **kw):
+        try:
+            f(*a, **kw)
+        except exc as e:
+            check("\n" not in str(e), f"multi-line message: {e}")
+            return
+        except Exception as e:  # noqa: BLE001
+            check(False, f"{f.__name__}{a[1:]} {kw}: {type(e).__name__} {e}, want {exc.__name__}")
+            return
+        check(False, f"{f.__name__}{a[1:]} {kw}: no {exc.__name__}")
+
+    ok = np.ones((32, 32), dtype=F32)
+    raises(ValueError, halfway.encode_blocks, np.ones((32, 48), dtype=F32), "mxfp4")
+    raises(ValueError, halfway.encode_blocks, ok, "mxfp5")
+    raises(ValueError, halfway.encode_blocks, ok, "nvfp4:ceil")
+    raises(ValueError, halfway.encode_blocks, np.ones((8, 32), dtype=F32), "nvfp4_2d")
+    raises(ValueError, halfway.encode_blocks, np.ones((32,), dtype=F32), "mxfp4")
+    nan = ok.copy()
+    nan[1, 1] = np.nan
+    raises(ValueError, halfway.encode_blocks, nan, "nvfp4")
+    raises(ValueError, halfway.quantize_blocks, np.full((128, 128), np.inf, dtype=F32), "fp8_block")
+    raises(ValueError, halfway.encode_blocks, ok, "mxfp4", rounding="stochastic", seed=1)
+    raises(ValueError, halfway.encode_blocks, ok, "nvfp4", rounding="stochastic")
+    raises(ValueError, halfway.encode_blocks, ok, "mxfp4", rht=True)
+    raises(ValueError, halfway.encode_blocks, ok, "mxfp4", axis=2)
+    raises(TypeError, halfway.encode_blocks, ok.astype(np.float64), "mxfp4")
+    codes, scales, g = halfway.encode_blocks(ok, "nvfp4")
+    raises(ValueError, halfway.decode_blocks, codes, scales, None, "nvfp4")
+    raises(ValueError, halfway.decode_blocks, codes, scales[:, :1], g, "nvfp4")
+    raises(ValueError, halfway.decode_blocks, codes | 0x10, scales, g, "nvfp4")
+    raises(ValueError, halfway.decode_blocks, codes, scales, 1.0, "mxfp4")
+    check(halfway.block_schemes() == ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2",
+                                      "mxfp4", "nvfp4", "nvfp4_2d", "fp8_block", "fp8_block_2d"],
+          "scheme names")
+
+    if FAILS:
+        print(f"{len(FAILS)} failures")
+        return 1
+    print("ok: block quantization matches the numpy definitions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,524 @@
+// Block quantization (blocks.hpp) against the separately written reference of block_oracle.cpp:
+// every element encoding of e2m1, e2m3, e3m2, e4m3 (and e5m2) at representative scales, the
+// ties of every element grid, all-zero blocks, fp32 subnormals, values near fp32's maximum,
+// NaN and infinity, mixed-magnitude tensors along either axis, stochastic rounding and the
+// Hadamard transform; fixed cases worked out by hand from the definitions in docs/blocks.md.
+#include <catch2/catch.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "block_oracle.hpp"
+#include "halfway/blocks.hpp"
+#include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+
+using namespace halfway;
+
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, size_t& at) {
+  if (a.size() != b.size()) return at = 0, false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (bits(a[i]) != bits(b[i]) && !(std::isnan(a[i]) && std::isnan(b[i]))) return at = i, false;
+  return true;
+}
+
+bool same_codes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t& at) {
+  if (a.size() != b.size()) return at = 0, false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return at = i, false;
+  return true;
+}
+
+std::string describe(const BlockEvents& e) {
+  return "elements " + std::to_string(e.elements) + " blocks " + std::to_string(e.blocks) +
+         " saturated " + std::to_string(e.saturated) + " flushed " + std::to_string(e.flushed) +
+         " clamped " + std::to_string(e.scales_clamped) + " nan " + std::to_string(e.nan_scales);
+}
+
+/// The library's encoding and decoding of x equal the oracle's, bit for bit, with the events.
+void check_against_oracle(const BlockScheme& s, const std::vector<float>& x, size_t rows,
+                          size_t cols, BlockOptions o = {}) {
+  o.per_block_events = true;
+  INFO(s.name << " [" << rows << ", " << cols << "] axis "
+              << (o.axis == BlockAxis::last ? "last" : "first") << " rounding "
+              << rounding_name(o.rounding) << (o.rht ? " rht" : "") << (o.pow2_scales ? " pow2" : ""));
+  const BlockEncoding e = encode_blocks(s, x.data(), rows, cols, o);
+  const block_oracle::Result want = block_oracle::encode(s, x, rows, cols, o);
+  size_t at = 0;
+  if (!same_codes(e.codes, want.codes, at)) {
+    FAIL("code [" << at / cols << ", " << at % cols << "] x = " << hex(bits(x[at])) << " got "
+                  << int(e.codes[at]) << " want " << int(want.codes[at]));
+  }
+  if (!same_codes(e.scale_codes, want.scale_codes, at))
+    FAIL("scale code " << at << " got " << int(e.scale_codes[at]) << " want "
+                       << int(want.scale_codes[at]));
+  if (!same_bits(e.scales, want.scales, at))
+    FAIL("scale " << at << " got " << hex(bits(e.scales[at])) << " want "
+                  << hex(bits(want.scales[at])));
+  REQUIRE(e.global_scale.has_value() == want.global_scale.has_value());
+  if (e.global_scale) CHECK(hex(bits(*e.global_scale)) == hex(bits(*want.global_scale)));
+  CHECK(describe(e.events) == describe(want.events));
+  REQUIRE(e.block_events.size() == want.block_events.size());
+  BlockEvents sum;
+  for (size_t b = 0; b < e.block_events.size(); ++b) {
+    if (!(e.block_events[b] == want.block_events[b]))
+      FAIL("block " << b << ": " << describe(e.block_events[b]) << " want "
+                    << describe(want.block_events[b]));
+    sum += e.block_events[b];
+  }
+  CHECK(describe(sum) == describe(e.events));
+  std::vector<float> y(rows * cols);
+  decode_blocks(s, e, y.data());
+  if (!same_bits(y, want.decoded, at))
+    FAIL("decoded [" << at / cols << ", " << at % cols << "] got " << hex(bits(y[at])) << " want "
+                     << hex(bits(want.decoded[at])));
+}
+
+/// Finite values of every encoding of f, both signs, without duplicates of zero.
+std::vector<double> element_values(const Format& f) {
+  std::vector<double> v;
+  for (uint32_t c = 0; c < (1u << f.nbits()); ++c) {
+    Env env;
+    const double d = to_f64(f, c, env);
+    if (std::isfinite(d)) v.push_back(d);
+  }
+  return v;
+}
+
+/// Rows of `block` values: each block starts with `pin` (fixing its amax) and is filled from
+/// `values` in order, padding the last block with zeros.
+std::vector<float> blocks_of(const std::vector<float>& values, float pin, size_t block,
+                             size_t& cols) {
+  std::vector<float> x;
+  size_t i = 0;
+  while (i < values.size()) {
+    x.push_back(pin);
+    for (size_t k = 1; k < block; ++k) x.push_back(i < values.size() ? values[i++] : 0.0f);
+  }
+  cols = x.size();
+  return x;
+}
+
+/// The value v·2^k as an fp32 value when that is exact.
+bool exact_f32(double v, int k, float& out) {
+  const double d = std::ldexp(v, k);
+  if (!(std::fabs(d) <= FLT_MAX)) return false;
+  out = float(d);
+  return double(out) == d;
+}
+
+/// Random values over many binades (with exact zeros, subnormals and a few huge values), as a
+/// tensor with outliers has them.
+std::vector<float> mixed(size_t n, uint32_t seed, int lo = -30, int hi = 30) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const uint32_t r = g() % 100;
+    if (r < 5) x = 0.0f;
+    else if (r < 8) x = bits_f32(g() % 0x800000u | (g() & 0x80000000u));  // subnormal
+    else if (r < 9) x = std::ldexp(nd(g), 120);
+    else x = std::ldexp(nd(g), lo + int(g() % uint32_t(hi - lo + 1)));
+  }
+  return v;
+}
+
+const char* kMx[] = {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"};
+
+}  // namespace
+
+TEST_CASE("every MX element encoding at representative scales decodes back to itself") {
+  for (const char* name : kMx) {
+    for (const char* rule : {"", ":ceil"}) {
+      const BlockScheme s = parse_block_scheme(std::string(name) + rule);
+      const std::vector<double> vals = element_values(s.element);
+      for (int k : {-127, -126, -120, -64, -10, -1, 0, 1, 10, 64, 100, 110}) {
+        float pin;
+        if (!exact_f32(s.element_max, k, pin)) continue;
+        std::vector<float> in;
+        for (double v : vals) {
+          float f;
+          if (exact_f32(v, k, f)) in.push_back(f);  // not below fp32's subnormals at 2^-127
+        }
+        size_t cols = 0;
+        const std::vector<float> x = blocks_of(in, pin, 32, cols);
+        INFO(s.name << " scale 2^" << k);
+        const BlockEncoding e = encode_blocks(s, x.data(), 1, cols);
+        for (uint8_t sc : e.scale_codes) REQUIRE(int(sc) == k + 127);
+        std::vector<float> y(cols);
+        decode_blocks(s, e, y.data());
+        for (size_t i = 0; i < cols; ++i) REQUIRE(bits(y[i]) == bits(x[i]));
+        CHECK(e.events.saturated == 0);
+        CHECK(e.events.flushed == 0);
+        check_against_oracle(s, x, 1, cols);
+      }
+    }
+  }
+}
+
+TEST_CASE("MX elements at the ties of every element grid and one fp32 ulp either side") {
+  for (const char* name : kMx) {
+    for (const char* rule : {"", ":ceil"}) {
+      const BlockScheme s = parse_block_scheme(std::string(name) + rule);
+      std::vector<double> vals = element_values(s.element);
+      std::sort(vals.begin(), vals.end());
+      vals.erase(std::unique(vals.begin(), vals.end()), vals.end());
+      for (int k : {-127, -126, -30, 0, 7, 100}) {
+        float pin;
+        if (!exact_f32(s.element_max, k, pin)) continue;
+        std::vector<float> in;
+        for (size_t i = 0; i + 1 < vals.size(); ++i) {
+          float mid;
+          if (!exact_f32((vals[i] + vals[i + 1]) / 2, k, mid)) continue;
+          in.push_back(mid);
+          in.push_back(std::nextafter(mid, 0.0f));
+          in.push_back(std::nextafter(mid, mid > 0 ? FLT_MAX : -FLT_MAX));
+        }
+        // Beyond the largest element: the floor rule saturates these.
+        for (double f : {1.0001, 1.1, 1.5, 1.99}) {
+          float v;
+          if (exact_f32(std::ldexp(f, s.element_emax + 1) * 0.999, k, v)) {
+            in.push_back(v);
+            in.push_back(-v);
+          }
+        }
+        size_t cols = 0;
+        const std::vector<float> x = blocks_of(in, pin, 32, cols);
+        check_against_oracle(s, x, 1, cols);
+      }
+    }
+  }
+}
+
+TEST_CASE("MX, NVFP4 and blockwise fp8 on mixed-magnitude tensors along either axis") {
+  const size_t rows = 256, cols = 256;
+  for (const std::string& name : block_scheme_names()) {
+    std::vector<std::string> variants{name};
+    if (name.rfind("mx", 0) == 0) variants.push_back(name + ":ceil");
+    for (const std::string& v : variants) {
+      const BlockScheme s = parse_block_scheme(v);
+      for (uint32_t seed : {1u, 2u}) {
+        // Narrow ranges give NVFP4 and fp8 blocks within range of the global amax; wide ranges
+        // give scales that clamp, underflow and flush.
+        const std::vector<float> x = seed == 1 ? mixed(rows * cols, seed, -6, 6)
+                                               : mixed(rows * cols, seed);
+        for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+          BlockOptions o;
+          o.axis = axis;
+          check_against_oracle(s, x, rows, cols, o);
+          if (s.family == BlockFamily::fp8_block) {
+            o.pow2_scales = true;
+            check_against_oracle(s, x, rows, cols, o);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("blocks along the first axis are the blocks of the transpose along the last") {
+  const size_t rows = 128, cols = 256;
+  const std::vector<float> x = mixed(rows * cols, 7, -8, 8);
+  std::vector<float> xt(rows * cols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
+  for (const char* name : {"mxfp8_e4m3", "mxfp4:ceil", "nvfp4", "fp8_block"}) {
+    const BlockScheme s = parse_block_scheme(name);
+    BlockOptions first;
+    first.axis = BlockAxis::first;
+    first.rht = s.family == BlockFamily::nvfp4;
+    BlockOptions last;
+    last.rht = first.rht;
+    const BlockEncoding a = encode_blocks(s, x.data(), rows, cols, first);
+    const BlockEncoding b = encode_blocks(s, xt.data(), cols, rows, last);
+    INFO(name);
+    REQUIRE(a.scale_rows() == b.scale_cols());
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) REQUIRE(a.codes[r * cols + c] == b.codes[c * rows + r]);
+    for (size_t i = 0; i < a.scale_rows(); ++i)
+      for (size_t j = 0; j < a.scale_cols(); ++j)
+        REQUIRE(bits(a.scales[i * a.scale_cols() + j]) == bits(b.scales[j * b.scale_cols() + i]));
+    CHECK(a.events == b.events);
+  }
+}
+
+TEST_CASE("NVFP4: every e2m1 value and tie at every positive finite e4m3 block scale") {
+  // Block 0 holds the tensor's amax 2688, so the global encode scale is exactly 1; block b
+  // then has amax 6·s for each e4m3 value s and holds every e2m1 value and tie times s.
+  const BlockScheme s = parse_block_scheme("nvfp4");
+  std::vector<double> e2m1 = element_values(formats::e2m1);
+  std::vector<double> pts;
+  std::sort(e2m1.begin(), e2m1.end());
+  for (size_t i = 0; i < e2m1.size(); ++i) {
+    pts.push_back(e2m1[i]);
+    if (i + 1 < e2m1.size()) pts.push_back((e2m1[i] + e2m1[i + 1]) / 2);
+  }
+  std::vector<float> x(16, 0.0f);
+  x[0] = 2688.0f;
+  for (uint32_t code = 1; code < 0x7F; ++code) {
+    Env env;
+    const float sv = to_f32(formats::e4m3, code, env);
+    std::vector<float> blk{6.0f * sv};
+    for (double p : pts) {
+      const float v = float(p * sv);
+      blk.push_back(v);
+      if (std::fabs(p) == 6.0) continue;  // the block's (and at 448 the tensor's) amax
+      blk.push_back(std::nextafter(v, FLT_MAX));
+      blk.push_back(std::nextafter(v, -FLT_MAX));
+    }
+    blk.push_back(-0.0f);
+    while (blk.size() % 16) blk.push_back(0.0f);
+    x.insert(x.end(), blk.begin(), blk.end());
+  }
+  check_against_oracle(s, x, 1, x.size());
+  BlockOptions o;
+  o.rounding = Rounding::stochastic;
+  o.seed = 12345;
+  check_against_oracle(s, x, 1, x.size(), o);
+  const BlockEncoding e = encode_blocks(s, x.data(), 1, x.size());
+  REQUIRE(e.global_scale);
+  CHECK(*e.global_scale == 1.0f);
+}
+
+TEST_CASE("blockwise fp8: every e4m3 value at representative scales") {
+  for (const char* name : {"fp8_block", "fp8_block_2d"}) {
+    const BlockScheme s = parse_block_scheme(name);
+    const std::vector<double> vals = element_values(s.element);
+    for (int k : {-140, -126, -20, -1, 0, 3, 60, 118}) {
+      std::vector<float> in;
+      for (double v : vals) {
+        float f;
+        if (exact_f32(v, k, f)) in.push_back(f);
+      }
+      float pin;
+      REQUIRE(exact_f32(448.0, k, pin));
+      size_t cols = 0;
+      std::vector<float> x = blocks_of(in, pin, 128, cols);
+      if (s.two_d) {  // 128 rows: the row repeated, scaled by 2^-j so tiles see all of it
+        const std::vector<float> row = x;
+        x.clear();
+        for (int r = 0; r < 128; ++r)
+          for (float v : row) x.push_back(r == 0 ? v : std::ldexp(v, -(r % 3)));
+        check_against_oracle(s, x, 128, cols);
+        continue;
+      }
+      check_against_oracle(s, x, 1, cols);
+      BlockOptions o;
+      o.pow2_scales = true;
+      check_against_oracle(s, x, 1, cols, o);
+    }
+  }
+}
+
+TEST_CASE("stochastic rounding of NVFP4 elements and the random Hadamard transform") {
+  const size_t rows = 64, cols = 128;
+  const std::vector<float> x = mixed(rows * cols, 11, -4, 4);
+  const BlockScheme s = parse_block_scheme("nvfp4");
+  for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+    BlockOptions o;
+    o.axis = axis;
+    o.rounding = Rounding::stochastic;
+    o.seed = 99;
+    o.offset = 1000;
+    check_against_oracle(s, x, rows, cols, o);
+    o.rht = true;
+    check_against_oracle(s, x, rows, cols, o);
+    o.rounding = Rounding::near_even;
+    check_against_oracle(s, x, rows, cols, o);
+  }
+  // Another seed gives other codes; the same seed the same ones.
+  BlockOptions a, b;
+  a.rounding = b.rounding = Rounding::stochastic;
+  a.seed = 1;
+  b.seed = 2;
+  const auto ea = encode_blocks(s, x.data(), rows, cols, a);
+  const auto eb = encode_blocks(s, x.data(), rows, cols, b);
+  const auto ea2 = encode_blocks(s, x.data(), rows, cols, a);
+  CHECK(ea.codes != eb.codes);
+  CHECK(ea.codes == ea2.codes);
+  // The transform is orthogonal: applied twice it gives the input back up to rounding, and the
+  // sign vector is Transformer Engine's.
+  float v[16];
+  for (int i = 0; i < 16; ++i) v[i] = float(i + 1);
+  detail::rht16(v, 1);
+  float sum = 0;
+  for (float f : v) sum += f * f;
+  CHECK(sum == Approx(1496.0f).epsilon(1e-6));  // Σ i² for i = 1..16
+  const float signs[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
+  for (int i = 0; i < 16; ++i) CHECK(detail::kRhtSigns[i] == signs[i]);
+}
+
+TEST_CASE("all-zero blocks, fp32 subnormals, values near fp32 max, NaN and infinity") {
+  const float sub = std::numeric_limits<float>::denorm_min();
+  std::vector<float> x(32 * 8, 0.0f);
+  for (int i = 0; i < 32; ++i) x[32 + i] = float(i) * sub;           // subnormal block
+  x[64] = FLT_MAX;                                                  // near fp32 max
+  x[65] = -FLT_MAX;
+  x[66] = std::nextafter(FLT_MAX, 0.0f);
+  x[67] = 1.0f;
+  for (int i = 0; i < 32; ++i) x[96 + i] = bits_f32(0x00800000u + uint32_t(i));  // smallest normals
+  for (int i = 0; i < 32; ++i) x[128 + i] = bits_f32(0x007FFFFFu - uint32_t(i));  // largest subnormals
+  for (int i = 0; i < 32; ++i) x[160 + i] = std::ldexp(1.0f, -149 + i);
+  x[192] = -0.0f;
+  for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4",
+                           "mxfp4:ceil", "mxfp8_e4m3:ceil", "nvfp4", "fp8_block"}) {
+    const BlockScheme s = parse_block_scheme(name);
+    const size_t cols = s.family == BlockFamily::fp8_block ? 256 : x.size();
+    const size_t rows = x.size() / cols;
+    check_against_oracle(s, x, rows, cols);
+    BlockOptions o;
+    o.pow2_scales = s.family == BlockFamily::fp8_block;
+    if (o.pow2_scales) check_against_oracle(s, x, rows, cols, o);
+    const BlockEncoding e = encode_blocks(s, x.data(), rows, cols);
+    if (s.family == BlockFamily::mx) {
+      CHECK(e.scale_codes[0] == 0);  // all-zero block: 2^-127
+      CHECK(e.scale_codes[7] == 0);
+      CHECK(e.events.scales_clamped > 0);  // the subnormal blocks need scales below 2^-127
+    }
+    if (s.family == BlockFamily::fp8_block) {  // an all-zero block has the scale 1
+      const std::vector<float> z(256, 0.0f);
+      CHECK(encode_blocks(s, z.data(), 2, 128).scales == std::vector<float>{1.0f, 1.0f});
+    }
+  }
+  // MX: a NaN or an infinity makes the block's scale NaN (e8m0 0xFF), its codes 0 and its
+  // decoded values NaN; the other blocks are unaffected.
+  std::vector<float> y(64, 1.0f);
+  y[3] = std::numeric_limits<float>::infinity();
+  y[40] = std::numeric_limits<float>::quiet_NaN();
+  y[41] = 1e30f;
+  for (const char* name : kMx) {
+    const BlockScheme s = parse_block_scheme(name);
+    check_against_oracle(s, {y.begin(), y.begin() + 32}, 1, 32);
+    const BlockEncoding e = encode_blocks(s, y.data(), 1, 64);
+    CHECK(e.scale_codes[0] == 0xFF);
+    CHECK(e.scale_codes[1] == 0xFF);
+    CHECK(e.events.nan_scales == 2);
+    std::vector<float> d(64);
+    decode_blocks(s, e, d.data());
+    CHECK(std::isnan(d[0]));
+  }
+  // NVFP4 and blockwise fp8 refuse non-finite values.
+  for (const char* name : {"nvfp4", "nvfp4_2d", "fp8_block"}) {
+    const BlockScheme s = parse_block_scheme(name);
+    std::vector<float> z(128 * 128, 1.0f);
+    z[5] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_AS(encode_blocks(s, z.data(), 128, 128), InputError);
+  }
+}
+
+TEST_CASE("worked examples, by hand from the definitions") {
+  // mxfp4, floor: amax 5 → floor(log2 5) − emax(e2m1) = 2 − 2 = 0, X = 1 (e8m0 127).
+  // 5 is the tie of 4 and 6 → 4 (0x6); 0.3 → 0.5 (0x1); −0.75 is the tie of 0.5 and 1 → −1
+  // (0xA); 0.25 is the tie of 0 and 0.5 → 0 (0x0).
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 5.0f, x[1] = 0.3f, x[2] = -0.75f, x[3] = 0.25f;
+    const BlockEncoding e = encode_blocks(parse_block_scheme("mxfp4"), x.data(), 1, 32);
+    CHECK(e.scale_codes[0] == 127);
+    CHECK(e.codes[0] == 0x6);
+    CHECK(e.codes[1] == 0x1);
+    CHECK(e.codes[2] == 0xA);
+    CHECK(e.codes[3] == 0x0);
+    CHECK(e.events.saturated == 0);
+  }
+  // amax 7: floor gives X = 1 and 7 saturates to 6 (0x7); ceil gives the smallest 2^k ≥ 7/6,
+  // X = 2 (e8m0 128), and 3.5 is the tie of 3 and 4 → 4 (0x6).
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 7.0f;
+    const BlockEncoding f = encode_blocks(parse_block_scheme("mxfp4"), x.data(), 1, 32);
+    CHECK(f.scale_codes[0] == 127);
+    CHECK(f.codes[0] == 0x7);
+    CHECK(f.events.saturated == 1);
+    const BlockEncoding c = encode_blocks(parse_block_scheme("mxfp4:ceil"), x.data(), 1, 32);
+    CHECK(c.scale_codes[0] == 128);
+    CHECK(c.codes[0] == 0x6);
+    CHECK(c.events.saturated == 0);
+  }
+  // mxfp8_e4m3: amax 1 → X = 2^(0 − 8) (e8m0 119); 1/X = 256 is e4m3 0x78 (field 15, bias 7).
+  // 2^-20 / X = 2^-12 is below half e4m3's smallest subnormal 2^-9: flushed to 0.
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 1.0f;
+    x[1] = std::ldexp(1.0f, -20);
+    const BlockEncoding e = encode_blocks(parse_block_scheme("mxfp8_e4m3"), x.data(), 1, 32);
+    CHECK(e.scale_codes[0] == 119);
+    CHECK(e.codes[0] == 0x78);
+    CHECK(e.codes[1] == 0x00);
+    CHECK(e.events.flushed == 1);
+  }
+  // fp8_block: amax 448 gives the scale 448/448 = 1, so the elements are e4m3(x): 3.0 is 0x44,
+  // 464 would be the tie of 448 and 512 but never occurs; −0.0 keeps its sign (0x80).
+  {
+    std::vector<float> x(128, 0.0f);
+    x[0] = 448.0f, x[1] = 3.0f, x[2] = -0.0f;
+    const BlockEncoding e = encode_blocks(parse_block_scheme("fp8_block"), x.data(), 1, 128);
+    CHECK(e.scales[0] == 1.0f);
+    CHECK(e.codes[0] == 0x7E);
+    CHECK(e.codes[1] == 0x44);
+    CHECK(e.codes[2] == 0x80);
+  }
+  // nvfp4: global amax 2688 gives the global encode scale 2688/2688 = 1. A block with amax 6:
+  // decode scale 6 · fp32(1/6) rounds to 1 (e4m3 0x38), encode scale 1/(1·1) = 1, elements are
+  // e2m1(x): 2.5 (tie of 2 and 3) → 2 (0x4), −0.25 (tie of −0 and −0.5) → −0 (0x8), −0.0 → 0.
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 2688.0f;
+    x[16] = 6.0f, x[17] = 2.5f, x[18] = -0.25f, x[19] = -0.0f;
+    const BlockEncoding e = encode_blocks(parse_block_scheme("nvfp4"), x.data(), 1, 32);
+    REQUIRE(e.global_scale);
+    CHECK(*e.global_scale == 1.0f);
+    CHECK(e.scale_codes[0] == 0x7E);  // 2688/6 = 448
+    CHECK(e.scale_codes[1] == 0x38);
+    CHECK(e.codes[16] == 0x7);
+    CHECK(e.codes[17] == 0x4);
+    CHECK(e.codes[18] == 0x8);
+    CHECK(e.codes[19] == 0x0);
+  }
+}
+
+TEST_CASE("bad shapes, names and options are one-line input errors") {
+  std::vector<float> x(64 * 64, 1.0f);
+  CHECK_THROWS_AS(parse_block_scheme("mxfp5"), InputError);
+  CHECK_THROWS_AS(parse_block_scheme("nvfp4:ceil"), InputError);
+  CHECK_THROWS_AS(parse_block_scheme("mxfp4:floor"), InputError);
+  const BlockScheme mx = parse_block_scheme("mxfp4");
+  CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 48), InputError);
+  BlockOptions first;
+  first.axis = BlockAxis::first;
+  CHECK_THROWS_AS(encode_blocks(mx, x.data(), 48, 64, first), InputError);
+  CHECK_NOTHROW(encode_blocks(mx, x.data(), 64, 64, first));
+  CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4_2d"), x.data(), 8, 64), InputError);
+  BlockOptions sr;
+  sr.rounding = Rounding::stochastic;
+  CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 64, sr), InputError);
+  BlockOptions rht;
+  rht.rht = true;
+  CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4_2d"), x.data(), 64, 64, rht),
+                  InputError);
+  BlockOptions p2;
+  p2.pow2_scales = true;
+  CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 64, p2), InputError);
+  BlockEncoding e = encode_blocks(mx, x.data(), 64, 64);
+  e.codes[3] = 0x10;  // not an e2m1 code
+  std::vector<float> y(64 * 64);
+  CHECK_THROWS_AS(decode_blocks(mx, e, y.data()), InputError);
+}
