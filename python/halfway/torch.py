@@ -144,7 +144,8 @@ class trace:
     def end_step(self):
         """Close the step in progress (called for you when the optimizer or scaler steps)."""
         if self.traced():
-            self._record_grads()
+            if self.optimizer is not None:  # a skipped step (inf/NaN) did not call step()
+                self._record_grads()
             info = {}
             if self.scaler is not None and self.scaler.is_enabled():
                 # GradScaler.update backs the scale off exactly when it found inf/NaN (and the
@@ -160,7 +161,7 @@ class trace:
         self._begin_step()
 
     def _begin_step(self):
-        self._names, self._saved, self._open = {}, {}, False
+        self._names, self._saved, self._open, self._forwarded = {}, {}, False, False
         self._loss = float("nan")
         self._grads_done = False
         self._step_scale = self._scale()
@@ -221,9 +222,12 @@ class trace:
         return self
 
     def _pre_forward(self, module, inputs):
-        # Without an optimizer nothing else ends a step: a new forward does.
-        if self.optimizer is None and self._open:
+        # Without an optimizer nothing else ends a step: a new forward with autograd does.
+        if not self._torch.is_grad_enabled():
+            return
+        if self.optimizer is None and self._forwarded:
             self.end_step()
+        self._forwarded = True
 
     def __exit__(self, exc_type, exc, tb):
         for h in self._handles:

@@ -152,6 +152,21 @@ def main():
             check(np.array_equal(saved[name + ".grad"], g.reshape(-1).numpy()),
                   f"{name}.grad is not the loop's gradient")
 
+        # Without an optimizer: a forward with autograd starts the next step; evaluation under
+        # no_grad is not traced and starts none.
+        m, x, y = model_and_data()
+        out = os.path.join(d, "noopt")
+        with halfway.torch.trace(m, formats=["fp16"], every=2, out=out):
+            for s in range(5):
+                m.zero_grad()
+                torch.nn.functional.mse_loss(m(x[:16]), y[:16]).backward()
+                with torch.no_grad():
+                    m(x[16:32])
+        t = pd.read_csv(os.path.join(out, "trace.csv"))
+        check(sorted(t["step"].unique()) == [0, 2, 4], f"steps {sorted(t['step'].unique())}")
+        check(set(t["kind"]) == {"activation", "activation_grad"}, f"kinds {set(t['kind'])}")
+        check((t[t["name"] == "model.output"]["total"] == 16 * 4).all(), "eval forward traced")
+
         # With a scaler: loss and scale in steps.csv; activation gradients at the scale,
         # weight gradients unscaled.
         m, x, y = model_and_data()

@@ -91,6 +91,7 @@ int plot(const std::string& python, const std::string& out) {
   const std::string cmd = "'" + python + "' -m halfway.figures '" + out + "'";
   if (python.find('\'') != std::string::npos || out.find('\'') != std::string::npos)
     throw InputError("--plot: the output path or --python holds a single quote");
+  std::fflush(stdout);  // this program's lines first
   const int st = std::system(cmd.c_str());
   if (st != 0) {
     std::fprintf(stderr, "halfway analyze: the figures failed (%s -m halfway.figures, status %d)\n",
