@@ -14,8 +14,13 @@ import hwtest  # noqa: E402
 
 pd = hwtest.require("pandas", "the trace's DataFrames")
 torch = hwtest.require("torch", "tracing a PyTorch model")
+hwtest.require("matplotlib", "an experiment's plot script on the trace")
 import halfway  # noqa: E402
 import halfway.torch  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 torch.set_num_threads(1)
 STEPS = 4
@@ -166,6 +171,21 @@ def main():
         check(sorted(t["step"].unique()) == [0, 2, 4], f"steps {sorted(t['step'].unique())}")
         check(set(t["kind"]) == {"activation", "activation_grad"}, f"kinds {set(t['kind'])}")
         check((t[t["name"] == "model.output"]["total"] == 16 * 4).all(), "eval forward traced")
+
+        # An experiment's plot script reads the run folder unchanged, given the one-row index
+        # a sweep would have written (gradient_histogram: activation-gradient histograms).
+        res = os.path.join(d, "results")
+        os.makedirs(res)
+        os.rename(out, os.path.join(res, "run"))
+        with open(os.path.join(res, "sweep.csv"), "w") as f:
+            f.write("dir,steps,k_low\nrun,5,\n")
+        with open(os.path.join(res, "sweep.json"), "w") as f:
+            json.dump({}, f)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "gradient_histogram",
+                                                         "plot.py"), res],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"gradient_histogram/plot.py: {r.stderr[-2000:]}")
+        check(os.path.exists(os.path.join(res, "figures", "gradient_histogram.png")), "figure")
 
         # With a scaler: loss and scale in steps.csv; activation gradients at the scale,
         # weight gradients unscaled.
