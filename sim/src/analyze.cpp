@@ -26,6 +26,11 @@ void SquareSum::add(float v) {
   bins_[e] += static_cast<unsigned __int128>(m * m);
 }
 
+SquareSum& SquareSum::operator-=(const SquareSum& o) {
+  for (size_t e = 0; e < bins_.size(); ++e) bins_[e] -= o.bins_[e];
+  return *this;
+}
+
 double SquareSum::value() const {
   // The exact sum as a 704-bit integer T = S·2^298 (bin e adds bins_[e]·2^(2·max(e,1) - 2):
   // shifts up to 506, bins below 2^128, 255 of them), then rounded once to nearest even.
@@ -94,21 +99,25 @@ TensorAnalyzer::TensorAnalyzer(std::string name, TraceKind kind, std::vector<DTy
 void TensorAnalyzer::add(const float* x, size_t n) {
   add_values(input_, x, n);
   input_.events.total += n;
+  for (size_t i = 0; i < n; ++i)
+    if (std::isfinite(x[i])) finite_.add(x[i]);
   q_.resize(n);
   for (size_t j = 0; j < formats_.size(); ++j) {
     PerFormat& p = per_[j];
     EventCounts ev;
     quantize_f32(formats_[j].fmt, x, q_.data(), n, {}, &ev);
     p.events += ev;
-    // The sums over the values within range. x - q is exact in binary32: q is x rounded to at
-    // most 24 bits, so both are multiples of x's binary32 ulp and |x - q| <= |x|.
+    // Only what the rounding changed adds to the sums. x - q is exact in binary32: q is x
+    // rounded to at most 24 bits, so both are multiples of x's binary32 ulp and |x - q| <= |x|.
     for (size_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      if (!(std::fabs(v) <= p.fmax)) continue;  // beyond the range, inf or NaN
-      const float q = q_[i];
-      p.signal.add(v);
+      const float v = x[i], q = q_[i];
+      if (v == q) continue;  // exact (NaN never compares equal, and goes on to the next test)
+      if (!(std::fabs(v) <= p.fmax)) {  // beyond the range, inf or NaN: not in the sums
+        if (std::isfinite(v)) p.beyond.add(v);
+        continue;
+      }
       p.noise.add(v - q);
-      if (q == 0.0f && v != 0.0f) p.flushed.add(v);
+      if (q == 0.0f) p.flushed.add(v);  // v != q, so v is not zero
     }
   }
 }
@@ -125,7 +134,8 @@ TensorAnalysis TensorAnalyzer::finish(const AnalyzeOptions& o, double loss_scale
     f.record.kind = kind_;
     f.record.dtype = formats_[j];
     f.record.events = per_[j].events;
-    f.signal = per_[j].signal;
+    f.signal = finite_;
+    f.signal -= per_[j].beyond;
     f.noise = per_[j].noise;
     f.flushed = per_[j].flushed;
     f.window = empty_window(o.k_min, o.k_max);

@@ -33,6 +33,8 @@ namespace halfway::sim {
 class SquareSum {
  public:
   void add(float v);  ///< v finite
+  /// Take out the squares of `o`'s values, which must all have been added here too.
+  SquareSum& operator-=(const SquareSum& o);
   double value() const;
   bool operator==(const SquareSum&) const = default;
 
@@ -85,13 +87,14 @@ class TensorAnalyzer {
  private:
   struct PerFormat {
     EventCounts events;
-    SquareSum signal, noise, flushed;
+    SquareSum beyond, noise, flushed;  ///< beyond: Σx² of the finite values beyond the range
     float fmax;
   };
   std::string name_, op_;
   TraceKind kind_;
   std::vector<DType> formats_;
   TraceRecord input_;  ///< histogram, extremes, non-finite count and total of the input
+  SquareSum finite_;   ///< Σx² of the finite values
   std::vector<PerFormat> per_;
   std::vector<float> q_;  ///< scratch: the rounded chunk
 };
