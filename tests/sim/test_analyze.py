@@ -197,7 +197,11 @@ def check_bounded_memory(halfway, w):
                                    "--out", w.file("smallout")])
     big = peak_rss_mib(halfway, [w.file("big.npz"), "--formats", "fp16,e4m3",
                                  "--out", w.file("bigout")])
-    check(big - small < 16, f"peak RSS {big:.0f} MiB for a 64 MiB array, {small:.0f} for 1 KiB")
+    # AddressSanitizer's shadow memory and quarantine inflate memory use: no bound under it.
+    with open(halfway, "rb") as f:
+        asan = b"__asan_init" in f.read()
+    check(asan or big - small < 16,
+          f"peak RSS {big:.0f} MiB for a 64 MiB array, {small:.0f} for 1 KiB")
     rows = read_rows(w.file("bigout/trace.csv"))
     check(all(int(r["total"]) == n for r in rows), "big: totals")
 
