@@ -502,16 +502,16 @@ void bind_analysis_run(py::module_& m) {
   using sim::AnalysisRun;
   py::class_<AnalysisRun>(m, "_AnalysisRun")
       .def(py::init([](const std::string& dir, const std::string& formats, int k_min, int k_max,
-                       double tolerance, bool steps_csv) {
+                       double tolerance, bool steps_csv, bool tensor_windows) {
              sim::AnalyzeOptions o;
              std::tie(o.k_min, o.k_max) =
                  sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
              o.underflow_tolerance = tolerance;
              return std::make_unique<AnalysisRun>(dir, sim::parse_format_list(formats), o,
-                                                  steps_csv);
+                                                  steps_csv, tensor_windows);
            }),
            py::arg("dir"), py::arg("formats"), py::arg("k_min"), py::arg("k_max"),
-           py::arg("tolerance"), py::arg("steps_csv"))
+           py::arg("tolerance"), py::arg("steps_csv"), py::arg("tensor_windows") = true)
       .def("tensor",
            [](AnalysisRun& r, const std::string& name, const std::string& kind,
               const std::string& op, double loss_scale) {

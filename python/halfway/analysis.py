@@ -89,9 +89,9 @@ def read_result(directory, keep):
                            float_precision="round_trip",
                            na_values={"snr_db": [""], "flushed_l2_fraction": [""],
                                       "min_exp": [""], "max_exp": [""], "loss": [""],
+                                      "k_low": [""], "k_high": [""],
                                       "found_inf": [""], "skipped": [""],
-                                      "growth_tracker": [""], "next_scale": [""],
-                                      "k_low": [""], "k_high": [""]})
+                                      "growth_tracker": [""], "next_scale": [""]})
 
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)

@@ -6,7 +6,7 @@ drawn from its files only (trace.csv, scale_window.csv) for one step (default: t
   histograms.png      per tensor, the power-of-two histogram of the magnitudes, with each
                       format's subnormal and normal ranges (up to 24 tensors: those that lose
                       the most)
-  safe_window.png     per tensor and format, the safe loss scales 2^k as a bar
+  safe_window.png     per tensor and format, the safe loss scales 2^k (k_low..k_high) as a bar
 
     python3 -m halfway.figures DIR [--step N]
 """
@@ -131,17 +131,17 @@ def histograms(t, out):
     plt.close(fig)
 
 
-def safe_windows(w, out):
-    per = w[w["name"] != ""]
-    names, fmts = ordered(per["name"]), ordered(per["dtype"])
+def safe_windows(t, out):
+    names, fmts = ordered(t["name"]), ordered(t["dtype"])
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.22 * len(names) * max(1, len(fmts)) / 2))
     height = 0.8 / max(1, len(fmts))
     for j, f in enumerate(fmts):
-        for i, name in enumerate(names):
-            safe = per[(per["dtype"] == f) & (per["name"] == name) & (per["safe"] == 1)]["k"]
-            if len(safe):
-                ax.barh(i + j * height, safe.max() - safe.min() + 1, left=safe.min() - 0.5,
-                        height=height, color=PALETTE[j % 8], label=f if i == 0 else None)
+        rows = t[t["dtype"] == f]
+        for name, lo, hi in zip(rows["name"], rows["k_low"], rows["k_high"]):
+            if lo == lo and hi == hi:  # no bar when no scale is safe
+                ax.barh(names.index(name) + j * height, hi - lo + 1, left=lo - 0.5,
+                        height=height, color=PALETTE[j % 8],
+                        label=f if name == rows["name"].iloc[0] else None)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))])
     ax.set_yticklabels(names, fontsize=7)
     ax.invert_yaxis()
@@ -156,12 +156,11 @@ def draw(directory, step=None):
     """Draw the three figures into `directory`; return their paths."""
     r = read_result(directory, True)
     t, step = step_rows(r.trace, step)
-    w = r.scale_window[r.scale_window["step"] == step]
     paths = [os.path.join(directory, n) for n in
              ("fraction_lost.png", "histograms.png", "safe_window.png")]
     heatmap(t, paths[0])
     histograms(t, paths[1])
-    safe_windows(w, paths[2])
+    safe_windows(t, paths[2])
     return paths
 
 

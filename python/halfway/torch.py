@@ -47,13 +47,15 @@ class trace:
     scaler: a torch.cuda.amp.GradScaler (or torch.amp.GradScaler): its scale is written to
         steps.csv and activation gradients are taken to be at that scale.
     save_tensors: also save each traced step's tensors to out/tensors/step<N>.npz.
+    tensor_windows: also write each tensor's rows to scale_window.csv (one per tensor, format
+        and scale: large); trace.csv has each tensor's k_low and k_high anyway.
     loss: call `tr.log_loss(loss)` to put a loss in steps.csv; with a scaler, the loss passed
         to scaler.scale() is taken automatically.
     """
 
     def __init__(self, model, optimizer=None, *, formats=DEFAULT_FORMATS, every=1, out="trace",
                  scaler=None, save_tensors=False, scales=DEFAULT_SCALES, underflow_tolerance=0.0,
-                 chunk=CHUNK):
+                 tensor_windows=False, chunk=CHUNK):
         import torch
         if not isinstance(model, torch.nn.Module):
             raise TypeError("halfway.torch.trace: model must be a torch.nn.Module")
@@ -66,7 +68,8 @@ class trace:
         self.every, self.out, self.save_tensors, self.chunk = every, os.fspath(out), save_tensors, chunk
         k_min, k_max = scale_range(scales)
         self._run = _halfway._AnalysisRun(self.out, format_list(formats), k_min, k_max,
-                                          float(underflow_tolerance), True)
+                                          float(underflow_tolerance), True,
+                                          bool(tensor_windows))
         self._formats = format_list(formats).split(",")
         self._handles, self._restore = [], []
         self.step = 0  # the index of the step in progress

@@ -181,7 +181,7 @@ std::pair<int, int> parse_scale_range(const std::string& text) {
   return {lo, hi};
 }
 
-const char* const kAnalyzeExtraColumns = ",snr_db,flushed_l2_fraction";
+const char* const kAnalyzeExtraColumns = ",snr_db,flushed_l2_fraction,k_low,k_high";
 
 namespace {
 
@@ -202,14 +202,15 @@ void append_analyze_columns(std::string& line, const FormatAnalysis& f) {
   put_double(line, f.snr_db());
   line += ',';
   put_double(line, f.flushed_l2_fraction());
+  line += ',' + k_str(f.k_low) + ',' + k_str(f.k_high);
 }
 
 // ---------------------------------------------------------------------------------------------
 // The run folder.
 
 AnalysisRun::AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o,
-                         bool steps_csv)
-    : dir_(std::move(dir)), formats_(std::move(formats)), opt_(o) {
+                         bool steps_csv, bool tensor_windows)
+    : dir_(std::move(dir)), formats_(std::move(formats)), opt_(o), tensor_windows_(tensor_windows) {
   if (formats_.empty()) throw InputError("no formats to analyse");
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -290,7 +291,7 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
     }
     for (const TensorAnalysis& t : done)
       for (const WindowRow& w : t.formats[j].window) {
-        if (w.values == 0) continue;
+        if (w.values == 0 || !tensor_windows_) continue;
         append_window_columns(line, step, t.loss_scale, w, opt_.underflow_tolerance);
         line += ',' + dtype + ',' + t.name + '\n';
       }
@@ -333,6 +334,7 @@ void AnalysisRun::commit(const std::string& fields_json) {
   m["formats"] = fs;
   m["scales"] = {{"k_min", opt_.k_min}, {"k_max", opt_.k_max}};
   m["underflow_tolerance"] = opt_.underflow_tolerance;
+  m["tensor_windows"] = tensor_windows_;
   json outputs = {"trace.csv", "scale_window.csv"};
   if (steps_) outputs.push_back("steps.csv");
   m["outputs"] = outputs;

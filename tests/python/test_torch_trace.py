@@ -194,7 +194,7 @@ def main():
         scaler = StaticScaler(1024)
         out = os.path.join(d, "scaled")
         with halfway.torch.trace(m, opt, formats=["fp16"], every=1, out=out, scaler=scaler,
-                                 save_tensors=True):
+                                 save_tensors=True, tensor_windows=True):
             train(m, x, y, opt, 2, scaler=scaler)
         t, _ = check_counts(out, [0, 1])
         steps = pd.read_csv(os.path.join(out, "steps.csv"))
@@ -215,6 +215,10 @@ def main():
         wg = set(t[t["kind"] == "weight_grad"]["name"])
         per = w[w["name"].isin(wg)]
         check(len(per) and (per["loss_scale"] == 1).all(), "weight gradients' scale")
+        # Without tensor_windows only the combined rows (empty name) are written.
+        w = pd.read_csv(os.path.join(d, "results", "run", "scale_window.csv"),
+                        keep_default_na=False)
+        check(len(w) and (w["name"] == "").all(), "per-tensor window rows by default")
     print("ok")
 
 

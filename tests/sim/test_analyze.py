@@ -117,9 +117,15 @@ def check_against_brute_force(halfway, w):
                 check(float(row["snr_db"]) == snr, f"{name}: snr {row['snr_db']} != {snr!r}")
                 check(float(row["flushed_l2_fraction"]) == lost,
                       f"{name}: flushed fraction {row['flushed_l2_fraction']} != {lost!r}")
-    # Every tensor has its own safe-window rows per format, and the combined rows.
+    # Every tensor has its own safe-window rows per format, and the combined rows; trace.csv's
+    # k_low and k_high are the first and last safe k of the tensor's rows.
     sw = read_rows(w.file("out/scale_window.csv"))
     check({x["name"] for x in sw} == {"", "a", "b", "c", "d"}, "scale_window.csv names")
+    for (name, fmt), row in rows.items():
+        safe = [int(x["k"]) for x in sw if x["name"] == name and x["dtype"] == fmt
+                and x["safe"] == "1"]
+        want = (str(min(safe)), str(max(safe))) if safe else ("", "")
+        check((row["k_low"], row["k_high"]) == want, f"{name} {fmt}: window {want}")
 
 
 TRAIN = """\

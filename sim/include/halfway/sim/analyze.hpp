@@ -105,8 +105,9 @@ std::vector<DType> parse_format_list(const std::string& text);
 /// "K_MIN..K_MAX" → {k_min, k_max}, each in [-300, 300], k_min <= k_max. Throws InputError.
 std::pair<int, int> parse_scale_range(const std::string& text);
 
-/// One column per FormatAnalysis appended to kTraceCsvHeader's in analyze's trace.csv.
-extern const char* const kAnalyzeExtraColumns;  ///< ",snr_db,flushed_l2_fraction"
+/// The columns appended to kTraceCsvHeader's in analyze's trace.csv: SNR, flushed norm and the
+/// tensor's own safe window (empty when no scale is safe).
+extern const char* const kAnalyzeExtraColumns;  ///< ",snr_db,flushed_l2_fraction,k_low,k_high"
 /// Append the columns of kAnalyzeExtraColumns (with their leading commas) for `f`.
 void append_analyze_columns(std::string& line, const FormatAnalysis& f);
 
@@ -128,8 +129,9 @@ struct StepInfo {
 /// trace.csv (kTraceCsvHeader's columns, then kAnalyzeExtraColumns: one row per step, tensor
 /// and format), scale_window.csv (kWindowCsvHeader's columns, then `dtype,name`: per step and
 /// format, the rows of all gradient tensors together under an empty name, as `halfway train`
-/// writes them, then each tensor's own rows), steps.csv when asked for, and manifest.json on
-/// commit(). Every file is written atomically; nothing is left without commit().
+/// writes them, then, with `tensor_windows`, each tensor's own rows: 61 a tensor and format
+/// with the default scales, so a traced training run leaves them out and keeps each tensor's
+/// k_low and k_high in trace.csv), steps.csv when asked for, and manifest.json on commit(). Every file is written atomically; nothing is left without commit().
 ///
 ///     AnalysisRun run("out", parse_format_list("fp16,e4m3"), {}, false);
 ///     size_t id = run.tensor("x", TraceKind::tensor, "analyze", 1.0);
@@ -138,7 +140,8 @@ struct StepInfo {
 ///     run.commit(R"({"inputs": ["x.npz"]})");
 class AnalysisRun {
  public:
-  AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o, bool steps_csv);
+  AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o, bool steps_csv,
+              bool tensor_windows = true);
   /// Begin tensor `name` of the current step, taken at `loss_scale`. Throws InputError when
   /// the step has it already (a name collision).
   size_t tensor(const std::string& name, TraceKind kind, const std::string& op,
@@ -155,6 +158,7 @@ class AnalysisRun {
   std::string dir_;
   std::vector<DType> formats_;
   AnalyzeOptions opt_;
+  bool tensor_windows_;
   std::unique_ptr<AtomicFile> trace_, window_, steps_;
   struct Pending {
     TensorAnalyzer analyzer;
