@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
@@ -164,7 +165,7 @@ class AnalysisRun {
     TensorAnalyzer analyzer;
     double loss_scale;
   };
-  std::vector<Pending> pending_;
+  std::deque<Pending> pending_;  ///< a deque: an analyzer (some 60 KB of bins) never moves
   int steps_done_ = 0;
 };
 
