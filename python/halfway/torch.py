@@ -60,12 +60,15 @@ class trace:
         if not isinstance(model, torch.nn.Module):
             raise TypeError("halfway.torch.trace: model must be a torch.nn.Module")
         if not isinstance(every, int) or every < 1:
-            raise ValueError(f"halfway.torch.trace: every must be a positive integer, not {every!r}")
+            raise ValueError("halfway.torch.trace: every must be a positive integer, "
+                             f"not {every!r}")
         if not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(f"halfway.torch.trace: chunk must be a positive integer, not {chunk!r}")
+            raise ValueError("halfway.torch.trace: chunk must be a positive integer, "
+                             f"not {chunk!r}")
         self._torch = torch
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
-        self.every, self.out, self.save_tensors, self.chunk = every, os.fspath(out), save_tensors, chunk
+        self.every, self.out, self.chunk = every, os.fspath(out), chunk
+        self.save_tensors = save_tensors
         k_min, k_max = scale_range(scales)
         self._run = _halfway._AnalysisRun(self.out, format_list(formats), k_min, k_max,
                                           float(underflow_tolerance), True,

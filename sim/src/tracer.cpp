@@ -126,7 +126,8 @@ void add_to_window(std::vector<WindowRow>& rows, const TraceRecord& r, double lo
   const bool mid_overflows = (e1.flags & flag::overflow) != 0;
   // cum[i]: values in bins below i.
   cum[0] = 0;
-  for (int i = 0; i < TraceRecord::kBins; ++i) cum[size_t(i + 1)] = cum[size_t(i)] + r.hist[size_t(i)];
+  for (int i = 0; i < TraceRecord::kBins; ++i)
+    cum[size_t(i + 1)] = cum[size_t(i)] + r.hist[size_t(i)];
   for (WindowRow& row : rows) {
     row.values += r.events.total;
     // Shift of the exponent bins when going from scale s to 2^k (an integer when s is a

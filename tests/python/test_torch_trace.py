@@ -219,6 +219,13 @@ def main():
         w = pd.read_csv(os.path.join(d, "results", "run", "scale_window.csv"),
                         keep_default_na=False)
         check(len(w) and (w["name"] == "").all(), "per-tensor window rows by default")
+        # Bad arguments: ValueError before anything is hooked or written.
+        for kw in ({"formats": ["fp17"]}, {"every": 0}, {"formats": ["fp16", "fp16"]}):
+            try:
+                halfway.torch.trace(m, out=os.path.join(d, "bad"), **kw)
+            except ValueError:
+                continue
+            raise AssertionError(f"{kw}: no ValueError")
     print("ok")
 
 

@@ -132,7 +132,8 @@ struct StepInfo {
 /// format, the rows of all gradient tensors together under an empty name, as `halfway train`
 /// writes them, then, with `tensor_windows`, each tensor's own rows: 61 a tensor and format
 /// with the default scales, so a traced training run leaves them out and keeps each tensor's
-/// k_low and k_high in trace.csv), steps.csv when asked for, and manifest.json on commit(). Every file is written atomically; nothing is left without commit().
+/// k_low and k_high in trace.csv), steps.csv when asked for, and manifest.json on commit().
+/// Every file is written atomically; nothing is left without commit().
 ///
 ///     AnalysisRun run("out", parse_format_list("fp16,e4m3"), {}, false);
 ///     size_t id = run.tensor("x", TraceKind::tensor, "analyze", 1.0);
