@@ -17,6 +17,7 @@
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
 #if HALFWAY_PY_SIM
+#include "halfway/sim/analyze.hpp"
 #include "halfway/sim/trainer.hpp"
 #endif
 
@@ -658,6 +659,60 @@ void train_to_dir(const std::string& config, bool is_text, const std::string& ba
   py::gil_scoped_release release;
   sim::write_run(c, out_dir, o);
 }
+
+sim::TraceKind kind_from_name(const std::string& k) {
+  for (auto v : {sim::TraceKind::activation, sim::TraceKind::weight, sim::TraceKind::activation_grad,
+                 sim::TraceKind::weight_grad, sim::TraceKind::update, sim::TraceKind::tensor})
+    if (k == sim::kind_name(v)) return v;
+  throw InputError("unknown tensor kind '" + k + "'");
+}
+
+/// halfway.analyze and halfway.torch: an analysis run folder fed tensor by tensor, chunk by
+/// chunk (analyze.hpp). Chunks are float32 arrays; the Python side converts other dtypes.
+void bind_analysis_run(py::module_& m) {
+  using sim::AnalysisRun;
+  py::class_<AnalysisRun>(m, "_AnalysisRun")
+      .def(py::init([](const std::string& dir, const std::string& formats, int k_min, int k_max,
+                       double tolerance, bool steps_csv, bool tensor_windows) {
+             sim::AnalyzeOptions o;
+             std::tie(o.k_min, o.k_max) =
+                 sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
+             o.underflow_tolerance = tolerance;
+             return std::make_unique<AnalysisRun>(dir, sim::parse_format_list(formats), o,
+                                                  steps_csv, tensor_windows);
+           }),
+           py::arg("dir"), py::arg("formats"), py::arg("k_min"), py::arg("k_max"),
+           py::arg("tolerance"), py::arg("steps_csv"), py::arg("tensor_windows") = true)
+      .def("tensor",
+           [](AnalysisRun& r, const std::string& name, const std::string& kind,
+              const std::string& op, double loss_scale) {
+             return r.tensor(name, kind_from_name(kind), op, loss_scale);
+           },
+           py::arg("name"), py::arg("kind"), py::arg("op"), py::arg("loss_scale") = 1.0)
+      .def("add",
+           [](AnalysisRun& r, size_t id, py::array_t<float, py::array::c_style> a) {
+             const float* p = a.data();
+             const size_t n = size_t(a.size());
+             py::gil_scoped_release release;
+             r.add(id, p, n);
+           },
+           py::arg("id"), py::arg("values").noconvert())
+      .def("end_step",
+           [](AnalysisRun& r, int step, double loss, double loss_scale, int found_inf,
+              int skipped, double next_scale) {
+             sim::StepInfo i;
+             i.loss = loss;
+             i.loss_scale = loss_scale;
+             i.found_inf = found_inf;
+             i.skipped = skipped;
+             i.next_scale = next_scale;
+             r.end_step(step, i);
+           },
+           py::arg("step"), py::arg("loss") = std::nan(""), py::arg("loss_scale") = 1.0,
+           py::arg("found_inf") = -1, py::arg("skipped") = -1,
+           py::arg("next_scale") = std::nan(""))
+      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}");
+}
 #endif
 
 }  // namespace
@@ -806,6 +861,7 @@ PYBIND11_MODULE(_halfway, m) {
 #if HALFWAY_PY_SIM
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");
+  bind_analysis_run(m);
 #endif
   m.def("format", [](py::handle fmt) { return to_format(fmt); }, py::arg("fmt"),
         "The Format named by a string (or the Format itself).");

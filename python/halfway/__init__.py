@@ -20,6 +20,7 @@ ValueError (unknown format or rounding) or TypeError (wrong dtype). See docs/pyt
 from . import _halfway
 from ._halfway import Counts, Format, flag_names, formats, roundings
 from ._halfway import INEXACT, UNDERFLOW, OVERFLOW, INFINITE, INVALID
+from .analysis import AnalysisResult, analyze
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,7 @@ __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
     "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes",
+    "analyze", "AnalysisResult",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
 
@@ -383,3 +385,12 @@ def bench(n=1 << 20, repeats=7, threads=1):
     PyTorch's bfloat16 round trip, in one run; print and return the median ratios."""
     from . import benchmark
     return benchmark.run(n=n, repeats=repeats, threads=threads)
+
+
+
+def __getattr__(name):
+    # halfway.torch: imported when first used (and torch only then).
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'halfway' has no attribute {name!r}")

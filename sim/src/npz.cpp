@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <stdexcept>
 
 #include "halfway/names.hpp"
@@ -144,11 +146,10 @@ Shape parse_shape(const std::string& s, const std::string& what) {
 
 constexpr uint64_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes
 
-/// Parse one `.npy` image of exactly `total` bytes from `in`, taking its values' memory
-/// (8 bytes a value) out of `budget`. Nothing is allocated before the header's sizes have been
-/// checked against `total` and `budget`; the data are converted in chunks as they arrive.
-NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
-                          const std::string& what) {
+/// Read the header of one `.npy` image of exactly `total` bytes from `in`, leaving `in` at the
+/// first data byte. Every size is checked: the element count, the data bytes, and that header
+/// and data fill exactly `total` bytes.
+NpyHeader read_npy_header(ByteSource& in, uint64_t total, const std::string& what) {
   unsigned char pre[12];
   if (total < 10 || !read_exact(in, reinterpret_cast<char*>(pre), 10) ||
       std::memcmp(pre, "\x93NUMPY", 6) != 0)
@@ -177,7 +178,7 @@ NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
   if (order == '>') throw InputError(what + ": big-endian arrays are not supported");
   if (order != '<' && order != '|' && order != '=')
     throw InputError(what + ": unsupported dtype '" + shown(descr) + "'");
-  NpyArray a;
+  NpyHeader a;
   a.dtype = descr.substr(1);
   static const std::pair<const char*, int> kinds[] = {
       {"f2", 2}, {"f4", 4}, {"f8", 8}, {"i1", 1}, {"i2", 2}, {"i4", 4}, {"i8", 8},
@@ -189,7 +190,7 @@ NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
   const std::string fo = dict_value(h, "fortran_order", what);
   if (fo != "True" && fo != "False")
     throw InputError(what + ": malformed fortran_order " + shown(fo) + " in npy header");
-  const bool fortran = fo == "True";
+  a.fortran_order = fo == "True";
   a.shape = parse_shape(dict_value(h, "shape", what), what);
 
   // Sizes: the element count, the data's bytes and the member's bytes, each checked.
@@ -199,12 +200,48 @@ NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
       throw InputError(what + ": shape " + shape_str(a.shape) + " has too many elements");
   uint64_t data_bytes = 0, expect = 0, value_bytes = 0;
   if (!mul_u64(n, uint64_t(size), data_bytes) || !add_u64(hoff + hlen, data_bytes, expect) ||
-      !mul_u64(n, sizeof(double), value_bytes))
+      !mul_u64(n, sizeof(double), value_bytes))  // what read_npz needs for the values
     throw InputError(what + ": shape " + shape_str(a.shape) + " has too many elements");
   if (expect != total)
     throw InputError(what + ": holds " + std::to_string(total) + " bytes, but its header (" +
                      shape_str(a.shape) + " " + a.dtype + ") implies " + std::to_string(expect) +
                      (expect > total ? " (truncated data)" : ""));
+  a.count = n;
+  a.item_size = size;
+  return a;
+}
+
+/// Pass the data of an array whose header `h` was just read to `sink` in chunks of at most
+/// 64 Ki raw little-endian items, then check that the stream ends there.
+void read_npy_data(ByteSource& in, const NpyHeader& h, const std::string& what,
+                   const std::function<void(const unsigned char*, size_t)>& sink) {
+  constexpr size_t kChunk = 1 << 16;  // items
+  const size_t size = size_t(h.item_size);
+  std::vector<unsigned char> buf(size_t(std::min<uint64_t>(kChunk, h.count)) * size);
+  for (uint64_t done = 0; done < h.count;) {
+    const size_t k = size_t(std::min<uint64_t>(h.count - done, kChunk));
+    if (!read_exact(in, reinterpret_cast<char*>(buf.data()), k * size))
+      throw InputError(what + ": truncated data");
+    sink(buf.data(), k);
+    done += k;
+  }
+  // The end of the stream (for a zip member, this is where its CRC is checked).
+  char extra;
+  if (in.read(&extra, 1) != 0) throw InputError(what + ": data continue past the array");
+}
+
+/// Parse one `.npy` image of exactly `total` bytes from `in`, taking its values' memory
+/// (8 bytes a value) out of `budget`. Nothing is allocated before the header's sizes have been
+/// checked against `total` and `budget`; the data are converted in chunks as they arrive.
+NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
+                          const std::string& what) {
+  const NpyHeader h = read_npy_header(in, total, what);
+  NpyArray a;
+  a.shape = h.shape;
+  a.dtype = h.dtype;
+  const uint64_t n = h.count, value_bytes = n * sizeof(double);  // checked by the header
+  const bool fortran = h.fortran_order;
+  const int size = h.item_size;
   if (value_bytes > budget)
     throw InputError(what + ": array " + shape_str(a.shape) + " needs " +
                      std::to_string(value_bytes) + " bytes in memory, over the limit of " +
@@ -213,40 +250,33 @@ NpyArray parse_npy_stream(ByteSource& in, uint64_t total, uint64_t& budget,
 
   a.values.resize(size_t(n));
   const char kind = a.dtype[0];
-  constexpr size_t kChunk = 1 << 16;  // a multiple of every item size
-  std::vector<unsigned char> buf(size_t(std::min<uint64_t>(kChunk, data_bytes)));
-  for (uint64_t done = 0; done < n;) {
-    const size_t k = size_t(std::min<uint64_t>(n - done, kChunk / size_t(size)));
-    if (!read_exact(in, reinterpret_cast<char*>(buf.data()), k * size_t(size)))
-      throw InputError(what + ": truncated data");
+  uint64_t done = 0;
+  read_npy_data(in, h, what, [&](const unsigned char* raw, size_t k) {
     for (size_t j = 0; j < k; ++j) {
-      const uint64_t raw = get_le(buf.data() + j * size_t(size), size);
+      const uint64_t bits = get_le(raw + j * size_t(size), size);
       double v = 0;
       if (kind == 'f') {
         if (size == 2) {
           Env env;
-          v = to_f64(formats::fp16, uint32_t(raw), env);
+          v = to_f64(formats::fp16, uint32_t(bits), env);
         } else if (size == 4) {
           float f;
-          const uint32_t r32 = uint32_t(raw);
+          const uint32_t r32 = uint32_t(bits);
           std::memcpy(&f, &r32, 4);
           v = f;
         } else {
-          std::memcpy(&v, &raw, 8);
+          std::memcpy(&v, &bits, 8);
         }
       } else if (kind == 'i') {
         const int shift = 64 - 8 * size;
-        v = double(int64_t(raw << shift) >> shift);
+        v = double(int64_t(bits << shift) >> shift);
       } else {
-        v = double(raw);
+        v = double(bits);
       }
       a.values[size_t(done + j)] = v;
     }
     done += k;
-  }
-  // The end of the stream (for a zip member, this is where its CRC is checked).
-  char extra;
-  if (in.read(&extra, 1) != 0) throw InputError(what + ": data continue past the array");
+  });
 
   if (fortran && a.shape.size() > 1 && n > 1) {
     // Column-major → row-major. With no dimension 0 (n > 1), every stride is at most n.
@@ -320,7 +350,14 @@ NpyArray parse_npy(const std::string& b, const std::string& what, uint64_t max_b
   return parse_npy_stream(in, b.size(), budget, what);
 }
 
-NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
+namespace {
+
+/// Open the archive `path` and call `fn(key, member, size, what)` for each member in turn: its
+/// name without ".npy", its bytes (inflated and CRC-checked as they are read) and its declared
+/// size, checked against the file. A key that appears twice is an error.
+void for_each_member(const std::string& path,
+                     const std::function<void(const std::string&, ByteSource&, uint64_t,
+                                              const std::string&)>& fn) {
   const std::string what = "'" + path + "'";
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -342,8 +379,7 @@ NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
   ZipCloser closer{za};
   const zip_int64_t entries = zip_get_num_entries(za, 0);
   if (entries < 0) throw InputError(what + ": not an .npz (zip) file");
-  uint64_t budget = max_bytes ? max_bytes : default_memory_limit();
-  NpzFile out;
+  std::set<std::string> seen;
   for (zip_int64_t i = 0; i < entries; ++i) {
     zip_stat_t zs;
     zip_stat_init(&zs);
@@ -372,14 +408,36 @@ NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
     zip_file_t* zf = zip_fopen_index(za, zip_uint64_t(i), 0);
     if (!zf) throw InputError(mwhat + ": cannot open (" + zip_strerror(za) + ")");
     ZipMemberSource src(zf, mwhat);
-    NpyArray arr = parse_npy_stream(src, zs.size, budget, mwhat);
     std::string key = name;
     if (key.size() > 4 && key.compare(key.size() - 4, 4, ".npy") == 0) key.resize(key.size() - 4);
-    if (!out.emplace(key, std::move(arr)).second)
+    if (!seen.insert(key).second)
       throw InputError(what + ": array '" + shown(key) + "' appears twice");
+    fn(key, src, zs.size, mwhat);
   }
+}
+
+}  // namespace
+
+NpzFile read_npz(const std::string& path, uint64_t max_bytes) {
+  uint64_t budget = max_bytes ? max_bytes : default_memory_limit();
+  NpzFile out;
+  for_each_member(path, [&](const std::string& key, ByteSource& src, uint64_t size,
+                            const std::string& what) {
+    out.emplace(key, parse_npy_stream(src, size, budget, what));
+  });
   return out;
 }
+
+void stream_npz(const std::string& path, const NpzArrayFn& on_array) {
+  for_each_member(path, [&](const std::string& key, ByteSource& src, uint64_t size,
+                            const std::string& what) {
+    const NpyHeader h = read_npy_header(src, size, what);
+    const NpyChunkFn sink = on_array(key, h, what);
+    read_npy_data(src, h, what, sink ? sink : [](const unsigned char*, size_t) {});
+  });
+}
+
+std::string shown_text(const std::string& s) { return shown(s); }
 
 // ---------------------------------------------------------------------------------------------
 // Writing.

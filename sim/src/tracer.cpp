@@ -1,7 +1,8 @@
 #include "halfway/sim/tracer.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include "halfway/softfloat.hpp"
@@ -20,30 +21,7 @@ int TraceRecord::max_exp() const {
   return INT_MIN;
 }
 
-void Tracer::begin_step(int step, double loss_scale) {
-  current_.records.clear();  // keeps the capacity: no reallocation in the steady state
-  current_.window.clear();
-  current_.k_low = current_.k_high = INT_MIN;
-  current_.step = step;
-  current_.loss_scale = loss_scale;
-  index_.clear();
-  active_ = true;
-}
-
-void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size_t n,
-                    const EventCounts& ev) {
-  if (!active_) return;
-  auto [it, fresh] = index_.try_emplace(tag.name, current_.records.size());
-  if (fresh) {
-    TraceRecord r;
-    r.name = tag.name;
-    r.op = tag.op;
-    r.kind = tag.kind;
-    r.dtype = dt;
-    current_.records.push_back(std::move(r));
-  }
-  TraceRecord& r = current_.records[it->second];
-  r.events += ev;
+void add_values(TraceRecord& r, const float* pre, size_t n) {
   // One pass over the bit patterns (magnitudes order like them): the exponent bin of each
   // non-zero finite value, the extremes, the non-finite inputs. Bin index e - kMinExp is the
   // biased exponent + 22 for normals, 31 - clz for subnormals; bin 277 collects zeros and
@@ -83,6 +61,33 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size
   }
 }
 
+void Tracer::begin_step(int step, double loss_scale) {
+  current_.records.clear();  // keeps the capacity: no reallocation in the steady state
+  current_.window.clear();
+  current_.k_low = current_.k_high = INT_MIN;
+  current_.step = step;
+  current_.loss_scale = loss_scale;
+  index_.clear();
+  active_ = true;
+}
+
+void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size_t n,
+                    const EventCounts& ev) {
+  if (!active_) return;
+  auto [it, fresh] = index_.try_emplace(tag.name, current_.records.size());
+  if (fresh) {
+    TraceRecord r;
+    r.name = tag.name;
+    r.op = tag.op;
+    r.kind = tag.kind;
+    r.dtype = dt;
+    current_.records.push_back(std::move(r));
+  }
+  TraceRecord& r = current_.records[it->second];
+  r.events += ev;
+  add_values(r, pre, n);
+}
+
 void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update) {
   if (!active_) return;
   auto it = index_.find(name);
@@ -101,58 +106,66 @@ const StepTrace& Tracer::end_step() {
   return current_;
 }
 
-std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, double loss_scale,
-                                      int k_min, int k_max) {
+std::vector<WindowRow> empty_window(int k_min, int k_max) {
   std::vector<WindowRow> rows;
   for (int k = k_min; k <= k_max; ++k) rows.push_back(WindowRow{k, 0, 0, false});
+  return rows;
+}
+
+void add_to_window(std::vector<WindowRow>& rows, const TraceRecord& r, double loss_scale) {
   // A scale backed off to zero (or a non-finite one) leaves nothing to extrapolate from.
-  if (!(loss_scale > 0 && std::isfinite(loss_scale))) return rows;
+  if (!(loss_scale > 0 && std::isfinite(loss_scale)) || !r.dtype.is_low()) return;
   const double log2s = std::log2(loss_scale);
   std::vector<uint64_t> cum(TraceRecord::kBins + 1);
-  for (const TraceRecord& r : records) {
-    if (!r.is_grad() || !r.dtype.is_low()) continue;
-    const Format& f = r.dtype.fmt;
-    // Overflow threshold under RNE: the midpoint between the largest finite value and the
-    // next binade step; whether the midpoint itself overflows depends on the tie rule.
-    Env e0;
-    const double fmax = to_f64(f, f.max_mag(), e0);
-    const double mid = fmax + std::ldexp(1.0, f.emax() - f.frac_bits - 1);
-    Env e1;
-    from_f64(f, mid, e1);
-    const bool mid_overflows = (e1.flags & flag::overflow) != 0;
-    // cum[i]: values in bins below i.
-    cum[0] = 0;
-    for (int i = 0; i < TraceRecord::kBins; ++i) cum[size_t(i + 1)] = cum[size_t(i)] + r.hist[size_t(i)];
-    for (WindowRow& row : rows) {
-      row.values += r.events.total;
-      // Shift of the exponent bins when going from scale s to 2^k (an integer when s is a
-      // power of two; otherwise only whole bins below the threshold are counted).
-      const double t = double(row.k) - log2s;
-      if (f.has_zero) {
-        // Values at or below 2^u round to zero: half the smallest subnormal under RNE (the tie
-        // goes to the even zero), or anything below the smallest normal when flushing. Bin e
-        // ([2^e, 2^(e+1)) before scaling) lies wholly below when e + 1 + t <= u.
-        const int u = f.ftz ? f.emin() : f.emin() - f.frac_bits - 1;
-        const double last = std::floor(double(u) - 1.0 - t + 1e-9);  // highest such e
-        const double idx = last - double(TraceRecord::kMinExp) + 1.0;  // bins below e + 1
-        if (idx > 0) row.underflow += cum[size_t(std::min(idx, double(TraceRecord::kBins)))];
-        // The tie itself: a value exactly 2^(u - t), which needs an integer t. (Flushing keeps
-        // 2^emin, a normal number.)
-        const double ti = std::round(t);
-        if (!f.ftz && std::fabs(t - ti) < 1e-9) {
-          const double e = double(u) - ti - double(TraceRecord::kMinExp);
-          if (e >= 0 && e < double(TraceRecord::kBins)) row.underflow += r.pow2[size_t(e)];
-        }
+  const Format& f = r.dtype.fmt;
+  // Overflow threshold under RNE: the midpoint between the largest finite value and the
+  // next binade step; whether the midpoint itself overflows depends on the tie rule.
+  Env e0;
+  const double fmax = to_f64(f, f.max_mag(), e0);
+  const double mid = fmax + std::ldexp(1.0, f.emax() - f.frac_bits - 1);
+  Env e1;
+  from_f64(f, mid, e1);
+  const bool mid_overflows = (e1.flags & flag::overflow) != 0;
+  // cum[i]: values in bins below i.
+  cum[0] = 0;
+  for (int i = 0; i < TraceRecord::kBins; ++i)
+    cum[size_t(i + 1)] = cum[size_t(i)] + r.hist[size_t(i)];
+  for (WindowRow& row : rows) {
+    row.values += r.events.total;
+    // Shift of the exponent bins when going from scale s to 2^k (an integer when s is a
+    // power of two; otherwise only whole bins below the threshold are counted).
+    const double t = double(row.k) - log2s;
+    if (f.has_zero) {
+      // Values at or below 2^u round to zero: half the smallest subnormal under RNE (the tie
+      // goes to the even zero), or anything below the smallest normal when flushing. Bin e
+      // ([2^e, 2^(e+1)) before scaling) lies wholly below when e + 1 + t <= u.
+      const int u = f.ftz ? f.emin() : f.emin() - f.frac_bits - 1;
+      const double last = std::floor(double(u) - 1.0 - t + 1e-9);  // highest such e
+      const double idx = last - double(TraceRecord::kMinExp) + 1.0;  // bins below e + 1
+      if (idx > 0) row.underflow += cum[size_t(std::min(idx, double(TraceRecord::kBins)))];
+      // The tie itself: a value exactly 2^(u - t), which needs an integer t. (Flushing keeps
+      // 2^emin, a normal number.)
+      const double ti = std::round(t);
+      if (!f.ftz && std::fabs(t - ti) < 1e-9) {
+        const double e = double(u) - ti - double(TraceRecord::kMinExp);
+        if (e >= 0 && e < double(TraceRecord::kBins)) row.underflow += r.pow2[size_t(e)];
       }
-      if (r.max_abs > 0 && !row.overflow) {
-        const double v = std::ldexp(r.max_abs, row.k) / loss_scale;  // exact for 2^j scales
-        if (v > mid || (v == mid && mid_overflows)) row.overflow = true;
-      }
-      // A value already infinite before this rounding came from an overflow upstream at the
-      // current scale: every scale at least as large overflows too.
-      if (r.nonfinite_in > 0 && row.k >= log2s - 1e-9) row.overflow = true;
     }
+    if (r.max_abs > 0 && !row.overflow) {
+      const double v = std::ldexp(r.max_abs, row.k) / loss_scale;  // exact for 2^j scales
+      if (v > mid || (v == mid && mid_overflows)) row.overflow = true;
+    }
+    // A value already infinite before this rounding came from an overflow upstream at the
+    // current scale: every scale at least as large overflows too.
+    if (r.nonfinite_in > 0 && row.k >= log2s - 1e-9) row.overflow = true;
   }
+}
+
+std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, double loss_scale,
+                                      int k_min, int k_max) {
+  std::vector<WindowRow> rows = empty_window(k_min, k_max);
+  for (const TraceRecord& r : records)
+    if (r.is_grad()) add_to_window(rows, r, loss_scale);
   return rows;
 }
 
@@ -164,6 +177,52 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
     hi = r.k;
   }
   return {lo, hi};
+}
+
+const char* const kTraceCsvHeader =
+    "step,name,op,kind,dtype,total,zeros,underflow,subnormal,overflow,nan,inexact,nonfinite_in,"
+    "vanished,small_update,min_exp,max_exp,max_abs,hist\n";
+const char* const kWindowCsvHeader =
+    "step,loss_scale,k,values,underflow,underflow_fraction,overflow,safe\n";
+
+std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
+
+namespace {
+
+template <class T>
+void put_num(std::string& line, T v) {
+  char b[64];
+  line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+}
+
+}  // namespace
+
+void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
+  const EventCounts& e = t.events;
+  put_num(line, step);
+  line += ',' + t.name + ',' + t.op + ',' + kind_name(t.kind) + ',' + t.dtype.name() + ',';
+  for (uint64_t v : {e.total, e.zero, e.underflow, e.subnormal, e.overflow, e.nan, e.inexact,
+                     t.nonfinite_in, t.vanished, t.small_update})
+    put_num(line, v), line += ',';
+  line += k_str(t.min_exp()) + ',' + k_str(t.max_exp()) + ',';
+  put_num(line, float(t.max_abs));
+  line += ',';
+  bool first = true;
+  for (int i = 0; i < TraceRecord::kBins; ++i)
+    if (t.hist[size_t(i)]) {
+      if (!first) line += ';';
+      first = false;
+      put_num(line, i + TraceRecord::kMinExp), line += ':', put_num(line, t.hist[size_t(i)]);
+    }
+}
+
+void append_window_columns(std::string& line, int step, double loss_scale, const WindowRow& w,
+                           double tolerance) {
+  const bool safe = !w.overflow && w.fraction() <= tolerance;
+  put_num(line, step), line += ',', put_num(line, float(loss_scale)), line += ',';
+  put_num(line, w.k), line += ',', put_num(line, w.values), line += ',';
+  put_num(line, w.underflow), line += ',', put_num(line, w.fraction()), line += ',';
+  put_num(line, int(w.overflow)), line += ',', put_num(line, int(safe));
 }
 
 }  // namespace halfway::sim

@@ -127,8 +127,6 @@ GradCounts grad_counts(const StepTrace& st) {
   return g;
 }
 
-std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
-
 }  // namespace
 
 TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallback& cb) {
@@ -267,9 +265,8 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   AtomicFile steps(d + "steps.csv"), trace(d + "trace.csv"), window(d + "scale_window.csv");
   steps.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,grad_values,"
                  "grad_underflow,grad_overflow,k_low,k_high\n";
-  trace.out() << "step,name,op,kind,dtype,total,zeros,underflow,subnormal,overflow,nan,inexact,"
-                 "nonfinite_in,vanished,small_update,min_exp,max_exp,max_abs,hist\n";
-  window.out() << "step,loss_scale,k,values,underflow,underflow_fraction,overflow,safe\n";
+  trace.out() << kTraceCsvHeader;
+  window.out() << kWindowCsvHeader;
   // Each step's gradients go to disk as the run goes (grads.npz is built from them at the end).
   std::unique_ptr<NpzWriter> grads_out;
   if (c.save_grads) grads_out = std::make_unique<NpzWriter>(d + "grads.npz");
@@ -298,21 +295,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     if (st) {
       line.clear();
       for (const TraceRecord& t : st->records) {
-        const EventCounts& e = t.events;
-        num(st->step), sep();
-        line += t.name + ',' + t.op + ',' + kind_name(t.kind) + ',' + t.dtype.name() + ',';
-        for (uint64_t v : {e.total, e.zero, e.underflow, e.subnormal, e.overflow, e.nan, e.inexact,
-                           t.nonfinite_in, t.vanished, t.small_update})
-          num(v), sep();
-        line += k_str(t.min_exp()) + ',' + k_str(t.max_exp()) + ',';
-        num(float(t.max_abs)), sep();
-        bool first = true;
-        for (int i = 0; i < TraceRecord::kBins; ++i)
-          if (t.hist[size_t(i)]) {
-            if (!first) line += ';';
-            first = false;
-            num(i + TraceRecord::kMinExp), line += ':', num(t.hist[size_t(i)]);
-          }
+        append_trace_columns(line, st->step, t);
         line += '\n';
       }
       trace.out() << line;
@@ -321,10 +304,8 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
       line.clear();
       for (const WindowRow& w : st->window) {
         if (w.values == 0) continue;
-        const bool safe = !w.overflow && w.fraction() <= c.tracer.underflow_tolerance;
-        num(st->step), sep(), num(float(st->loss_scale)), sep(), num(w.k), sep(), num(w.values);
-        sep(), num(w.underflow), sep(), num(w.fraction()), sep(), num(int(w.overflow)), sep();
-        num(int(safe)), line += '\n';
+        append_window_columns(line, st->step, st->loss_scale, w, c.tracer.underflow_tolerance);
+        line += '\n';
       }
       window.out() << line;
     }

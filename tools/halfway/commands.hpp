@@ -9,6 +9,7 @@ int cmd_testfloat(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_analyze(int argc, char** argv);
 int cmd_hw_report(int argc, char** argv);
 int cmd_sweep(int argc, char** argv);
 int cmd_merge(int argc, char** argv);

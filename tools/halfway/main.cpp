@@ -24,6 +24,7 @@ const char* kUsage =
     "  bench [--json]                        throughput against hardware references\n"
     "  hw-report [--backend NAME] [--exhaustive] [--json]  library vs hardware/vendor backends\n"
     "  train CONFIG.toml [--out DIR]         simulate mixed-precision training, trace roundings\n"
+    "  analyze INPUT... [--formats F,...]    per-tensor rounding report for arrays of .npz files\n"
     "  sweep SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]  resumable sweep over config keys\n"
     "  merge DIR... [--out FILE]             one sweep.csv from the shards of a sweep\n"
     "  run EXPERIMENT_DIR... | --all         run experiments and draw their figures\n"
@@ -88,6 +89,7 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
     if (cmd == "verify") return cmd_verify(argc - 1, argv + 1);
     if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
     if (cmd == "train") return cmd_train(argc - 1, argv + 1);
+    if (cmd == "analyze") return cmd_analyze(argc - 1, argv + 1);
     if (cmd == "hw-report") return cmd_hw_report(argc - 1, argv + 1);
     if (cmd == "sweep") return cmd_sweep(argc - 1, argv + 1);
     if (cmd == "merge") return cmd_merge(argc - 1, argv + 1);
@@ -103,7 +105,7 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
                  printable(e.what()).c_str());
     return 2;
   }
-  std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train sweep merge run "
+  std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train analyze sweep merge run "
                "hw-report)\n",
                printable(cmd).c_str());
   return 2;

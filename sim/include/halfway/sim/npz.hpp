@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -32,6 +33,22 @@ struct NpyArray {
 
 using NpzFile = std::map<std::string, NpyArray>;
 
+/// The header of one `.npy` array: what it holds, before any of its data is read.
+struct NpyHeader {
+  Shape shape;
+  std::string dtype;           ///< as NpyArray::dtype: f2, f4, f8, i1 ... u8, b1
+  bool fortran_order = false;  ///< data in column-major order
+  uint64_t count = 0;          ///< elements
+  int item_size = 0;           ///< bytes per element
+};
+/// Receives an array's data in file order, in chunks of at most 64 Ki raw little-endian items.
+using NpyChunkFn = std::function<void(const unsigned char* raw, size_t items)>;
+/// Called for each array of an archive with its key, header and a one-line description for
+/// messages ("'f.npz' member 'x.npy'"); returns where its data go (an empty function skips
+/// them; they are still read, and CRC-checked). May throw to stop.
+using NpzArrayFn =
+    std::function<NpyChunkFn(const std::string& key, const NpyHeader& h, const std::string& what)>;
+
 /// Parse one `.npy` image (exactly: no bytes may follow the data). Throws InputError naming
 /// `what` on malformed input or when its values need more than `max_bytes` (0: the default).
 NpyArray parse_npy(const std::string& bytes, const std::string& what, uint64_t max_bytes = 0);
@@ -39,6 +56,15 @@ NpyArray parse_npy(const std::string& bytes, const std::string& what, uint64_t m
 /// file; all arrays together may take at most `max_bytes` (0: default_memory_limit(), io.hpp). Throws
 /// InputError, with one line, on anything else.
 NpzFile read_npz(const std::string& path, uint64_t max_bytes = 0);
+/// Read an `.npz` archive array by array in bounded memory (one 64 Ki-item buffer), with the
+/// same checks as read_npz but no limit on the arrays' sizes: nothing is held. Throws
+/// InputError, with one line, on a malformed archive or member; the data of a member already
+/// passed to its sink may precede the error (a CRC mismatch is found at the member's end).
+void stream_npz(const std::string& path, const NpzArrayFn& on_array);
+/// Text from a file as it may appear in a one-line message: printable ASCII as is, every other
+/// byte as \xNN, at most 80 characters.
+std::string shown_text(const std::string& s);
+
 /// Serialise one array as `.npy` (dtype "f4", "f8" or "i8").
 std::string npy_bytes(const NpyArray& a);
 

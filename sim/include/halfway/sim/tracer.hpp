@@ -76,6 +76,18 @@ struct TracerOptions {
   double underflow_tolerance = 0.0;  ///< a scale is safe when the fraction is at most this
 };
 
+/// Add binary32 values (before rounding) to `r`: the histogram, the powers of two, the extremes
+/// and the non-finite count. The tracer's one pass over a tensor; a tensor added in chunks gives
+/// the same record as added whole, in any split.
+void add_values(TraceRecord& r, const float* pre, size_t n);
+
+/// Rows k = k_min .. k_max with nothing counted yet.
+std::vector<WindowRow> empty_window(int k_min, int k_max);
+/// Add one record's prediction to `rows`, whatever its kind (nothing for a record that is not
+/// low precision, or a scale that is not positive and finite): its values, those that would
+/// underflow at each 2^k, and whether any would overflow. See predict_window.
+void add_to_window(std::vector<WindowRow>& rows, const TraceRecord& r, double loss_scale);
+
 /// Predict the scale window from the records of one step taken at `loss_scale`. A gradient
 /// value v at scale s becomes v·2^k/s at scale 2^k (exact for power-of-two ratios while it
 /// stays in the normal range); it underflows when that lands at or below half the smallest
@@ -87,6 +99,20 @@ std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, d
 /// The safe window [k_low, k_high]: the smallest and largest k with no overflow and an
 /// underflow fraction at most `tolerance` (INT_MIN, INT_MIN when none).
 std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double tolerance);
+
+/// trace.csv and scale_window.csv, the tracer's files (docs/sim.md): their header lines and
+/// rows, written the same way by `halfway train` and `halfway analyze`. Numbers are written with
+/// std::to_chars (locale-free, shortest round-trip text); rows end in '\n'.
+extern const char* const kTraceCsvHeader;   ///< "step,name,...,hist\n"
+extern const char* const kWindowCsvHeader;  ///< "step,loss_scale,k,...,safe\n"
+/// Append the columns of kTraceCsvHeader for `r` at `step`, without the line end.
+void append_trace_columns(std::string& line, int step, const TraceRecord& r);
+/// Append the columns of kWindowCsvHeader for `w`, without the line end: safe when it does
+/// not overflow and its underflow fraction is at most `tolerance`.
+void append_window_columns(std::string& line, int step, double loss_scale, const WindowRow& w,
+                           double tolerance);
+/// An exponent as a CSV field: empty for INT_MIN (none).
+std::string k_str(int k);
 
 class Tracer {
  public:

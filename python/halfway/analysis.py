@@ -1,0 +1,146 @@
+"""halfway.analyze: the tracer's per-tensor answers for arrays from anywhere (docs/analyze.md).
+
+The statistics are computed in C++ (halfway._halfway._AnalysisRun, the same code as
+`halfway analyze`), fed in chunks; this module only converts dtypes and reads the result files.
+"""
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from . import _halfway
+
+DEFAULT_FORMATS = ("fp16", "bf16", "e4m3", "e5m2")
+DEFAULT_SCALES = (-20, 40)
+CHUNK = 1 << 20  # values fed to C++ at a time
+
+
+class AnalysisResult:
+    """The result files of an analysis as pandas DataFrames: trace (one row per step, tensor and
+    format: trace.csv), scale_window (scale_window.csv), steps (steps.csv, or None), manifest
+    (a dict), and out_dir (None when they were written to a temporary folder)."""
+
+    def __init__(self, trace, scale_window, steps, manifest, out_dir):
+        self.trace, self.scale_window, self.steps = trace, scale_window, steps
+        self.manifest, self.out_dir = manifest, out_dir
+
+    def __repr__(self):
+        return (f"halfway.AnalysisResult(trace={len(self.trace)} rows, "
+                f"scale_window={len(self.scale_window)} rows, out_dir={self.out_dir!r})")
+
+
+def format_list(formats):
+    """'fp16,bf16' or ['fp16', 'bf16'] -> 'fp16,bf16' (checked by the C++ side)."""
+    if isinstance(formats, str):
+        return formats
+    try:
+        items = [str(f) for f in formats]
+    except TypeError:
+        raise TypeError(f"formats must be a string or a list of names, not {formats!r}") from None
+    if not items:
+        raise ValueError("no formats to analyse")
+    return ",".join(items)
+
+
+def scale_range(scales):
+    """(k_min, k_max) or 'K_MIN..K_MAX' -> (k_min, k_max)."""
+    if isinstance(scales, str):
+        lo, sep, hi = scales.partition("..")
+        try:
+            return int(lo), int(hi)
+        except ValueError:
+            raise ValueError(f"scales {scales!r}: expected 'K_MIN..K_MAX'") from None
+    try:
+        lo, hi = scales
+        return int(lo), int(hi)
+    except (TypeError, ValueError):
+        raise ValueError(f"scales {scales!r}: expected (k_min, k_max)") from None
+
+
+def float32_chunks(name, a, chunk=CHUNK):
+    """The values of numpy array `a` as contiguous float32 chunks, in C order. float16 and
+    uint16 (bfloat16 bit patterns) widen exactly, float64 rounds to nearest even (as
+    `halfway analyze` reads them); any other dtype is a ValueError."""
+    a = np.asarray(a)
+    kind = a.dtype.kind + str(a.dtype.itemsize)
+    if kind not in ("f4", "f2", "f8", "u2"):
+        raise ValueError(f"array '{name}': unsupported dtype {a.dtype} (float32, float16, "
+                         "float64, or uint16 holding bfloat16 bit patterns)")
+    flat = a.reshape(-1)
+    for i in range(0, flat.size, chunk):
+        c = flat[i:i + chunk]
+        if kind == "u2":
+            c = (c.astype(np.uint32) << 16).view(np.float32)
+        else:
+            with np.errstate(over="ignore"):
+                c = c.astype(np.float32)
+        yield np.ascontiguousarray(c)
+
+
+def read_result(directory, keep):
+    import pandas as pd
+
+    def read(name):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            return None
+        return pd.read_csv(path, dtype={"hist": str, "name": str}, keep_default_na=False,
+                           float_precision="round_trip",
+                           na_values={"snr_db": [""], "flushed_l2_fraction": [""],
+                                      "min_exp": [""], "max_exp": [""], "loss": [""],
+                                      "k_low": [""], "k_high": [""],
+                                      "found_inf": [""], "skipped": [""],
+                                      "growth_tracker": [""], "next_scale": [""]})
+
+    with open(os.path.join(directory, "manifest.json")) as f:
+        manifest = json.load(f)
+    return AnalysisResult(read("trace.csv"), read("scale_window.csv"), read("steps.csv"),
+                          manifest, directory if keep else None)
+
+
+def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=None,
+            underflow_tolerance=0.0):
+    """What rounding each array into each format would do: the same numbers and columns as
+    `halfway analyze` on an .npz holding the same arrays.
+
+    arrays: a dict {name: numpy array} of float32, float16, float64 or uint16 (bfloat16 bit
+        patterns) values; names must be unique and hold no comma, quote or line break.
+    formats: format names (a list, or 'fp16,bf16,e4m3,e5m2'), each a low-precision format
+        halfway knows.
+    scales: (k_min, k_max), the loss scales 2^k of the safe window (or 'K_MIN..K_MAX').
+    out_dir: also keep the files (trace.csv, scale_window.csv, manifest.json) there.
+    underflow_tolerance: a scale is safe when at most this fraction of the values underflow.
+
+    Returns a halfway.AnalysisResult (trace, scale_window, manifest, out_dir). Bad input (an
+    unknown format, an unsupported dtype, a bad name) raises ValueError.
+    """
+    if not isinstance(arrays, dict):
+        raise TypeError("halfway.analyze: arrays must be a dict {name: ndarray}")
+    for name in arrays:
+        if not isinstance(name, str):
+            raise ValueError(f"halfway.analyze: array names must be strings, not {name!r}")
+    k_min, k_max = scale_range(scales)
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="halfway-analyze-")
+        directory = tmp.name
+    else:
+        directory = os.fspath(out_dir)
+    try:
+        run = _halfway._AnalysisRun(directory, format_list(formats), k_min, k_max,
+                                    float(underflow_tolerance), False)
+        tensors = []
+        for name, a in arrays.items():
+            a = np.asarray(a)
+            chunks = float32_chunks(name, a)  # checks the dtype before the tensor is begun
+            tid = run.tensor(name, "tensor", "analyze")
+            for c in chunks:
+                run.add(tid, c)
+            tensors.append({"name": name, "dtype": a.dtype.str[1:], "shape": list(a.shape)})
+        run.end_step(0)
+        run.commit(json.dumps({"tool": "halfway.analyze", "tensors": tensors}))
+        return read_result(directory, tmp is None)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()

@@ -1,0 +1,173 @@
+/// \file analyze.hpp
+/// The tracer's per-tensor answers for tensors that come from elsewhere (a `.npz` of a real
+/// run, PyTorch hooks): for each tensor and each low-precision format, what rounding the
+/// values into it would do. The counts, the power-of-two histogram and the safe scale window
+/// are the tracer's own (tracer.hpp: add_values, add_to_window); on top of them the SNR of the
+/// rounding and the part of the L2 norm lost to flushing, from exact sums of squares.
+///
+///     TensorAnalyzer a("0.weight", TraceKind::tensor, {parse_dtype("fp16"), parse_dtype("e4m3")});
+///     a.add(chunk1, n1);  a.add(chunk2, n2);        // any split gives the same result
+///     TensorAnalysis r = a.finish({}, 1.0);          // r.formats[0].record.events.underflow, ...
+///
+/// Every result is independent of how the values are split into chunks: the counts are
+/// integers, the extremes are extremes, and the sums of squares are exact (SquareSum), so
+/// neither the chunking nor the order of the elements can change a bit of them.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "halfway/sim/dtype.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/tracer.hpp"
+
+namespace halfway::sim {
+
+/// The exact sum of the squares of binary32 values. v = m·2^(e-150) with an integer m < 2^24,
+/// so v² = m²·2^(2e-300) with m² < 2^48: each biased exponent e has an integer bin, which can
+/// take 2^80 values before it could wrap. value() is the exact sum rounded once to the nearest
+/// double (ties to even), so it depends only on the multiset of values added.
+class SquareSum {
+ public:
+  void add(float v);  ///< v finite
+  /// Take out the squares of `o`'s values, which must all have been added here too.
+  SquareSum& operator-=(const SquareSum& o);
+  double value() const;
+  bool operator==(const SquareSum&) const = default;
+
+ private:
+  std::array<unsigned __int128, 255> bins_{};
+};
+
+struct AnalyzeOptions {
+  int k_min = -20, k_max = 40;       ///< the loss scales 2^k of the window
+  double underflow_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
+};
+
+/// One tensor rounded into one format.
+struct FormatAnalysis {
+  /// The tracer's record: name, op, kind, dtype (the format), events (total, zero, underflow =
+  /// flushed to zero, subnormal, overflow = overflowed or saturated, nan, inexact),
+  /// nonfinite_in, histogram, extremes.
+  TraceRecord record;
+  /// Over the finite values within the format's range (|x| <= largest finite value): the
+  /// signal Σx², the error Σ(x - q)² of their rounding q, and Σx² of those flushed to zero.
+  /// Values beyond the range are counted by events.overflow instead.
+  SquareSum signal, noise, flushed;
+  std::vector<WindowRow> window;          ///< k_min .. k_max, at the tensor's loss scale
+  int k_low = INT_MIN, k_high = INT_MIN;  ///< safe window; INT_MIN when no scale is safe
+  /// 10·log10(signal / noise): +inf when the rounding is exact, NaN when there is no signal.
+  double snr_db() const;
+  /// sqrt(flushed / signal): the part of the L2 norm lost to flushing (NaN without signal).
+  double flushed_l2_fraction() const;
+};
+
+struct TensorAnalysis {
+  std::string name;
+  double loss_scale = 1;
+  std::vector<FormatAnalysis> formats;  ///< in the order given
+};
+
+/// Analyses one tensor for several formats, fed in chunks of binary32 values.
+class TensorAnalyzer {
+ public:
+  /// `formats`: low-precision dtypes (InputError for fp32 or fp64).
+  TensorAnalyzer(std::string name, TraceKind kind, std::vector<DType> formats,
+                 std::string op = "analyze");
+  void add(const float* x, size_t n);
+  /// The results; the window predicts the scales 2^k relative to a tensor taken at
+  /// `loss_scale` (1: the values as they are).
+  TensorAnalysis finish(const AnalyzeOptions& o, double loss_scale = 1.0) const;
+  uint64_t values() const { return input_.events.total; }
+  const std::string& name() const { return name_; }
+
+ private:
+  struct PerFormat {
+    EventCounts events;
+    SquareSum beyond, noise, flushed;  ///< beyond: Σx² of the finite values beyond the range
+    float fmax;
+  };
+  std::string name_, op_;
+  TraceKind kind_;
+  std::vector<DType> formats_;
+  TraceRecord input_;  ///< histogram, extremes, non-finite count and total of the input
+  SquareSum finite_;   ///< Σx² of the finite values
+  std::vector<PerFormat> per_;
+  std::vector<float> q_;  ///< scratch: the rounded chunk
+};
+
+/// The formats of a comma-separated list ("fp16,bf16,e4m3"), each a low-precision format
+/// halfway knows. Throws InputError naming the first unknown one, a repeated one, fp32 or fp64.
+std::vector<DType> parse_format_list(const std::string& text);
+/// "K_MIN..K_MAX" → {k_min, k_max}, each in [-300, 300], k_min <= k_max. Throws InputError.
+std::pair<int, int> parse_scale_range(const std::string& text);
+
+/// The columns appended to kTraceCsvHeader's in analyze's trace.csv: SNR, flushed norm and the
+/// tensor's own safe window (empty when no scale is safe).
+extern const char* const kAnalyzeExtraColumns;  ///< ",snr_db,flushed_l2_fraction,k_low,k_high"
+/// Append the columns of kAnalyzeExtraColumns (with their leading commas) for `f`.
+void append_analyze_columns(std::string& line, const FormatAnalysis& f);
+
+}  // namespace halfway::sim
+
+
+namespace halfway::sim {
+
+/// What a training step adds to steps.csv besides the tracer's counts (NaN: not known).
+struct StepInfo {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double loss_scale = 1;  ///< the scale the step's gradients were computed at
+  int found_inf = -1;     ///< -1: not known
+  int skipped = -1;
+  double next_scale = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// A run folder in `halfway train`'s schema, written from analysed tensors, step by step:
+/// trace.csv (kTraceCsvHeader's columns, then kAnalyzeExtraColumns: one row per step, tensor
+/// and format), scale_window.csv (kWindowCsvHeader's columns, then `dtype,name`: per step and
+/// format, the rows of all gradient tensors together under an empty name, as `halfway train`
+/// writes them, then, with `tensor_windows`, each tensor's own rows: 61 a tensor and format
+/// with the default scales, so a traced training run leaves them out and keeps each tensor's
+/// k_low and k_high in trace.csv), steps.csv when asked for, and manifest.json on commit().
+/// Every file is written atomically; nothing is left without commit().
+///
+///     AnalysisRun run("out", parse_format_list("fp16,e4m3"), {}, false);
+///     size_t id = run.tensor("x", TraceKind::tensor, "analyze", 1.0);
+///     run.add(id, values, n);                // in chunks, any split
+///     run.end_step(0, {});
+///     run.commit(R"({"inputs": ["x.npz"]})");
+class AnalysisRun {
+ public:
+  AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o, bool steps_csv,
+              bool tensor_windows = true);
+  /// Begin tensor `name` of the current step, taken at `loss_scale`. Throws InputError when
+  /// the step has it already (a name collision).
+  size_t tensor(const std::string& name, TraceKind kind, const std::string& op,
+                double loss_scale = 1.0);
+  void add(size_t id, const float* x, size_t n);
+  /// Write the step's rows and forget its tensors.
+  void end_step(int step, const StepInfo& info);
+  /// Write manifest.json (the members of the JSON object `fields_json`, plus the version,
+  /// formats, scales, outputs and steps) and rename every file into place.
+  void commit(const std::string& fields_json = "{}");
+  const std::vector<DType>& formats() const { return formats_; }
+
+ private:
+  std::string dir_;
+  std::vector<DType> formats_;
+  AnalyzeOptions opt_;
+  bool tensor_windows_;
+  std::unique_ptr<AtomicFile> trace_, window_, steps_;
+  struct Pending {
+    TensorAnalyzer analyzer;
+    double loss_scale;
+  };
+  std::deque<Pending> pending_;  ///< a deque: an analyzer (some 60 KB of bins) never moves
+  int steps_done_ = 0;
+};
+
+}  // namespace halfway::sim

@@ -1,0 +1,347 @@
+#include "halfway/sim/analyze.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "halfway/bulk.hpp"
+#include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
+#include "halfway/sim/trainer.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace halfway::sim {
+
+void SquareSum::add(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  b &= 0x7FFFFFFFu;
+  const uint32_t e = b >> 23;
+  // A subnormal (e = 0) is m·2^-149, the same scale as e = 1.
+  const uint64_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
+  bins_[e] += static_cast<unsigned __int128>(m * m);
+}
+
+SquareSum& SquareSum::operator-=(const SquareSum& o) {
+  for (size_t e = 0; e < bins_.size(); ++e) bins_[e] -= o.bins_[e];
+  return *this;
+}
+
+double SquareSum::value() const {
+  // The exact sum as a 704-bit integer T = S·2^298 (bin e adds bins_[e]·2^(2·max(e,1) - 2):
+  // shifts up to 506, bins below 2^128, 255 of them), then rounded once to nearest even.
+  constexpr int kLimbs = 11;
+  uint64_t t[kLimbs] = {};
+  for (size_t e = 0; e < bins_.size(); ++e) {
+    if (!bins_[e]) continue;
+    const int sh = 2 * int(e ? e : 1) - 2;
+    const int li = sh / 64, bi = sh % 64;
+    // bins_[e] << bi spans three limbs.
+    const unsigned __int128 v = bins_[e];
+    uint64_t part[3] = {uint64_t(v) << bi,
+                        bi ? uint64_t(v >> (64 - bi)) : uint64_t(v >> 64),
+                        bi ? uint64_t(v >> (128 - bi)) : 0};
+    unsigned carry = 0;
+    for (int k = li; k < kLimbs; ++k) {
+      const uint64_t add = k - li < 3 ? part[k - li] : 0;
+      if (k - li >= 3 && !carry) break;
+      const unsigned __int128 sum = static_cast<unsigned __int128>(t[k]) + add + carry;
+      t[k] = uint64_t(sum);
+      carry = unsigned(sum >> 64);
+    }
+  }
+  int top = -1;  // highest set bit
+  for (int k = kLimbs - 1; k >= 0 && top < 0; --k)
+    if (t[k]) top = 64 * k + 63 - __builtin_clzll(t[k]);
+  if (top < 0) return 0.0;
+  const auto bit = [&](int i) { return i >= 0 && ((t[i / 64] >> (i % 64)) & 1u); };
+  const int low = std::max(0, top - 52);  // the 53 bits kept: [low, top]
+  uint64_t mant = 0;
+  for (int i = top; i >= low; --i) mant = (mant << 1) | uint64_t(bit(i));
+  if (low > 0) {
+    bool sticky = false;
+    for (int i = 0; i < low - 1 && !sticky; ++i) sticky = bit(i);
+    if (bit(low - 1) && (sticky || (mant & 1u))) ++mant;  // RNE; 2^53 is still exact
+  }
+  return std::ldexp(static_cast<double>(mant), low - 298);
+}
+
+double FormatAnalysis::snr_db() const {
+  const double s = signal.value(), n = noise.value();
+  if (s == 0) return std::numeric_limits<double>::quiet_NaN();
+  if (n == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(s / n);
+}
+
+double FormatAnalysis::flushed_l2_fraction() const {
+  const double s = signal.value();
+  if (s == 0) return std::numeric_limits<double>::quiet_NaN();
+  return std::sqrt(flushed.value() / s);
+}
+
+TensorAnalyzer::TensorAnalyzer(std::string name, TraceKind kind, std::vector<DType> formats,
+                               std::string op)
+    : name_(std::move(name)), op_(std::move(op)), kind_(kind), formats_(std::move(formats)) {
+  for (const DType& d : formats_) {
+    if (!d.is_low()) throw InputError("cannot analyse rounding into " + d.name() +
+                                      " (a low-precision format is needed)");
+    Env env;
+    PerFormat p;
+    p.fmax = static_cast<float>(to_f64(d.fmt, d.fmt.max_mag(), env));
+    per_.push_back(p);
+  }
+}
+
+void TensorAnalyzer::add(const float* x, size_t n) {
+  add_values(input_, x, n);
+  input_.events.total += n;
+  for (size_t i = 0; i < n; ++i)
+    if (std::isfinite(x[i])) finite_.add(x[i]);
+  q_.resize(n);
+  for (size_t j = 0; j < formats_.size(); ++j) {
+    PerFormat& p = per_[j];
+    EventCounts ev;
+    quantize_f32(formats_[j].fmt, x, q_.data(), n, {}, &ev);
+    p.events += ev;
+    // Only what the rounding changed adds to the sums. x - q is exact in binary32: q is x
+    // rounded to at most 24 bits, so both are multiples of x's binary32 ulp and |x - q| <= |x|.
+    for (size_t i = 0; i < n; ++i) {
+      const float v = x[i], q = q_[i];
+      if (v == q) continue;  // exact (NaN never compares equal, and goes on to the next test)
+      if (!(std::fabs(v) <= p.fmax)) {  // beyond the range, inf or NaN: not in the sums
+        if (std::isfinite(v)) p.beyond.add(v);
+        continue;
+      }
+      p.noise.add(v - q);
+      if (q == 0.0f) p.flushed.add(v);  // v != q, so v is not zero
+    }
+  }
+}
+
+TensorAnalysis TensorAnalyzer::finish(const AnalyzeOptions& o, double loss_scale) const {
+  TensorAnalysis t;
+  t.name = name_;
+  t.loss_scale = loss_scale;
+  for (size_t j = 0; j < formats_.size(); ++j) {
+    FormatAnalysis f;
+    f.record = input_;
+    f.record.name = name_;
+    f.record.op = op_;
+    f.record.kind = kind_;
+    f.record.dtype = formats_[j];
+    f.record.events = per_[j].events;
+    f.signal = finite_;
+    f.signal -= per_[j].beyond;
+    f.noise = per_[j].noise;
+    f.flushed = per_[j].flushed;
+    f.window = empty_window(o.k_min, o.k_max);
+    add_to_window(f.window, f.record, loss_scale);
+    std::tie(f.k_low, f.k_high) = safe_window(f.window, o.underflow_tolerance);
+    t.formats.push_back(std::move(f));
+  }
+  return t;
+}
+
+std::vector<DType> parse_format_list(const std::string& text) {
+  std::vector<DType> out;
+  std::set<std::string> seen;
+  size_t p = 0;
+  while (true) {
+    const size_t c = text.find(',', p);
+    const std::string item = text.substr(p, c == std::string::npos ? std::string::npos : c - p);
+    if (item.empty()) throw InputError("empty format name in '" + text + "'");
+    const DType d = parse_dtype(item);
+    if (!d.is_low()) throw InputError("format '" + item + "' is not a low-precision format");
+    if (!seen.insert(d.name()).second) throw InputError("format '" + item + "' given twice");
+    out.push_back(d);
+    if (c == std::string::npos) break;
+    p = c + 1;
+  }
+  return out;
+}
+
+std::pair<int, int> parse_scale_range(const std::string& text) {
+  const auto bad = [&]() {
+    return InputError("scales '" + text + "': expected K_MIN..K_MAX, integers in [-300, 300]");
+  };
+  const size_t dots = text.find("..");
+  if (dots == std::string::npos) throw bad();
+  int lo = 0, hi = 0;
+  const char* b = text.data();
+  const char* e = b + text.size();
+  const auto r1 = std::from_chars(b, b + dots, lo);
+  const auto r2 = std::from_chars(b + dots + 2, e, hi);
+  if (r1.ec != std::errc() || r1.ptr != b + dots || r2.ec != std::errc() || r2.ptr != e ||
+      lo < -300 || hi > 300 || lo > hi)
+    throw bad();
+  return {lo, hi};
+}
+
+const char* const kAnalyzeExtraColumns = ",snr_db,flushed_l2_fraction,k_low,k_high";
+
+namespace {
+
+void put_double(std::string& line, double v) {
+  if (std::isnan(v)) return;  // empty: not defined (no values)
+  if (std::isinf(v)) {
+    line += v > 0 ? "inf" : "-inf";
+    return;
+  }
+  char b[64];
+  line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+}
+
+}  // namespace
+
+void append_analyze_columns(std::string& line, const FormatAnalysis& f) {
+  line += ',';
+  put_double(line, f.snr_db());
+  line += ',';
+  put_double(line, f.flushed_l2_fraction());
+  line += ',' + k_str(f.k_low) + ',' + k_str(f.k_high);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run folder.
+
+AnalysisRun::AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o,
+                         bool steps_csv, bool tensor_windows)
+    : dir_(std::move(dir)), formats_(std::move(formats)), opt_(o), tensor_windows_(tensor_windows) {
+  if (formats_.empty()) throw InputError("no formats to analyse");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw InputError("cannot create output directory '" + dir_ + "': " + ec.message());
+  remove_stale_tmp_files(dir_, {"steps.csv", "trace.csv", "scale_window.csv", "manifest.json"});
+  const std::string d = dir_ + "/";
+  trace_ = std::make_unique<AtomicFile>(d + "trace.csv");
+  window_ = std::make_unique<AtomicFile>(d + "scale_window.csv");
+  std::string h = kTraceCsvHeader;
+  h.pop_back();
+  trace_->out() << h << kAnalyzeExtraColumns << '\n';
+  h = kWindowCsvHeader;
+  h.pop_back();
+  window_->out() << h << ",dtype,name\n";
+  if (steps_csv) {
+    steps_ = std::make_unique<AtomicFile>(d + "steps.csv");
+    steps_->out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
+                     "grad_values,grad_underflow,grad_overflow,k_low,k_high\n";
+  }
+}
+
+size_t AnalysisRun::tensor(const std::string& name, TraceKind kind, const std::string& op,
+                           double loss_scale) {
+  for (const Pending& p : pending_)
+    if (p.analyzer.name() == name)
+      throw InputError("two tensors named '" + name + "' (names must be unique)");
+  if (name.find_first_of(",\n\r\"") != std::string::npos)
+    throw InputError("tensor name '" + name + "' holds a comma, quote or line break");
+  pending_.push_back({TensorAnalyzer(name, kind, formats_, op), loss_scale});
+  return pending_.size() - 1;
+}
+
+void AnalysisRun::add(size_t id, const float* x, size_t n) {
+  if (id >= pending_.size()) throw InputError("no tensor " + std::to_string(id) + " in this step");
+  pending_[id].analyzer.add(x, n);
+}
+
+namespace {
+
+void put_field(std::string& line, double v) {
+  if (std::isnan(v)) return;
+  char b[64];
+  line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+}
+
+bool in_combined_window(TraceKind k) {
+  return k == TraceKind::activation_grad || k == TraceKind::weight_grad || k == TraceKind::tensor;
+}
+
+}  // namespace
+
+void AnalysisRun::end_step(int step, const StepInfo& info) {
+  std::vector<TensorAnalysis> done;
+  for (const Pending& p : pending_) done.push_back(p.analyzer.finish(opt_, p.loss_scale));
+  pending_.clear();
+  std::string line;
+  for (const TensorAnalysis& t : done)
+    for (const FormatAnalysis& f : t.formats) {
+      append_trace_columns(line, step, f.record);
+      append_analyze_columns(line, f);
+      line += '\n';
+    }
+  trace_->out() << line;
+  // Per format: the gradient tensors together (halfway train's rows), then each tensor alone.
+  std::vector<std::vector<WindowRow>> combined;
+  line.clear();
+  for (size_t j = 0; j < formats_.size(); ++j) {
+    std::vector<WindowRow> rows = empty_window(opt_.k_min, opt_.k_max);
+    for (const TensorAnalysis& t : done)
+      if (in_combined_window(t.formats[j].record.kind))
+        add_to_window(rows, t.formats[j].record, t.loss_scale);
+    const std::string dtype = formats_[j].name();
+    for (const WindowRow& w : rows) {
+      if (w.values == 0) continue;
+      append_window_columns(line, step, info.loss_scale, w, opt_.underflow_tolerance);
+      line += ',' + dtype + ",\n";
+    }
+    for (const TensorAnalysis& t : done)
+      for (const WindowRow& w : t.formats[j].window) {
+        if (w.values == 0 || !tensor_windows_) continue;
+        append_window_columns(line, step, t.loss_scale, w, opt_.underflow_tolerance);
+        line += ',' + dtype + ',' + t.name + '\n';
+      }
+    combined.push_back(std::move(rows));
+  }
+  window_->out() << line;
+  if (steps_) {
+    // The counters of halfway train's steps.csv, for the first format.
+    line.clear();
+    put_field(line, step), line += ',', put_field(line, info.loss), line += ',';
+    put_field(line, info.loss_scale), line += ',';
+    if (info.found_inf >= 0) put_field(line, info.found_inf);
+    line += ',';
+    if (info.skipped >= 0) put_field(line, info.skipped);
+    line += ",,";
+    put_field(line, info.next_scale), line += ',';
+    uint64_t values = 0, under = 0, over = 0;
+    for (const TensorAnalysis& t : done) {
+      const TraceRecord& r = t.formats[0].record;
+      if (!r.is_grad()) continue;
+      values += r.events.total, under += r.events.underflow, over += r.events.overflow;
+    }
+    const auto [lo, hi] = safe_window(combined[0], opt_.underflow_tolerance);
+    line += std::to_string(values) + ',' + std::to_string(under) + ',' + std::to_string(over) +
+            ',' + k_str(lo) + ',' + k_str(hi) + '\n';
+    steps_->out() << line;
+  }
+  ++steps_done_;
+}
+
+void AnalysisRun::commit(const std::string& fields_json) {
+  using nlohmann::json;
+  json m = json::parse(fields_json);
+  m["halfway_version"] = sim_version();
+  m["git_revision"] = git_revision();
+  if (!m.contains("complete")) m["complete"] = true;
+  m["steps_done"] = steps_done_;
+  json fs = json::array();
+  for (const DType& d : formats_) fs.push_back(d.name());
+  m["formats"] = fs;
+  m["scales"] = {{"k_min", opt_.k_min}, {"k_max", opt_.k_max}};
+  m["underflow_tolerance"] = opt_.underflow_tolerance;
+  m["tensor_windows"] = tensor_windows_;
+  json outputs = {"trace.csv", "scale_window.csv"};
+  if (steps_) outputs.push_back("steps.csv");
+  m["outputs"] = outputs;
+  trace_->commit();
+  window_->commit();
+  if (steps_) steps_->commit();
+  write_file_atomic(dir_ + "/manifest.json", m.dump(2) + "\n");
+}
+
+}  // namespace halfway::sim

@@ -1,0 +1,93 @@
+"""halfway.analyze: the same files and columns as `halfway analyze` on an .npz of the same
+arrays, whatever the chunk size; bad input is a ValueError.
+
+usage: test_analyze.py HALFWAY_BINARY"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hwtest  # noqa: E402
+
+pd = hwtest.require("pandas", "halfway.analyze's DataFrames")
+import halfway  # noqa: E402
+from halfway import analysis  # noqa: E402
+
+if not hasattr(halfway._halfway, "_AnalysisRun"):
+    print("skipped: this build of the Python module has no simulator (sim/)")
+    sys.exit(hwtest.SKIP)
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def arrays():
+    g = np.random.default_rng(9)
+    x = (g.standard_normal(70000) * np.exp2(g.integers(-30, 20, 70000))).astype(np.float32)
+    x[::97] = 0
+    x[5] = np.inf
+    with np.errstate(over="ignore"):
+            return {"w": x, "h": x[:5000].astype(np.float16), "d": x[:3000].astype(np.float64) / 3,
+                "b": (x[:4000].view(np.uint32) >> 16).astype(np.uint16)}
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def main():
+    halfway_bin = sys.argv[1]
+    a = arrays()
+    with tempfile.TemporaryDirectory() as d:
+        np.savez(os.path.join(d, "t.npz"), **a)
+        r = subprocess.run([halfway_bin, "analyze", os.path.join(d, "t.npz"), "--out",
+                            os.path.join(d, "cli"), "--formats", "fp16,bf16,e4m3,e5m2",
+                            "--scales", "-10..30"], capture_output=True, text=True)
+        check(r.returncode == 0, r.stderr)
+        cli = {n: read(os.path.join(d, "cli", n)) for n in ("trace.csv", "scale_window.csv")}
+        for chunk in (1, 977, 65536, 1 << 20):
+            out = os.path.join(d, f"py{chunk}")
+            old = analysis.CHUNK
+            analysis.CHUNK = chunk
+            try:
+                res = halfway.analyze(a, ["fp16", "bf16", "e4m3", "e5m2"], (-10, 30),
+                                      out_dir=out) if chunk > 1 else \
+                    halfway.analyze({"h": a["h"]}, "fp16,bf16,e4m3,e5m2", "-10..30", out_dir=out)
+            finally:
+                analysis.CHUNK = old
+            if chunk == 1:
+                continue  # only that it runs value by value; compared below with the others
+            for n, text in cli.items():
+                check(read(os.path.join(out, n)) == text, f"{n} differs at chunk size {chunk}")
+            check(list(res.trace.columns) == list(pd.read_csv(os.path.join(d, "cli", "trace.csv"))
+                                                  .columns), "trace columns")
+            check(len(res.trace) == 16, f"{len(res.trace)} rows")
+        one = read(os.path.join(d, "py1", "trace.csv")).splitlines()
+        full = read(os.path.join(d, "py977", "trace.csv")).splitlines()
+        check(one == full[:1] + [r for r in full if r.split(",")[1] == "h"],
+              "value-by-value feeding differs")
+        res = halfway.analyze({"x": a["w"]}, ["fp16"])
+        check(res.out_dir is None and len(res.trace) == 1, "temporary folder result")
+        row = res.trace.iloc[0]
+        check(row["kind"] == "tensor" and row["dtype"] == "fp16", "row labels")
+    for bad, what in [(({"x": np.arange(3)}, ["fp16"]), "int64"),
+                      (({"x": a["w"]}, ["fp17"]), "unknown format"),
+                      (({"x": a["w"]}, ["fp16", "fp16"]), "repeated format"),
+                      (({"x,y": a["w"]}, ["fp16"]), "comma in a name"),
+                      (({"x": a["w"]}, ["fp16"], (5, 1)), "scales")]:
+        try:
+            halfway.analyze(*bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{what}: no ValueError")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

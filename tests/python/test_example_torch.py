@@ -1,0 +1,53 @@
+"""examples/torch_transformer.py runs on the CPU: a TransformerEncoder trained under
+torch.autocast(bfloat16) and traced for fp16, bf16, e4m3 and e5m2 gives a run folder in the
+`halfway train` schema whose loss falls, and the three figures."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hwtest  # noqa: E402
+
+pd = hwtest.require("pandas", "the trace's DataFrames")
+hwtest.require("torch", "the PyTorch example")
+hwtest.require("matplotlib", "the figures")
+if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
+    print("skipped: this build of the Python module has no simulator (sim/)")
+    sys.exit(hwtest.SKIP)
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "trace")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "torch_transformer.py"),
+                            "--out", out, "--steps", "300", "--every", "50"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"example failed: {r.stderr[-3000:]}")
+        for f in ("trace.csv", "scale_window.csv", "steps.csv", "manifest.json",
+                  "fraction_lost.png", "histograms.png", "safe_window.png"):
+            check(os.path.getsize(os.path.join(out, f)) > 0, f"{f} missing")
+        t = pd.read_csv(os.path.join(out, "trace.csv"))
+        check(set(t["dtype"]) == {"fp16", "bf16", "e4m3", "e5m2"}, "formats")
+        check(sorted(t["step"].unique()) == [0, 50, 100, 150, 200, 250], "traced steps")
+        check(set(t["kind"]) == {"activation", "activation_grad", "weight_grad", "update"},
+              f"kinds {set(t['kind'])}")
+        steps = pd.read_csv(os.path.join(out, "steps.csv"))
+        check(steps["loss"].iloc[-1] < 0.5 * steps["loss"].iloc[0],
+              f"the loss did not fall: {list(steps['loss'])}")
+        with open(os.path.join(out, "manifest.json")) as f:
+            m = json.load(f)
+        check(m["tool"] == "halfway.torch" and m["complete"], "manifest")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

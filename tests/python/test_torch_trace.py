@@ -1,0 +1,236 @@
+"""halfway.torch.trace on a real PyTorch training loop (CPU): every traced tensor's counts
+equal a brute-force count with numpy's float16 and torch's bfloat16 casts of the same tensor;
+the recorded tensors are the loop's own (a replay without hooks gives identical gradients and
+weights); steps.csv holds the loss and a scaler's scale; activation gradients are taken at that
+scale, weight gradients after unscale_."""
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hwtest  # noqa: E402
+
+pd = hwtest.require("pandas", "the trace's DataFrames")
+torch = hwtest.require("torch", "tracing a PyTorch model")
+hwtest.require("matplotlib", "an experiment's plot script on the trace")
+if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
+    print("skipped: this build of the Python module has no simulator (sim/)")
+    sys.exit(hwtest.SKIP)
+import halfway  # noqa: E402
+import halfway.torch  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+torch.set_num_threads(1)
+STEPS = 4
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def model_and_data(seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                            torch.nn.Linear(32, 4))
+    x = torch.randn(64, 8) * 1e-3
+    y = torch.randn(64, 4)
+    return m, x, y
+
+
+class StaticScaler:
+    """GradScaler's interface with a fixed scale and skipped steps on inf/NaN (the CPU build
+    of torch 1.13 has no GradScaler of its own)."""
+
+    def __init__(self, scale):
+        self._scale, self._found, self._unscaled = float(scale), False, False
+
+    def is_enabled(self):
+        return True
+
+    def get_scale(self):
+        return self._scale
+
+    def scale(self, loss):
+        return loss * self._scale
+
+    def unscale_(self, opt):
+        self._found, self._unscaled = False, True
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    p.grad.div_(self._scale)
+                    self._found |= not bool(torch.isfinite(p.grad).all())
+
+    def step(self, opt):
+        if not self._unscaled:
+            self.unscale_(opt)
+        if not self._found:
+            opt.step()
+
+    def update(self):
+        self._unscaled = False
+        if self._found:
+            self._scale /= 2
+
+
+def train(model, x, y, opt, steps, tr=None, scaler=None, grads=None):
+    for s in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x[s * 16:(s + 1) * 16]), y[s * 16:(s + 1) * 16])
+        if scaler is None:
+            if tr is not None:
+                tr.log_loss(loss)
+            loss.backward()
+            if grads is not None:
+                grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            if grads is not None:
+                grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+            scaler.step(opt)
+            scaler.update()
+
+
+def brute(x, fmt):
+    x = np.asarray(x, dtype=np.float32)
+    if fmt == "fp16":
+        with np.errstate(over="ignore"):
+            q = x.astype(np.float16).astype(np.float32)
+        min_normal = 2.0 ** -14
+    else:
+        q = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+        min_normal = 2.0 ** -126
+    fin = np.isfinite(x)
+    return {"total": x.size, "zeros": int(np.sum(q == 0)),
+            "underflow": int(np.sum(fin & (x != 0) & (q == 0))),
+            "subnormal": int(np.sum(np.isfinite(q) & (q != 0) & (np.abs(q) < min_normal))),
+            "overflow": int(np.sum(fin & np.isinf(q))), "nonfinite_in": int(np.sum(~fin))}
+
+
+def check_counts(out, steps):
+    t = pd.read_csv(os.path.join(out, "trace.csv"))
+    check(sorted(t["step"].unique()) == steps, f"traced steps {sorted(t['step'].unique())}")
+    kinds = set(t["kind"])
+    check(kinds == {"activation", "activation_grad", "weight_grad", "update"}, f"kinds {kinds}")
+    checked = 0
+    for step in steps:
+        saved = np.load(os.path.join(out, "tensors", f"step{step}.npz"))
+        rows = t[t["step"] == step]
+        check(set(rows["name"]) == set(saved.files), "saved tensors and trace rows differ")
+        for _, r in rows.iterrows():
+            b = brute(saved[r["name"]], r["dtype"])
+            for k, v in b.items():
+                check(int(r[k]) == v, f"step {step} {r['name']} {r['dtype']} {k}: "
+                                      f"trace {r[k]}, brute force {v}")
+            checked += 1
+    return t, checked
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        # Plain loop: every 2nd step traced, tensors saved for the brute-force check.
+        m, x, y = model_and_data()
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        out = os.path.join(d, "plain")
+        with halfway.torch.trace(m, opt, formats=["fp16", "bf16"], every=2, out=out,
+                                 save_tensors=True) as tr:
+            train(m, x, y, opt, STEPS, tr)
+        t, n = check_counts(out, [0, 2])
+        check(n > 30, f"only {n} rows checked")
+        # Tiny inputs: the first layer's activation gradients must flush somewhere in fp16.
+        steps = pd.read_csv(os.path.join(out, "steps.csv"))
+        check(list(steps["step"]) == [0, 2] and steps["loss"].notna().all(), "steps.csv")
+        # A replay without hooks: identical gradients and final weights.
+        m2, _, _ = model_and_data()
+        opt2 = torch.optim.SGD(m2.parameters(), lr=0.1)
+        grads = []
+        train(m2, x, y, opt2, STEPS, grads=grads)
+        for a, b in zip(m.parameters(), m2.parameters()):
+            check(torch.equal(a, b), "tracing changed the training")
+        saved = np.load(os.path.join(out, "tensors", "step2.npz"))
+        for name, g in grads[2].items():
+            check(np.array_equal(saved[name + ".grad"], g.reshape(-1).numpy()),
+                  f"{name}.grad is not the loop's gradient")
+
+        # Without an optimizer: a forward with autograd starts the next step; evaluation under
+        # no_grad is not traced and starts none.
+        m, x, y = model_and_data()
+        out = os.path.join(d, "noopt")
+        with halfway.torch.trace(m, formats=["fp16"], every=2, out=out):
+            for s in range(5):
+                m.zero_grad()
+                torch.nn.functional.mse_loss(m(x[:16]), y[:16]).backward()
+                with torch.no_grad():
+                    m(x[16:32])
+        t = pd.read_csv(os.path.join(out, "trace.csv"))
+        check(sorted(t["step"].unique()) == [0, 2, 4], f"steps {sorted(t['step'].unique())}")
+        check(set(t["kind"]) == {"activation", "activation_grad"}, f"kinds {set(t['kind'])}")
+        check((t[t["name"] == "model.output"]["total"] == 16 * 4).all(), "eval forward traced")
+
+        # An experiment's plot script reads the run folder unchanged, given the one-row index
+        # a sweep would have written (gradient_histogram: activation-gradient histograms).
+        res = os.path.join(d, "results")
+        os.makedirs(res)
+        os.rename(out, os.path.join(res, "run"))
+        with open(os.path.join(res, "sweep.csv"), "w") as f:
+            f.write("dir,steps,k_low\nrun,5,\n")
+        with open(os.path.join(res, "sweep.json"), "w") as f:
+            json.dump({}, f)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "gradient_histogram",
+                                                         "plot.py"), res],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"gradient_histogram/plot.py: {r.stderr[-2000:]}")
+        check(os.path.exists(os.path.join(res, "figures", "gradient_histogram.png")), "figure")
+
+        # With a scaler: loss and scale in steps.csv; activation gradients at the scale,
+        # weight gradients unscaled.
+        m, x, y = model_and_data()
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = StaticScaler(1024)
+        out = os.path.join(d, "scaled")
+        with halfway.torch.trace(m, opt, formats=["fp16"], every=1, out=out, scaler=scaler,
+                                 save_tensors=True, tensor_windows=True):
+            train(m, x, y, opt, 2, scaler=scaler)
+        t, _ = check_counts(out, [0, 1])
+        steps = pd.read_csv(os.path.join(out, "steps.csv"))
+        check((steps["loss_scale"] == 1024).all(), "loss_scale")
+        check(steps["loss"].notna().all(), "loss not taken from scaler.scale")
+        m2, _, _ = model_and_data()
+        opt2 = torch.optim.SGD(m2.parameters(), lr=0.1)
+        grads = []
+        train(m2, x, y, opt2, 2, scaler=StaticScaler(1024), grads=grads)
+        saved = np.load(os.path.join(out, "tensors", "step1.npz"))
+        for name, g in grads[1].items():
+            check(np.array_equal(saved[name + ".grad"], g.reshape(-1).numpy()),
+                  f"{name}.grad is not the unscaled gradient")
+        w = pd.read_csv(os.path.join(out, "scale_window.csv"), keep_default_na=False)
+        ag = set(t[t["kind"] == "activation_grad"]["name"])
+        per = w[w["name"].isin(ag)]
+        check(len(per) and (per["loss_scale"] == 1024).all(), "activation gradients' scale")
+        wg = set(t[t["kind"] == "weight_grad"]["name"])
+        per = w[w["name"].isin(wg)]
+        check(len(per) and (per["loss_scale"] == 1).all(), "weight gradients' scale")
+        # Without tensor_windows only the combined rows (empty name) are written.
+        w = pd.read_csv(os.path.join(d, "results", "run", "scale_window.csv"),
+                        keep_default_na=False)
+        check(len(w) and (w["name"] == "").all(), "per-tensor window rows by default")
+        # Bad arguments: ValueError before anything is hooked or written.
+        for kw in ({"formats": ["fp17"]}, {"every": 0}, {"formats": ["fp16", "fp16"]}):
+            try:
+                halfway.torch.trace(m, out=os.path.join(d, "bad"), **kw)
+            except ValueError:
+                continue
+            raise AssertionError(f"{kw}: no ValueError")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
