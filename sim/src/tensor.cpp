@@ -26,6 +26,7 @@ const char* kind_name(TraceKind k) {
     case TraceKind::weight: return "weight";
     case TraceKind::activation_grad: return "activation_grad";
     case TraceKind::weight_grad: return "weight_grad";
+    case TraceKind::optimizer_state: return "optimizer_state";
     default: return "update";
   }
 }

@@ -109,6 +109,32 @@ def main(halfway):
                    "backoff 1", "backoff_factor must be in (0, 1)")
         expect_bad(halfway, w, base.replace("backoff_factor = 0.5", "backoff_factor = 2.0"),
                    "backoff 2", "backoff_factor must be in (0, 1)")
+        # Update numerics: Kahan needs weights without an fp32 master copy; unknown roles,
+        # directions, dtypes and references are named.
+        prec = 'policy = "torch-cpu-bf16"'
+        pure = 'policy = "pure-bf16"'
+        expect_bad(halfway, w, base.replace(prec, prec + '\nupdate = "kahan"\ncompensation = "fp32"'),
+                   "kahan with master weights", 'update = "kahan" needs low-precision weights')
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "kahan"'),
+                   "kahan without compensation", "needs precision.compensation")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "kahan"\ncompensation = "fp8"'),
+                   "bad compensation", "'precision.compensation' must be")
+        expect_bad(halfway, w, base.replace(prec, pure + '\ncompensation = "fp32"'),
+                   "compensation without kahan", "needs precision.update")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "compensated"'),
+                   "unknown update", "'precision.update' must be")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nsideways_rounding = "sr"'),
+                   "unknown role", "unknown option 'precision.sideways_rounding'")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate_rounding = "sideways"'),
+                   "unknown direction", "sideways")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "fp7"'),
+                   "unknown state dtype", "fp7")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "e2m1"'),
+                   "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16 or an 8-bit")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nmomentum_buffer_dtype = "bf16"'),
+                   "momentum state for adam", "momentum_buffer_dtype is an SGD option")
+        expect_bad(halfway, w, base.replace("seed = 0", 'seed = 0\nreference = "fp64"'),
+                   "unknown reference", "'run.reference' must be \"fp32\"")
         expect_bad(halfway, w, base, "missing config file", "cannot read", [w.file("nope.toml")])
         expect_bad(halfway, w, base, "unknown CLI option", "frobnicate", [cfg, "--frobnicate"])
         # .npz problems

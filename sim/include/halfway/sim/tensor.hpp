@@ -30,6 +30,7 @@ enum class TraceKind : uint8_t {
   activation_grad,  ///< gradients with respect to activations
   weight_grad,      ///< gradients with respect to parameters (or their low-precision copies)
   update,           ///< optimizer updates rounded into low-precision weights
+  optimizer_state,  ///< optimizer state (and Kahan compensation) rounded into its dtype
 };
 const char* kind_name(TraceKind k);
 
