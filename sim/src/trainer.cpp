@@ -379,6 +379,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
   };
   auto sep = [&line]() { line += ','; };
+  // Optimizer state rounded into a low-precision dtype: values that underflowed or
+  // overflowed, summed over the traced steps (manifest summary).
+  uint64_t state_values = 0, state_underflow = 0, state_overflow = 0;
   auto on_step = [&](const StepRow& r, const StepTrace* st, const std::vector<Param>& params,
                      const std::vector<std::vector<float>>& grads) {
     line.clear();
@@ -397,6 +400,11 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
       line.clear();
       for (const TraceRecord& t : st->records) {
         const EventCounts& e = t.events;
+        if (t.kind == TraceKind::optimizer_state) {
+          state_values += e.total;
+          state_underflow += e.underflow;
+          state_overflow += e.overflow;
+        }
         num(st->step), sep();
         line += t.name + ',' + t.op + ',' + kind_name(t.kind) + ',' + t.dtype.name() + ',';
         for (uint64_t v : {e.total, e.zero, e.underflow, e.subnormal, e.overflow, e.nan, e.inexact,
@@ -538,6 +546,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   s["found_inf_steps"] = sum.found_inf;
   s["skipped_steps"] = sum.skipped;
   s["memory_bytes"] = total_bytes(sum.memory);
+  if (state_values)
+    s["optimizer_state"] = {{"values", state_values}, {"underflow", state_underflow},
+                            {"overflow", state_overflow}};
   if (sum.window_known && sum.k_low != INT_MIN)
     s["safe_window"] = {{"k_low", sum.k_low}, {"k_high", sum.k_high}};
   else

@@ -84,6 +84,29 @@ def main(halfway):
         check(open(os.path.join(out, "steps.csv")).read() ==
               open(os.path.join(out3, "steps.csv")).read(), "savez vs savez_compressed")
 
+        # Low-precision optimizer state and updates.csv: the manifest's state underflow and
+        # overflow are trace.csv's optimizer_state rows summed; one updates.csv row per step and
+        # parameter, vanished <= nonzero <= elements.
+        cfg_s = w.write("state.toml", ISSUE_CONFIG.replace('policy = "torch-cpu-bf16"',
+                                                           'policy = "pure-bf16"')
+                        .replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "fp16"'))
+        out_s = w.file("out_state")
+        r = run(halfway, "train", cfg_s, "--out", out_s)
+        check(r.returncode == 0, r.stderr)
+        tr = [t for t in read_csv(os.path.join(out_s, "trace.csv")) if t["kind"] == "optimizer_state"]
+        check({t["name"] for t in tr} == {"0.weight.exp_avg_sq", "0.bias.exp_avg_sq",
+                                          "2.weight.exp_avg_sq", "2.bias.exp_avg_sq"},
+              f"optimizer_state rows: {sorted({t['name'] for t in tr})}")
+        ms = json.load(open(os.path.join(out_s, "manifest.json")))["summary"]["optimizer_state"]
+        check(ms == {"values": sum(int(t["total"]) for t in tr),
+                     "underflow": sum(int(t["underflow"]) for t in tr),
+                     "overflow": sum(int(t["overflow"]) for t in tr)}, f"summary {ms}")
+        check(ms["values"] == 5 * (32 * 10 + 32 + 32 + 1), f"state values {ms}")
+        up = read_csv(os.path.join(out_s, "updates.csv"))
+        check(len(up) == 5 * 4 and all(int(u["vanished"]) <= int(u["nonzero"]) <=
+                                       int(u["elements"]) for u in up), "updates.csv rows")
+        check(all(u["drift"] == "" for u in up), "no drift without a reference")
+
         # Bad input: one line, exit code 2.
         base = ISSUE_CONFIG
         scaler = base[base.index("[scaler]"):base.index("[run]")]
