@@ -325,7 +325,7 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
 
     config: a path to a TOML config file, the TOML text itself, or a dict of tables
         ({"model": {"kind": "mlp", ...}, "run": {"steps": 10}, ...}).
-    out_dir: also keep the result files (steps.csv, trace.csv, scale_window.csv,
+    out_dir: also keep the result files (steps.csv, trace.csv, scale_window.csv, updates.csv,
         memory.csv, manifest.json) there; by default they go to a temporary directory.
     threads: worker threads; results do not depend on it.
     max_memory: refuse (ValueError) a run whose estimated peak memory is over this many bytes

@@ -165,6 +165,56 @@ void parse_fp8_options(const toml::table& t, const std::string& w, Policy& p) {
   if (auto v = get_str(t, w, "fp8_backward", false)) f.bwd = parse_format(*v);
 }
 
+/// The optimizer state's dtypes: `state_dtype` for every state, then the per-state keys.
+void parse_state_dtypes(const toml::table& t, const std::string& w, OptimizerConfig& o) {
+  const bool sgd = o.kind == "sgd";
+  if (sgd && (t.get("exp_avg_dtype") || t.get("exp_avg_sq_dtype")))
+    throw InputError("exp_avg_dtype/exp_avg_sq_dtype are Adam options");
+  if (!sgd && t.get("momentum_buffer_dtype"))
+    throw InputError("momentum_buffer_dtype is an SGD option");
+  if (sgd && o.momentum == 0 && (t.get("momentum_buffer_dtype") || t.get("state_dtype")))
+    throw InputError("SGD without momentum keeps no state (state_dtype/momentum_buffer_dtype)");
+  auto dtype = [&](const char* key, DType& d) {
+    if (auto v = get_str(t, w, key, false)) {
+      d = parse_dtype(*v);
+      check_state_dtype(d, w + key);
+    }
+  };
+  DType all = DType::f32();
+  dtype("state_dtype", all);
+  o.exp_avg_dtype = o.exp_avg_sq_dtype = o.momentum_buffer_dtype = all;
+  dtype("exp_avg_dtype", o.exp_avg_dtype);
+  dtype("exp_avg_sq_dtype", o.exp_avg_sq_dtype);
+  dtype("momentum_buffer_dtype", o.momentum_buffer_dtype);
+}
+
+/// Per-role rounding and the weight update (after params and low are known).
+void parse_update_options(const toml::table& t, const std::string& w, Policy& p) {
+  for (int r = 0; r < kRoleCount; ++r) {
+    const std::string key = std::string(role_name(Role(r))) + "_rounding";
+    if (auto v = get_str(t, w, key.c_str(), false)) p.role_rounding[size_t(r)] = parse_rounding(*v);
+  }
+  if (auto v = get_str(t, w, "update", false)) {
+    if (*v != "plain" && *v != "kahan")
+      throw InputError("'precision.update' must be \"plain\" or \"kahan\", got '" + *v + "'");
+    p.update.method = *v == "kahan" ? UpdateMethod::kahan : UpdateMethod::plain;
+  }
+  const bool kahan = p.update.method == UpdateMethod::kahan;
+  auto comp = get_str(t, w, "compensation", false);
+  if (comp && !kahan) throw InputError("'precision.compensation' needs precision.update = \"kahan\"");
+  if (!kahan) return;
+  if (!p.param_dtype.is_low())
+    throw InputError("precision.update = \"kahan\" needs low-precision weights without an fp32 "
+                     "master copy (precision.params = \"low\"), but the weights are " +
+                     p.param_dtype.name());
+  if (!comp)
+    throw InputError("precision.update = \"kahan\" needs precision.compensation = \"low\" or "
+                     "\"fp32\" (the compensation buffer's dtype)");
+  if (*comp != "low" && *comp != "fp32")
+    throw InputError("'precision.compensation' must be \"low\" or \"fp32\", got '" + *comp + "'");
+  p.update.compensation = *comp == "low" ? p.param_dtype : DType::f32();
+}
+
 }  // namespace
 
 TrainConfig parse_config(const std::string& text, const std::string& base_dir,
@@ -287,7 +337,8 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     const toml::table& t = *table(root, "optimizer", true);
     const std::string w = "optimizer.";
     check_keys(t, w, {"kind", "lr", "momentum", "dampening", "nesterov", "weight_decay", "betas",
-                      "eps"});
+                      "eps", "state_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                      "momentum_buffer_dtype"});
     auto& o = c.optimizer;
     o.kind = *get_str(t, w, "kind", true);
     if (o.kind != "sgd" && o.kind != "adam" && o.kind != "adamw")
@@ -309,6 +360,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
       throw InputError("momentum/dampening/nesterov are SGD options");
     if (o.kind == "sgd" && (t.get("betas") || t.get("eps")))
       throw InputError("betas/eps are Adam options");
+    parse_state_dtypes(t, w, o);
     std::vector<Param> none;
     Optimizer probe(o, none);  // validates the values
   }
@@ -319,7 +371,8 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     const std::string w = "precision.";
     check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
                       "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
-                      "amax_compute_algo"});
+                      "amax_compute_algo", "forward_rounding", "backward_rounding",
+                      "update_rounding", "update", "compensation"});
     const std::string name = *get_str(t, w, "policy", true);
     if (name == "custom") {
       c.policy = Policy{};
@@ -360,6 +413,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
       }
     }
     parse_fp8_options(t, w, c.policy);
+    parse_update_options(t, w, c.policy);
   }
 
   // [scaler]
@@ -393,7 +447,13 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
   // [run]
   {
     const toml::table& t = *table(root, "run", true);
-    check_keys(t, "run.", {"steps", "seed"});
+    check_keys(t, "run.", {"steps", "seed", "reference"});
+    if (auto r = get_str(t, "run.", "reference", false)) {
+      if (*r != "fp32")
+        throw InputError("'run.reference' must be \"fp32\" (the only reference run), got '" + *r +
+                         "'");
+      c.reference = *r;
+    }
     c.steps = *get_int(t, "run.", "steps", true);
     if (c.steps < 1) throw InputError("'run.steps' must be >= 1");
     in_range(c.steps, 1, kMaxSteps, "run.steps");

@@ -21,7 +21,8 @@
 namespace halfway::sim {
 
 std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& params,
-                                      const Policy& policy, int optimizer_state_per_element) {
+                                      const Policy& policy,
+                                      const std::vector<DType>& optimizer_state) {
   // (category, dtype) → (elements, bits); std::map keeps the output order stable.
   std::map<std::pair<std::string, std::string>, std::pair<uint64_t, int>> acc;
   auto add = [&](const std::string& cat, const DType& dt, uint64_t n) {
@@ -34,8 +35,12 @@ std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& pa
     const uint64_t n = uint64_t(p.t.numel());
     add(master ? "master_weights" : "weights", p.t.dtype(), n);
     add("gradients", p.t.dtype(), n);
-    if (optimizer_state_per_element > 0)
-      add("optimizer_state", DType::f32(), n * uint64_t(optimizer_state_per_element));
+    for (const DType& d : optimizer_state) {
+      add("optimizer_state", d, n);
+      // An 8-bit state keeps its per-tensor scale beside it.
+      if (d.bits() == 8) add("optimizer_state_scale", DType::f32(), 1);
+    }
+    if (policy.update.method == UpdateMethod::kahan) add("compensation", policy.update.compensation, n);
   }
   if (loss && loss.requires_grad()) {
     std::unordered_set<const TensorImpl*> seen;
@@ -188,13 +193,22 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
   const auto& o = c.optimizer;
   const double state = o.kind == "sgd" ? (o.momentum != 0 ? 4 : 0) : 8;
   double per_param = kValue * 2 + 4 + state;
+  if (c.policy.update.method == UpdateMethod::kahan) per_param += 4;  // fp32 compensation
   if (!c.init_npz.empty()) per_param += kValue * 2 + 4;
   if (c.save_weights) per_param += kValue + 8;
-  e.params = g.params * per_param + g.weight_elems * 8 + g.param_tensors * kNode;
+  // Per-tensor temporaries of a step: the fp32 values, the increments, the flags and the
+  // state's rounding buffer.
+  e.params = g.params * per_param + g.weight_elems * 24 + g.param_tensors * kNode;
   if (c.save_grads) e.params += g.params * (kValue + 8) + g.param_tensors * kNode;
   // The graph: every node's values and, after the backward, its gradient; the backward's
   // temporaries are a few of the largest node.
   e.activations = g.elems * kValue * 2 + g.largest * kValue * 4 + g.nodes * kNode;
+  if (!c.reference.empty()) {
+    // The reference run holds a second model, optimizer and graph (fp32: no casts).
+    const GraphSize r = mlp ? mlp_graph(c, B, false) : transformer_graph(c, B, false);
+    e.params += r.params * (kValue * 2 + 4 + state) + r.param_tensors * kNode;
+    e.activations += r.elems * kValue * 2 + r.nodes * kNode;
+  }
   // Records: a forward and a gradient rounding per node and parameter, when traced.
   if (c.trace) e.trace = (g.nodes + g.param_tensors) * 2 * kRecord;
   // Data: x and y as doubles and the loader's order; an .npz's arrays are also held once

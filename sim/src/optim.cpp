@@ -7,12 +7,28 @@
 #include <utility>
 
 #include "halfway/names.hpp"
+#include "halfway/softfloat.hpp"
 #include "halfway/sim/tracer.hpp"
 
 namespace halfway::sim {
 
-Optimizer::Optimizer(OptimizerConfig cfg, std::vector<Param>& params)
-    : cfg_(std::move(cfg)), params_(params), state_(params.size()) {
+Optimizer::Optimizer(OptimizerConfig cfg, std::vector<Param>& params, WeightUpdate update)
+    : cfg_(std::move(cfg)),
+      update_(update),
+      params_(params),
+      state_(params.size()),
+      stats_(params.size()) {
+  check_state_dtype(cfg_.exp_avg_dtype, "optimizer.exp_avg_dtype");
+  check_state_dtype(cfg_.exp_avg_sq_dtype, "optimizer.exp_avg_sq_dtype");
+  check_state_dtype(cfg_.momentum_buffer_dtype, "optimizer.momentum_buffer_dtype");
+  if (update_.method == UpdateMethod::kahan) {
+    if (update_.compensation != DType::f32() && !update_.compensation.is_low())
+      throw InputError("the Kahan compensation must be fp32 or a low-precision dtype");
+    for (const Param& p : params_)
+      if (!p.t.dtype().is_low())
+        throw InputError("a Kahan-compensated update needs low-precision weights without an fp32 "
+                         "master copy ('" + p.name + "' is " + p.t.dtype().name() + ")");
+  }
   if (cfg_.kind != "sgd" && cfg_.kind != "adam" && cfg_.kind != "adamw")
     throw InputError("unknown optimizer '" + cfg_.kind + "' (sgd adam adamw)");
   if (!(std::isfinite(cfg_.lr) && cfg_.lr >= 0)) throw InputError("optimizer.lr must be >= 0");
@@ -46,13 +62,56 @@ Optimizer::Optimizer(OptimizerConfig cfg, std::vector<Param>& params)
   }
 }
 
-int Optimizer::state_per_element() const {
-  if (cfg_.kind == "sgd") return cfg_.momentum != 0 ? 1 : 0;
-  return 2;
+int Optimizer::state_per_element() const { return int(state_dtypes().size()); }
+
+std::vector<DType> Optimizer::state_dtypes() const {
+  if (cfg_.kind == "sgd")
+    return cfg_.momentum != 0 ? std::vector<DType>{cfg_.momentum_buffer_dtype}
+                              : std::vector<DType>{};
+  return {cfg_.exp_avg_dtype, cfg_.exp_avg_sq_dtype};
+}
+
+void check_state_dtype(const DType& d, const std::string& key) {
+  if (d == DType::f32() || d == DType::low(formats::bf16) || d == DType::low(formats::fp16) ||
+      (d.is_low() && d.bits() == 8))
+    return;
+  throw InputError("'" + key + "' must be fp32, bf16, fp16 or an 8-bit format (e4m3, e5m2, ...), "
+                   "got '" + d.name() + "'");
+}
+
+namespace {
+
+/// 2^e with e the largest integer such that amax·2^e <= fmax; 1 when amax is 0 or not finite.
+double pow2_scale(float amax, float fmax) {
+  if (!(amax > 0) || !std::isfinite(amax)) return 1.0;
+  int e = std::ilogb(fmax) - std::ilogb(amax);
+  if (std::ldexp(double(amax), e) > double(fmax)) --e;
+  return std::ldexp(1.0, e);
+}
+
+}  // namespace
+
+void Optimizer::store_state(Runtime& rt, const DType& dt, std::vector<float>& vals,
+                            const std::string& name) const {
+  if (!dt.is_low()) return;  // fp32: the values are stored as computed
+  const TraceTag tag{name, "optimizer", TraceKind::optimizer_state};
+  double scale = 1.0;
+  if (dt.bits() == 8) {
+    // Current per-tensor scaling by a power of two: x·s and q/s are exact.
+    float amax = 0.0f;
+    for (float x : vals) amax = std::fmax(amax, std::fabs(x));
+    Env env;
+    scale = pow2_scale(amax, to_f32(dt.fmt, dt.fmt.max_mag(), env));
+  }
+  std::vector<double> q(vals.size());
+  for (size_t i = 0; i < vals.size(); ++i) q[i] = double(vals[i]) * scale;
+  round_into(rt, dt, q, &tag);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(q[i] / scale);
 }
 
 void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) {
   const bool adam = cfg_.kind != "sgd", adamw = cfg_.kind == "adamw";
+  const bool kahan = update_.method == UpdateMethod::kahan;
   // Python scalars become fp32 scalars in ATen's float kernels.
   const float lr_neg = static_cast<float>(-cfg_.lr);
   const float wd = static_cast<float>(cfg_.weight_decay);
@@ -62,6 +121,7 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
   const float c1 = static_cast<float>(1.0 - cfg_.beta1), c2 = static_cast<float>(1.0 - cfg_.beta2);
   const float eps = static_cast<float>(cfg_.eps);
   const float decay = static_cast<float>(1.0 - cfg_.lr * cfg_.weight_decay);
+  const bool decays = adamw && cfg_.lr * cfg_.weight_decay != 0;
   for (size_t pi = 0; pi < params_.size(); ++pi) {
     TensorImpl& P = *params_[pi].t.impl();
     const std::vector<float>& g = grads[pi];
@@ -70,6 +130,10 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
     std::vector<float> p(n);
     for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(P.data[i]);
     const std::vector<float> old = p;
+    // nonzero[i]: the update is non-zero in exact arithmetic; du[i] (kahan): the fp32
+    // increment, added to the weight with the compensation.
+    std::vector<uint8_t> nonzero(n, 0);
+    std::vector<float> du(kahan ? n : 0);
     if (adam) {
       if (s.m.empty()) {
         s.m.assign(n, 0.0f);
@@ -87,8 +151,13 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
         s.m[i] = std::fmaf(gi, c1, s.m[i] * b1);         // mul_(β1).add_(g, alpha=1-β1)
         s.v[i] = s.v[i] * b2 + (c2 * gi) * gi;            // mul_(β2).addcmul_(g, g, 1-β2)
         const float denom = std::sqrt(s.v[i]) / bc2_sqrt + eps;
-        p[i] = p[i] + (step_size_neg * s.m[i]) / denom;  // addcdiv_(m, denom, -step_size)
+        const float term = (step_size_neg * s.m[i]) / denom;
+        if (kahan) du[i] = adamw ? (p[i] - old[i]) + term : term;
+        p[i] = p[i] + term;                               // addcdiv_(m, denom, -step_size)
+        nonzero[i] = (step_size_neg != 0 && s.m[i] != 0) || (decays && old[i] != 0);
       }
+      store_state(rt, cfg_.exp_avg_dtype, s.m, P.name + ".exp_avg");
+      store_state(rt, cfg_.exp_avg_sq_dtype, s.v, P.name + ".exp_avg_sq");
     } else {
       if (mom != 0 && s.m.empty()) s.m.assign(n, 0.0f);
       for (size_t i = 0; i < n; ++i) {
@@ -98,25 +167,50 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
           s.m[i] = s.has_buf ? std::fmaf(d, damp1, s.m[i] * mom) : d;
           d = cfg_.nesterov ? std::fmaf(s.m[i], mom, d) : s.m[i];
         }
+        if (kahan) du[i] = d * lr_neg;
         p[i] = std::fmaf(d, lr_neg, p[i]);
+        nonzero[i] = lr_neg != 0 && d != 0;
       }
-      if (mom != 0) s.has_buf = true;
+      if (mom != 0) {
+        s.has_buf = true;
+        store_state(rt, cfg_.momentum_buffer_dtype, s.m, P.name + ".momentum_buffer");
+      }
+    }
+    if (kahan) {
+      // y = Δ + c; the weight becomes round(w + y); c keeps what that rounding lost.
+      if (s.comp.empty()) s.comp.assign(n, 0.0f);
+      for (size_t i = 0; i < n; ++i) {
+        du[i] = du[i] + s.comp[i];
+        p[i] = old[i] + du[i];
+      }
     }
     std::vector<double> nv(p.begin(), p.end());
     if (P.dtype.is_low()) {
-      // The fp32 result rounded into the low-precision weight: count the updates that vanish.
+      // The fp32 result rounded into the low-precision weight.
       const TraceTag tag{P.name + ".update", "optimizer", TraceKind::update};
       round_into(rt, P.dtype, nv, &tag);
       uint64_t vanished = 0, small = 0;
       const double lim = std::ldexp(1.0, P.dtype.precision());
       for (size_t i = 0; i < n; ++i) {
+        if (nonzero[i] && nv[i] == double(old[i])) ++vanished;
         const float delta = p[i] - old[i];
-        if (delta == 0.0f) continue;
-        if (nv[i] == double(old[i])) ++vanished;
-        if (std::fabs(double(old[i])) >= lim * std::fabs(double(delta))) ++small;
+        if (delta != 0.0f && std::fabs(double(old[i])) >= lim * std::fabs(double(delta))) ++small;
       }
       if (rt.tracer) rt.tracer->add_update_counts(tag.name, vanished, small);
     }
+    if (kahan) {
+      for (size_t i = 0; i < n; ++i)
+        s.comp[i] = du[i] - (static_cast<float>(nv[i]) - old[i]);
+      store_state(rt, update_.compensation, s.comp, P.name + ".compensation");
+    }
+    UpdateStats& st = stats_[pi];
+    st = UpdateStats{};
+    st.elements = n;
+    for (size_t i = 0; i < n; ++i)
+      if (nonzero[i]) {
+        ++st.nonzero;
+        st.vanished += nv[i] == double(old[i]);
+      }
     P.data = std::move(nv);
   }
 }

@@ -66,6 +66,18 @@ const char* scaling_name(Fp8Scaling s) {
 
 const char* amax_algo_name(AmaxAlgo a) { return a == AmaxAlgo::most_recent ? "most_recent" : "max"; }
 
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::forward: return "forward";
+    case Role::backward: return "backward";
+    default: return "update";
+  }
+}
+
+const char* update_method_name(UpdateMethod m) {
+  return m == UpdateMethod::kahan ? "kahan" : "plain";
+}
+
 bool Policy::master_weights() const {
   if (param_dtype != DType::f32()) return false;
   if (fp8) return true;

@@ -27,6 +27,7 @@ const char* kind_name(TraceKind k) {
     case TraceKind::activation_grad: return "activation_grad";
     case TraceKind::weight_grad: return "weight_grad";
     case TraceKind::tensor: return "tensor";
+    case TraceKind::optimizer_state: return "optimizer_state";
     default: return "update";
   }
 }

@@ -129,6 +129,160 @@ GradCounts grad_counts(const StepTrace& st) {
 
 }  // namespace
 
+namespace {
+
+/// The model with its initial weights (from the seed, or the config's .npz) in the policy's
+/// parameter dtype.
+std::unique_ptr<Model> make_model(const TrainConfig& c, uint64_t npz_bytes) {
+  Rng rng(c.seed);
+  std::unique_ptr<Model> model =
+      c.model_kind == "mlp" ? make_mlp(c.mlp, rng) : make_transformer(c.transformer, rng);
+  if (!c.init_npz.empty()) model->load(read_npz(c.init_npz, npz_bytes), "'" + c.init_npz + "'");
+  if (c.policy.param_dtype != DType::f32()) model->set_param_dtype(c.policy.param_dtype);
+  return model;
+}
+
+/// The fp32 run a config's `run.reference = "fp32"` trains alongside it.
+TrainConfig reference_config(const TrainConfig& c) {
+  TrainConfig r = c;
+  r.policy = preset_policy("fp32");
+  r.rounding = Rounding::near_even;
+  r.optimizer.exp_avg_dtype = r.optimizer.exp_avg_sq_dtype = r.optimizer.momentum_buffer_dtype =
+      DType::f32();
+  r.scaler = ScalerConfig{};
+  r.scaler.kind = ScalerConfig::Kind::none;
+  r.trace = false;
+  r.reference.clear();
+  return r;
+}
+
+/// One run's state: model, data loader, optimizer, scaler, tracer and runtime.
+struct Trainee {
+  Trainee(const TrainConfig& cfg, std::unique_ptr<Model> m, const Dataset& data,
+          const TrainOptions& o)
+      : c(cfg),
+        model(std::move(m)),
+        loader(data, c.batch_size, c.shuffle, c.seed),
+        opt(c.optimizer, model->params(), c.policy.update),
+        scaler(c.scaler),
+        tracer(c.tracer),
+        fp8(c.policy.fp8_config) {
+    rt.tracer = c.trace ? &tracer : nullptr;
+    rt.rounding.rounding = c.rounding;
+    rt.rounding.seed = c.seed;
+    rt.accumulator = &accumulator_by_name(c.policy.accumulation);
+    rt.fp8 = c.policy.fp8 ? &fp8 : nullptr;
+    rt.threads = o.threads;
+    rt.on_round = o.on_round;
+  }
+  Trainee(const Trainee&) = delete;
+  Trainee& operator=(const Trainee&) = delete;
+
+  /// One step: forward, scaled backward, unscale/check/skip, optimizer, scale update. Fills
+  /// `grads` with the fp32 gradients the optimizer saw; `memory` (when not null) with the
+  /// graph's memory rows.
+  StepRow step(int64_t step, bool traced, std::vector<std::vector<float>>& grads,
+               std::vector<MemoryRow>* memory);
+
+  const TrainConfig& c;
+  std::unique_ptr<Model> model;
+  Loader loader;
+  Optimizer opt;
+  GradScaler scaler;
+  Tracer tracer;
+  Fp8State fp8;
+  Runtime rt;
+};
+
+StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>& grads,
+                      std::vector<MemoryRow>* memory) {
+  std::vector<Param>& params = model->params();
+  const float scale_used = scaler.scale();
+  if (traced) tracer.begin_step(int(step), scale_used);
+  for (Param& p : params) p.t.impl()->grad.clear();
+  Batch b = loader.next();
+  Tensor loss;
+  rt.rounding.rounding = c.policy.rounding(Role::forward, c.rounding);
+  {
+    ContextGuard g(&c.policy, &rt);
+    if (b.x && b.x.dtype() != c.policy.input_dtype) {
+      Scope s("");
+      b.x = cast(b.x, c.policy.input_dtype, "input");
+    }
+    Tensor out = model->forward(b);
+    Scope s("loss");
+    if (c.loss == "mse") {
+      Tensor y = b.y;
+      if (y.dtype() != c.policy.input_dtype) y = cast(y, c.policy.input_dtype, scoped("target"));
+      if (out.shape() != y.shape()) y = reshape(y, out.shape());
+      loss = mse(out, y);
+    } else {
+      loss = cross_entropy(out, b.labels);
+    }
+  }
+  const double loss_value = loss.item();
+  if (memory) *memory = account_memory(loss, params, c.policy, opt.state_dtypes());
+  rt.rounding.rounding = c.policy.rounding(Role::backward, c.rounding);
+  {
+    // scaler.scale(loss).backward() runs outside autocast: plain type promotion.
+    ContextGuard g(nullptr, &rt);
+    Tensor scaled = loss;
+    if (scaler.enabled()) {
+      Scope s("scaler");
+      scaled = mul(loss, Tensor::scalar(scale_used, DType::f32()));
+    }
+    scaled.backward();
+  }
+  loss = Tensor();
+  grads.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& g = params[i].t.grad();
+    grads[i].assign(size_t(params[i].t.numel()), 0.0f);
+    for (size_t j = 0; j < g.size(); ++j) grads[i][j] = static_cast<float>(g[j]);
+  }
+  StepRow row;
+  row.step = step;
+  row.loss = loss_value;
+  row.loss_scale = scale_used;
+  if (!scaler.enabled() || c.scaler.mistake) {
+    // No unscale (none: nothing to undo; mistake: the bug) and no skipping.
+    row.found_inf = GradScaler::any_nonfinite(grads);
+    row.skipped = false;
+  } else {
+    row.found_inf = scaler.unscale(grads);
+    row.skipped = row.found_inf;
+  }
+  rt.rounding.rounding = c.policy.rounding(Role::update, c.rounding);
+  if (!row.skipped) opt.step(grads, rt);
+  if (!c.scaler.mistake) scaler.update(row.found_inf);
+  row.growth_tracker = scaler.growth_tracker();
+  row.next_scale = scaler.scale();
+  for (size_t i = 0; i < params.size(); ++i) {
+    UpdateRow u;
+    u.name = params[i].name;
+    u.dtype = params[i].t.dtype().name();
+    u.elements = uint64_t(params[i].t.numel());
+    if (!row.skipped) {
+      u.nonzero = opt.last_stats()[i].nonzero;
+      u.vanished = opt.last_stats()[i].vanished;
+    }
+    row.updates.push_back(std::move(u));
+  }
+  return row;
+}
+
+/// ‖w − w_ref‖₂ / ‖w_ref‖₂ in binary64, summed in element order (NaN when w_ref is all zero).
+double relative_drift(const std::vector<double>& w, const std::vector<double>& ref) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    d += (w[i] - ref[i]) * (w[i] - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  return std::sqrt(d) / std::sqrt(r);
+}
+
+}  // namespace
+
 TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallback& cb) {
   // Before anything large is allocated. An .npz's arrays are bounded while they are read by
   // what the limit leaves them (they are held twice while copied into the dataset), and the
@@ -139,30 +293,23 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   reuse_freed_memory();
   const uint64_t npz_bytes =
       uint64_t(std::max(1.0, (double(limit) - (before.total() - before.data)) / 2));
-  Rng rng(c.seed);
-  std::unique_ptr<Model> model =
-      c.model_kind == "mlp" ? make_mlp(c.mlp, rng) : make_transformer(c.transformer, rng);
-  if (!c.init_npz.empty()) model->load(read_npz(c.init_npz, npz_bytes), "'" + c.init_npz + "'");
-  if (c.policy.param_dtype != DType::f32()) model->set_param_dtype(c.policy.param_dtype);
+  std::unique_ptr<Model> model = make_model(c, npz_bytes);
   const Dataset data = load_data(c, npz_bytes);
   if (!c.data_npz.empty()) check_memory(estimate_memory(c, &data), limit);
-  Loader loader(data, c.batch_size, c.shuffle, c.seed);
-  std::vector<Param>& params = model->params();
-  Optimizer opt(c.optimizer, params);
-  GradScaler scaler(c.scaler);
-  Tracer tracer(c.tracer);
-  Fp8State fp8(c.policy.fp8_config);
-  Runtime rt;
-  rt.tracer = c.trace ? &tracer : nullptr;
-  rt.rounding.rounding = c.rounding;
-  rt.rounding.seed = c.seed;
-  rt.accumulator = &accumulator_by_name(c.policy.accumulation);
-  rt.fp8 = c.policy.fp8 ? &fp8 : nullptr;
-  rt.threads = o.threads;
-  rt.on_round = o.on_round;
+  Trainee run(c, std::move(model), data, o);
+  std::vector<Param>& params = run.model->params();
+  std::unique_ptr<TrainConfig> ref_cfg;
+  std::unique_ptr<Trainee> ref;
+  if (!c.reference.empty()) {
+    ref_cfg = std::make_unique<TrainConfig>(reference_config(c));
+    TrainOptions ro;
+    ro.threads = o.threads;
+    ref = std::make_unique<Trainee>(*ref_cfg, make_model(*ref_cfg, npz_bytes), data, ro);
+  }
 
   TrainSummary sum;
   bool first_window = true;
+  std::vector<std::vector<float>> grads, ref_grads;
   for (int64_t step = 0; step < c.steps; ++step) {
     // A stop request (SIGINT, SIGTERM) ends the run here, between two steps.
     if (const int sig = stop_signal()) {
@@ -170,67 +317,17 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       break;
     }
     const bool traced = c.trace && step % c.trace_every == 0;
-    const float scale_used = scaler.scale();
-    if (traced) tracer.begin_step(int(step), scale_used);
-    for (Param& p : params) p.t.impl()->grad.clear();
-    Batch b = loader.next();
-    Tensor loss;
-    {
-      ContextGuard g(&c.policy, &rt);
-      if (b.x && b.x.dtype() != c.policy.input_dtype) {
-        Scope s("");
-        b.x = cast(b.x, c.policy.input_dtype, "input");
-      }
-      Tensor out = model->forward(b);
-      Scope s("loss");
-      if (c.loss == "mse") {
-        Tensor y = b.y;
-        if (y.dtype() != c.policy.input_dtype) y = cast(y, c.policy.input_dtype, scoped("target"));
-        if (out.shape() != y.shape()) y = reshape(y, out.shape());
-        loss = mse(out, y);
-      } else {
-        loss = cross_entropy(out, b.labels);
-      }
+    StepRow row = run.step(step, traced, grads, step == 0 ? &sum.memory : nullptr);
+    if (ref) {
+      ref->step(step, false, ref_grads, nullptr);
+      const std::vector<Param>& rp = ref->model->params();
+      for (size_t i = 0; i < params.size(); ++i)
+        row.updates[i].drift = relative_drift(params[i].t.data(), rp[i].t.data());
     }
-    const double loss_value = loss.item();
-    if (step == 0) sum.memory = account_memory(loss, params, c.policy, opt.state_per_element());
-    {
-      // scaler.scale(loss).backward() runs outside autocast: plain type promotion.
-      ContextGuard g(nullptr, &rt);
-      Tensor scaled = loss;
-      if (scaler.enabled()) {
-        Scope s("scaler");
-        scaled = mul(loss, Tensor::scalar(scale_used, DType::f32()));
-      }
-      scaled.backward();
-    }
-    loss = Tensor();
-    std::vector<std::vector<float>> grads(params.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto& g = params[i].t.grad();
-      grads[i].assign(size_t(params[i].t.numel()), 0.0f);
-      for (size_t j = 0; j < g.size(); ++j) grads[i][j] = static_cast<float>(g[j]);
-    }
-    StepRow row;
-    row.step = step;
-    row.loss = loss_value;
-    row.loss_scale = scale_used;
-    if (!scaler.enabled() || c.scaler.mistake) {
-      // No unscale (none: nothing to undo; mistake: the bug) and no skipping.
-      row.found_inf = GradScaler::any_nonfinite(grads);
-      row.skipped = false;
-    } else {
-      row.found_inf = scaler.unscale(grads);
-      row.skipped = row.found_inf;
-    }
-    if (!row.skipped) opt.step(grads, rt);
-    if (!c.scaler.mistake) scaler.update(row.found_inf);
-    row.growth_tracker = scaler.growth_tracker();
-    row.next_scale = scaler.scale();
     sum.found_inf += row.found_inf;
     sum.skipped += row.skipped;
-    sum.final_loss = loss_value;
-    const StepTrace* stp = traced ? &tracer.end_step() : nullptr;
+    sum.final_loss = row.loss;
+    const StepTrace* stp = traced ? &run.tracer.end_step() : nullptr;
     if (traced) {
       const StepTrace& st = *stp;
       if (first_window) {
@@ -252,7 +349,7 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
     sum.steps_done = step + 1;
     if (o.on_progress) o.on_progress(step + 1, c.steps);
   }
-  sum.final_scale = scaler.scale();
+  sum.final_scale = run.scaler.scale();
   sum.final_params = params;
   return sum;
 }
@@ -262,7 +359,9 @@ namespace {
 TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
                             const TrainOptions& o) {
   const std::string d = out_dir + "/";
-  AtomicFile steps(d + "steps.csv"), trace(d + "trace.csv"), window(d + "scale_window.csv");
+  AtomicFile steps(d + "steps.csv"), trace(d + "trace.csv"), window(d + "scale_window.csv"),
+      updates(d + "updates.csv");
+  updates.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
   steps.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,grad_values,"
                  "grad_underflow,grad_overflow,k_low,k_high\n";
   trace.out() << kTraceCsvHeader;
@@ -278,6 +377,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
   };
   auto sep = [&line]() { line += ','; };
+  // Optimizer state rounded into a low-precision dtype: values that underflowed or
+  // overflowed, summed over the traced steps (manifest summary).
+  uint64_t state_values = 0, state_underflow = 0, state_overflow = 0;
   auto on_step = [&](const StepRow& r, const StepTrace* st, const std::vector<Param>& params,
                      const std::vector<std::vector<float>>& grads) {
     line.clear();
@@ -295,6 +397,12 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     if (st) {
       line.clear();
       for (const TraceRecord& t : st->records) {
+        const EventCounts& e = t.events;
+        if (t.kind == TraceKind::optimizer_state) {
+          state_values += e.total;
+          state_underflow += e.underflow;
+          state_overflow += e.overflow;
+        }
         append_trace_columns(line, st->step, t);
         line += '\n';
       }
@@ -308,6 +416,15 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
         line += '\n';
       }
       window.out() << line;
+      line.clear();
+      for (const UpdateRow& u : r.updates) {
+        num(r.step), sep();
+        line += u.name + ',' + u.dtype + ',';
+        num(u.elements), sep(), num(u.nonzero), sep(), num(u.vanished), sep();
+        if (!std::isnan(u.drift)) num(u.drift);
+        line += '\n';
+      }
+      updates.out() << line;
     }
     if (grads_out)
       for (size_t i = 0; i < params.size(); ++i)
@@ -326,7 +443,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   steps.commit();
   trace.commit();
   window.commit();
-  std::vector<std::string> outputs{"steps.csv", "trace.csv", "scale_window.csv", "memory.csv"};
+  updates.commit();
+  std::vector<std::string> outputs{"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
+                                   "updates.csv"};
   if (c.save_weights) {
     std::vector<std::pair<std::string, NpyArray>> arrays;
     for (const Param& p : sum.final_params) {
@@ -366,6 +485,15 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   pol["master_weights"] = c.policy.master_weights();
   pol["accumulation"] = c.policy.accumulation;
   pol["rounding"] = rounding_name(c.rounding);
+  if (c.policy.role_rounding != decltype(c.policy.role_rounding){}) {
+    json roles = json::object();
+    for (int r = 0; r < kRoleCount; ++r)
+      roles[role_name(Role(r))] = rounding_name(c.policy.rounding(Role(r), c.rounding));
+    pol["role_rounding"] = roles;
+  }
+  pol["update"] = update_method_name(c.policy.update.method);
+  if (c.policy.update.method == UpdateMethod::kahan)
+    pol["compensation"] = c.policy.update.compensation.name();
   if (c.policy.fp8) {
     pol["fp8_forward"] = format_name(c.policy.fp8_config.fwd);
     pol["fp8_backward"] = format_name(c.policy.fp8_config.bwd);
@@ -381,6 +509,18 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     rules[op_name(OpKind(i))] = rule_name(c.policy.rule(OpKind(i)));
   pol["rules"] = rules;
   m["policy"] = pol;
+  {
+    const OptimizerConfig& oc = c.optimizer;
+    json st = json::object();
+    if (oc.kind == "sgd") {
+      if (oc.momentum != 0) st["momentum_buffer"] = oc.momentum_buffer_dtype.name();
+    } else {
+      st["exp_avg"] = oc.exp_avg_dtype.name();
+      st["exp_avg_sq"] = oc.exp_avg_sq_dtype.name();
+    }
+    m["optimizer_state"] = st;
+  }
+  m["reference"] = c.reference.empty() ? json(nullptr) : json(c.reference);
   m["outputs"] = outputs;
   json s;
   s["steps"] = c.steps;
@@ -389,6 +529,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   s["found_inf_steps"] = sum.found_inf;
   s["skipped_steps"] = sum.skipped;
   s["memory_bytes"] = total_bytes(sum.memory);
+  if (state_values)
+    s["optimizer_state"] = {{"values", state_values}, {"underflow", state_underflow},
+                            {"overflow", state_overflow}};
   if (sum.window_known && sum.k_low != INT_MIN)
     s["safe_window"] = {{"k_low", sum.k_low}, {"k_high", sum.k_high}};
   else
@@ -408,7 +551,8 @@ TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const T
   if (ec) throw InputError("cannot create output directory '" + out_dir + "': " + ec.message());
   // What a killed run (SIGKILL) left behind.
   remove_stale_tmp_files(out_dir, {"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
-                                   "manifest.json", "weights.npz", "grads.npz", "config.toml"});
+                                   "manifest.json", "weights.npz", "grads.npz", "config.toml",
+                                   "updates.csv"});
   try {
     return write_run_into(c, out_dir, o);
   } catch (...) {

@@ -581,12 +581,65 @@ def check_pitfalls(res, figs, con):
     provenance(doc, res)
 
 
+def check_update_rounding(res, figs, con):
+    df = sweep(res)
+    doc = figs["update_rounding"]
+    models = list(dict.fromkeys(df["model"]))
+    updates = list(dict.fromkeys(df["update"]))
+    lrs = sorted(df["optimizer.lr"].unique())
+
+    def lost(runs):
+        # updates.csv of every run, summed: vanished and non-zero updates.
+        v = n = 0
+        for _, r in runs.iterrows():
+            u = run_csv(res, r, "updates.csv")
+            if (u["vanished"] > u["nonzero"]).any() or (u["nonzero"] > u["elements"]).any():
+                con.errors.append("update_rounding: %s: vanished > nonzero or nonzero > "
+                                  "elements" % r["dir"])
+            v += int(u["vanished"].sum())
+            n += int(u["nonzero"].sum())
+        return 100.0 * v / n if n else float("nan")
+
+    for m in models:
+        doc.expect("%s: final loss against learning rate" % m, full=True)
+        doc.expect("%s: vanished updates at lr {N}" % m, lrs[0], full=True)
+    for u in updates:
+        doc.text(u)  # the legend, one for all panels
+    for t in ("learning rate (Adam)", "step", "updates that vanished (% of non-zero)",
+              "final training loss (mean squared error)",
+              "final training loss (cross-entropy, nats)"):
+        while doc.expect(t, full=True, optional=True):
+            pass
+    doc.expect("pure-bf16 except fp32; line: median over seeds, band: min-max; vanished: the "
+               "stored weight compares equal after the step |")
+    provenance(doc, res)
+    con.text("update_rounding: final loss (median over seeds) and the updates that vanished "
+             "(% of non-zero updates, all traced steps and seeds), per learning rate")
+    con.row("lr", lrs)
+    ratio = {}
+    for m in models:
+        for u in updates:
+            sel = df[(df["model"] == m) & (df["update"] == u)]
+            med = [float(np.median(sel[sel["optimizer.lr"] == lr]["final_loss"])) for lr in lrs]
+            con.row("%s/%s loss" % (m, u), med)
+            con.row("%s/%s vanished%%" % (m, u),
+                    [lost(sel[sel["optimizer.lr"] == lr]) for lr in lrs])
+            ratio[(m, u)] = med[0]
+    if "fp32" in updates:
+        for m in models:
+            others = [u for u in updates if u != "fp32"]
+            con.expect("%s at lr {N}, final loss / fp32's: " % m +
+                       ", ".join("%s {N}" % u for u in others), lrs[0],
+                       *[ratio[(m, u)] / ratio[(m, "fp32")] for u in others], full=True)
+
+
 CHECKERS = {"accumulation": check_accumulation,
             "accumulation_training": check_accumulation_training, "demo": check_demo,
             "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
             "gradient_histogram": check_gradient_histogram,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
-            "memory": check_memory, "pitfalls": check_pitfalls}
+            "memory": check_memory, "pitfalls": check_pitfalls,
+            "update_rounding": check_update_rounding}
 
 
 def texts_of(res):

@@ -35,7 +35,8 @@ kind = "dynamic"
 [run]
 steps = STEPS
 """
-OUTPUTS = ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "manifest.json")
+OUTPUTS = ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "updates.csv",
+           "manifest.json")
 
 
 def tmp_files(d):

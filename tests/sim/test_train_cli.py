@@ -84,6 +84,29 @@ def main(halfway):
         check(open(os.path.join(out, "steps.csv")).read() ==
               open(os.path.join(out3, "steps.csv")).read(), "savez vs savez_compressed")
 
+        # Low-precision optimizer state and updates.csv: the manifest's state underflow and
+        # overflow are trace.csv's optimizer_state rows summed; one updates.csv row per step and
+        # parameter, vanished <= nonzero <= elements.
+        cfg_s = w.write("state.toml", ISSUE_CONFIG.replace('policy = "torch-cpu-bf16"',
+                                                           'policy = "pure-bf16"')
+                        .replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "fp16"'))
+        out_s = w.file("out_state")
+        r = run(halfway, "train", cfg_s, "--out", out_s)
+        check(r.returncode == 0, r.stderr)
+        tr = [t for t in read_csv(os.path.join(out_s, "trace.csv")) if t["kind"] == "optimizer_state"]
+        check({t["name"] for t in tr} == {"0.weight.exp_avg_sq", "0.bias.exp_avg_sq",
+                                          "2.weight.exp_avg_sq", "2.bias.exp_avg_sq"},
+              f"optimizer_state rows: {sorted({t['name'] for t in tr})}")
+        ms = json.load(open(os.path.join(out_s, "manifest.json")))["summary"]["optimizer_state"]
+        check(ms == {"values": sum(int(t["total"]) for t in tr),
+                     "underflow": sum(int(t["underflow"]) for t in tr),
+                     "overflow": sum(int(t["overflow"]) for t in tr)}, f"summary {ms}")
+        check(ms["values"] == 5 * (32 * 10 + 32 + 32 + 1), f"state values {ms}")
+        up = read_csv(os.path.join(out_s, "updates.csv"))
+        check(len(up) == 5 * 4 and all(int(u["vanished"]) <= int(u["nonzero"]) <=
+                                       int(u["elements"]) for u in up), "updates.csv rows")
+        check(all(u["drift"] == "" for u in up), "no drift without a reference")
+
         # Bad input: one line, exit code 2.
         base = ISSUE_CONFIG
         scaler = base[base.index("[scaler]"):base.index("[run]")]
@@ -109,6 +132,32 @@ def main(halfway):
                    "backoff 1", "backoff_factor must be in (0, 1)")
         expect_bad(halfway, w, base.replace("backoff_factor = 0.5", "backoff_factor = 2.0"),
                    "backoff 2", "backoff_factor must be in (0, 1)")
+        # Update numerics: Kahan needs weights without an fp32 master copy; unknown roles,
+        # directions, dtypes and references are named.
+        prec = 'policy = "torch-cpu-bf16"'
+        pure = 'policy = "pure-bf16"'
+        expect_bad(halfway, w, base.replace(prec, prec + '\nupdate = "kahan"\ncompensation = "fp32"'),
+                   "kahan with master weights", 'update = "kahan" needs low-precision weights')
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "kahan"'),
+                   "kahan without compensation", "needs precision.compensation")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "kahan"\ncompensation = "fp8"'),
+                   "bad compensation", "'precision.compensation' must be")
+        expect_bad(halfway, w, base.replace(prec, pure + '\ncompensation = "fp32"'),
+                   "compensation without kahan", "needs precision.update")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "compensated"'),
+                   "unknown update", "'precision.update' must be")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nsideways_rounding = "sr"'),
+                   "unknown role", "unknown option 'precision.sideways_rounding'")
+        expect_bad(halfway, w, base.replace(prec, pure + '\nupdate_rounding = "sideways"'),
+                   "unknown direction", "sideways")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "fp7"'),
+                   "unknown state dtype", "fp7")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "e2m1"'),
+                   "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16 or an 8-bit")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nmomentum_buffer_dtype = "bf16"'),
+                   "momentum state for adam", "momentum_buffer_dtype is an SGD option")
+        expect_bad(halfway, w, base.replace("seed = 0", 'seed = 0\nreference = "fp64"'),
+                   "unknown reference", "'run.reference' must be \"fp32\"")
         expect_bad(halfway, w, base, "missing config file", "cannot read", [w.file("nope.toml")])
         expect_bad(halfway, w, base, "unknown CLI option", "frobnicate", [cfg, "--frobnicate"])
         # .npz problems

@@ -1,10 +1,12 @@
 /// \file memory.hpp
 /// Memory accounting per policy: bytes held in each dtype by the weights (parameters, and
 /// the low-precision copies a lowered op makes of them), the fp32 master weights, the
-/// activations saved for backward, the gradients and the optimizer state. Sizes are
+/// activations saved for backward, the gradients, the optimizer state (each state in its
+/// dtype; an 8-bit state's per-tensor scales as `optimizer_state_scale`) and a Kahan
+/// update's compensation buffer (`compensation`). Sizes are
 /// elements × bits / 8, so fp8 counts one byte per value and fp4 half a byte.
 ///
-///     auto rows = account_memory(loss, model.params(), policy, opt.state_per_element());
+///     auto rows = account_memory(loss, model.params(), policy, opt.state_dtypes());
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@ namespace halfway::sim {
 
 struct MemoryRow {
   std::string category;  ///< weights master_weights activations gradients optimizer_state
+                         ///< optimizer_state_scale compensation
   std::string dtype;
   uint64_t elements = 0;
   uint64_t bytes = 0;
@@ -26,7 +29,8 @@ struct MemoryRow {
 /// Walk the graph of `loss` (before backward releases nothing: call it right after the
 /// forward pass) and the parameters.
 std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& params,
-                                      const Policy& policy, int optimizer_state_per_element);
+                                      const Policy& policy,
+                                      const std::vector<DType>& optimizer_state);
 
 uint64_t total_bytes(const std::vector<MemoryRow>& rows);
 

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "halfway/env.hpp"
 #include "halfway/sim/dtype.hpp"
 
 namespace halfway::sim {
@@ -55,6 +57,24 @@ struct Fp8Config {
 const char* scaling_name(Fp8Scaling s);
 const char* amax_algo_name(AmaxAlgo a);
 
+/// What a rounding belongs to: the forward pass, the backward pass (gradients, and the loss
+/// scaling outside autocast), or the update (the optimizer's writes to the weights and to its
+/// state).
+enum class Role : uint8_t { forward, backward, update };
+inline constexpr int kRoleCount = 3;
+const char* role_name(Role r);
+
+/// How the optimizer writes a low-precision weight that has no fp32 master copy: `plain`
+/// rounds the fp32 result into the weight's dtype; `kahan` carries what the rounding lost in a
+/// compensation buffer and adds it to the next update (see docs/sim.md, "Updates").
+enum class UpdateMethod : uint8_t { plain, kahan };
+const char* update_method_name(UpdateMethod m);
+
+struct WeightUpdate {
+  UpdateMethod method = UpdateMethod::plain;
+  DType compensation = DType::f32();  ///< the compensation buffer's dtype (kahan)
+};
+
 struct Policy {
   std::string name = "fp32";
   DType low = DType::f32();        ///< target of the "lower" rule
@@ -67,7 +87,14 @@ struct Policy {
   bool fp8 = false;                  ///< lowered ops use scaled fp8 (fp8_config)
   Fp8Config fp8_config{};
 
+  /// Rounding direction of each role; unset: the run's `rounding`.
+  std::array<std::optional<Rounding>, kRoleCount> role_rounding{};
+  WeightUpdate update{};
+
   CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }
+  Rounding rounding(Role r, Rounding run_default) const {
+    return role_rounding[static_cast<size_t>(r)].value_or(run_default);
+  }
   void set(OpKind k, CastRule r) { rules[static_cast<size_t>(k)] = r; }
   /// Master weights exist when the parameters are fp32 and some op lowers them.
   bool master_weights() const;

@@ -31,6 +31,7 @@ enum class TraceKind : uint8_t {
   weight_grad,      ///< gradients with respect to parameters (or their low-precision copies)
   update,           ///< optimizer updates rounded into low-precision weights
   tensor,           ///< a tensor of no known role (`halfway analyze` on arrays from a file)
+  optimizer_state,  ///< optimizer state (and Kahan compensation) rounded into its dtype
 };
 const char* kind_name(TraceKind k);
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ struct TrainConfig {
   ScalerConfig scaler;
   int64_t steps = 1;
   uint64_t seed = 0;
+  /// "" or "fp32": a reference run trained alongside in fp32 (the `fp32` policy, near-even,
+  /// fp32 optimizer state, plain updates; same model, data, seed and optimizer), against
+  /// which updates.csv reports each parameter's drift.
+  std::string reference;
 
   bool trace = true;
   int64_t trace_every = 1;
@@ -72,6 +77,17 @@ TrainConfig parse_config(const std::string& toml_text, const std::string& base_d
                          const std::string& source_name = "config");
 TrainConfig parse_config_file(const std::string& path);
 
+/// One parameter's update in one step (updates.csv).
+struct UpdateRow {
+  std::string name;
+  std::string dtype;
+  uint64_t elements = 0;
+  uint64_t nonzero = 0;   ///< non-zero updates (see UpdateStats); 0 on a skipped step
+  uint64_t vanished = 0;  ///< of those, the ones that left the stored weight unchanged
+  /// ‖w − w_ref‖₂ / ‖w_ref‖₂ after the step against the reference run; NaN without one.
+  double drift = std::numeric_limits<double>::quiet_NaN();
+};
+
 struct StepRow {
   int64_t step = 0;
   double loss = 0;          ///< forward loss of the step, before the update
@@ -80,6 +96,7 @@ struct StepRow {
   bool skipped = false;     ///< optimizer step skipped
   int64_t growth_tracker = 0;  ///< after the update
   float next_scale = 1;        ///< after the update
+  std::vector<UpdateRow> updates;  ///< one per parameter, in order
 };
 
 struct TrainOptions {
