@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "halfway/names.hpp"
@@ -113,6 +114,47 @@ Dataset load_data_unchecked(const TrainConfig& c, uint64_t npz_bytes) {
   throw InputError("the transformer needs synthetic = \"copy\" or \"reverse\" or an .npz");
 }
 
+/// The training windows and, for text data, the validation windows (cut to c.val_windows).
+struct RunData {
+  Dataset train, val;
+};
+
+RunData load_run_data(const TrainConfig& c, uint64_t npz_bytes) {
+  if (c.text_files.empty()) return {load_data(c, npz_bytes), {}};
+  TextSplit s = text_windows(read_text_corpus(c.text_files), c.transformer.seq_len,
+                             c.val_fraction, c.seed);
+  if (c.val_windows > 0 && c.val_windows < s.val.n()) {
+    const size_t keep = size_t(c.val_windows) * size_t(c.transformer.seq_len);
+    s.val.x.resize(keep);
+    s.val.y.resize(keep);
+    s.val.x_shape[0] = s.val.y_shape[0] = c.val_windows;
+  }
+  return {std::move(s.train), std::move(s.val)};
+}
+
+/// The mean cross-entropy over the validation windows, in batches of data.batch_size, under the
+/// run's policy. It runs on copies of the runtime's fp8 scaling state and stochastic-rounding
+/// stream, untraced and unobserved: validating changes nothing that training sees.
+double validation_loss(Model& model, const Dataset& val, const TrainConfig& c,
+                       const Runtime& rt) {
+  Runtime vr = rt;
+  vr.tracer = nullptr;
+  vr.on_round = nullptr;
+  std::optional<Fp8State> fp8;
+  if (rt.fp8) vr.fp8 = &fp8.emplace(*rt.fp8);
+  Loader ld(val, c.batch_size, false, 0);
+  double sum = 0;
+  for (int64_t done = 0; done < val.n();) {
+    const Batch b = ld.next();
+    ContextGuard g(&c.policy, &vr);
+    const Tensor out = model.forward(b);
+    Scope s("loss");
+    sum += cross_entropy(out, b.labels).item() * double(b.size);
+    done += b.size;
+  }
+  return sum / double(val.n());
+}
+
 struct GradCounts {
   uint64_t values = 0, underflow = 0, overflow = 0;
 };
@@ -145,8 +187,13 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       c.model_kind == "mlp" ? make_mlp(c.mlp, rng) : make_transformer(c.transformer, rng);
   if (!c.init_npz.empty()) model->load(read_npz(c.init_npz, npz_bytes), "'" + c.init_npz + "'");
   if (c.policy.param_dtype != DType::f32()) model->set_param_dtype(c.policy.param_dtype);
-  const Dataset data = load_data(c, npz_bytes);
-  if (!c.data_npz.empty()) check_memory(estimate_memory(c, &data), limit);
+  const RunData run_data = load_run_data(c, npz_bytes);
+  const Dataset& data = run_data.train;
+  if (!c.data_npz.empty() || !c.text_files.empty()) {
+    MemoryEstimate e = estimate_memory(c, &data);
+    e.data += double(run_data.val.x.size() + run_data.val.y.size()) * 16;
+    check_memory(e, limit);
+  }
   Loader loader(data, c.batch_size, c.shuffle, c.seed);
   std::vector<Param>& params = model->params();
   Optimizer opt(c.optimizer, params);
@@ -170,6 +217,10 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       sum.stop_signal = sig;
       break;
     }
+    StepRow row;
+    if (run_data.val.n() > 0 && c.val_every > 0 &&
+        (step % c.val_every == 0 || step + 1 == c.steps))
+      row.val_loss = validation_loss(*model, run_data.val, c, rt);
     const bool traced = c.trace && step % c.trace_every == 0;
     const float scale_used = scaler.scale();
     if (traced) tracer.begin_step(int(step), scale_used);
@@ -212,7 +263,6 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       grads[i].assign(size_t(params[i].t.numel()), 0.0f);
       for (size_t j = 0; j < g.size(); ++j) grads[i][j] = static_cast<float>(g[j]);
     }
-    StepRow row;
     row.step = step;
     row.loss = loss_value;
     row.loss_scale = scale_used;
@@ -265,7 +315,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   const std::string d = out_dir + "/";
   AtomicFile steps(d + "steps.csv"), trace(d + "trace.csv"), window(d + "scale_window.csv");
   steps.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,grad_values,"
-                 "grad_underflow,grad_overflow,k_low,k_high\n";
+                 "grad_underflow,grad_overflow,k_low,k_high,val_loss\n";
   trace.out() << "step,name,op,kind,dtype,total,zeros,underflow,subnormal,overflow,nan,inexact,"
                  "nonfinite_in,vanished,small_update,min_exp,max_exp,max_abs,hist\n";
   window.out() << "step,loss_scale,k,values,underflow,underflow_fraction,overflow,safe\n";
@@ -292,6 +342,8 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     } else {
       line += ",,,,";
     }
+    sep();
+    if (!std::isnan(r.val_loss)) num(float(r.val_loss));
     line += '\n';
     steps.out() << line;
     if (st) {
