@@ -265,7 +265,8 @@ class TrainResult:
     """What halfway.train returns: the run's result files as pandas DataFrames.
 
     steps: one row per step (loss, loss_scale, found_inf, skipped, growth_tracker,
-        next_scale, grad_values, grad_underflow, grad_overflow, k_low, k_high).
+        next_scale, grad_values, grad_underflow, grad_overflow, k_low, k_high, val_loss: the
+        validation loss of [data] text runs on the steps that measure it, else NaN).
     trace: the tracer's records, one row per (step, tensor): event counts of every rounding.
     scale_window: predicted gradient underflow/overflow per step for loss scales 2^k.
     memory: bytes per category and dtype.

@@ -215,6 +215,41 @@ void parse_update_options(const toml::table& t, const std::string& w, Policy& p)
   p.update.compensation = *comp == "low" ? p.param_dtype : DType::f32();
 }
 
+/// [data] text = "FILE" or ["FILE", ...] and its validation options: a byte-level language
+/// model, so the model must be a causal transformer with a vocabulary of 256.
+void parse_text_data(const toml::table& t, const std::string& w, const std::string& base_dir,
+                     TrainConfig& c) {
+  const toml::node* n = t.get("text");
+  std::vector<std::string> files;
+  if (n->is_string()) {
+    files.push_back(std::string(*n->value<std::string_view>()));
+  } else if (n->is_array()) {
+    for (const toml::node& e : *n->as_array()) {
+      if (!e.is_string()) throw InputError("'data.text' must be a file name or a list of them");
+      files.push_back(std::string(*e.value<std::string_view>()));
+    }
+  } else {
+    throw InputError("'data.text' must be a file name or a list of them");
+  }
+  if (files.empty() || int64_t(files.size()) > kMaxTextFiles)
+    throw InputError("'data.text' must name 1.." + std::to_string(kMaxTextFiles) + " files");
+  for (const std::string& f : files) {
+    if (f.empty()) throw InputError("'data.text' has an empty file name");
+    c.text_files.push_back(resolve(base_dir, f));
+  }
+  if (c.model_kind != "transformer" || c.transformer.vocab != kByteVocab || !c.transformer.causal)
+    throw InputError("'data.text' trains a byte-level language model: it needs model.kind = "
+                     "\"transformer\", model.vocab = 256 and model.causal = true");
+  if (auto v = get_num(t, w, "val_fraction", false)) {
+    if (!(*v > 0 && *v < 1)) throw InputError("'data.val_fraction' must be in (0, 1)");
+    c.val_fraction = *v;
+  }
+  if (auto v = get_int(t, w, "val_every", false))
+    c.val_every = in_range(*v, 0, kMaxSteps, w + "val_every");
+  if (auto v = get_int(t, w, "val_windows", false))
+    c.val_windows = in_range(*v, 0, kMaxDataN, w + "val_windows");
+}
+
 }  // namespace
 
 TrainConfig parse_config(const std::string& text, const std::string& base_dir,
@@ -265,7 +300,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
       check_activation(c.mlp.activation);
     } else if (c.model_kind == "transformer") {
       check_keys(t, w, {"kind", "vocab", "d_model", "heads", "blocks", "seq_len", "mlp_ratio",
-                        "activation", "causal", "init"});
+                        "activation", "causal", "tie_embeddings", "init"});
       auto& m = c.transformer;
       // Every size in 64 bits against its limit before it becomes an int; products of sizes
       // (d_model * mlp_ratio) are bounded too, so nothing downstream wraps.
@@ -280,6 +315,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
         m.mlp_ratio = int(in_range(*v, 1, kMaxWidth, w + "mlp_ratio"));
       if (auto a = get_str(t, w, "activation", false)) m.activation = *a;
       if (auto b = get_bool(t, w, "causal")) m.causal = *b;
+      if (auto b = get_bool(t, w, "tie_embeddings")) m.tie_embeddings = *b;
       check_activation(m.activation);
       if (m.heads > m.d_model) throw InputError("'model.heads' must be at most 'model.d_model'");
       if (m.d_model % m.heads) throw InputError("'model.d_model' must be a multiple of 'model.heads'");
@@ -297,12 +333,19 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
   {
     const toml::table& t = *table(root, "data", true);
     const std::string w = "data.";
-    check_keys(t, w, {"npz", "synthetic", "n", "noise", "spread", "batch_size", "shuffle"});
+    check_keys(t, w, {"npz", "synthetic", "text", "val_fraction", "val_every", "val_windows", "n",
+                      "noise", "spread", "batch_size", "shuffle"});
     auto npz = get_str(t, w, "npz", false);
     auto syn = get_str(t, w, "synthetic", false);
-    if (npz && syn) throw InputError("'data.npz' and 'data.synthetic' exclude each other");
-    if (!npz && !syn) throw InputError("missing field 'data.npz' (or 'data.synthetic') in the config");
+    const bool text = t.get("text") != nullptr;
+    if (int(bool(npz)) + int(bool(syn)) + int(text) > 1)
+      throw InputError("'data.npz', 'data.synthetic' and 'data.text' exclude each other");
+    if (!npz && !syn && !text)
+      throw InputError("missing field 'data.npz' (or 'data.synthetic' or 'data.text') in the config");
     if (npz) c.data_npz = resolve(base_dir, *npz);
+    if (text) parse_text_data(t, w, base_dir, c);
+    else if (t.get("val_fraction") || t.get("val_every") || t.get("val_windows"))
+      throw InputError("'data.val_fraction', 'data.val_every' and 'data.val_windows' need 'data.text'");
     if (syn) {
       c.synthetic = *syn;
       if (c.synthetic != "regression" && c.synthetic != "blobs" && c.synthetic != "copy" &&

@@ -1,10 +1,13 @@
 #include "halfway/sim/data.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include "halfway/names.hpp"
+#include "halfway/sim/io.hpp"
 #include "halfway/sim/rng.hpp"
 
 namespace halfway::sim {
@@ -75,6 +78,64 @@ Dataset synthetic_sequence(int64_t n, int seq_len, int vocab, bool reverse, uint
       d.y[size_t(i * seq_len + (reverse ? seq_len - 1 - t : t))] = tok;
     }
   return d;
+}
+
+std::string read_text_corpus(const std::vector<std::string>& files) {
+  std::string corpus;
+  for (const std::string& f : files) {
+    const size_t left = size_t(kMaxTextBytes) - corpus.size();
+    std::error_code ec;  // a file that cannot be sized gets read_text_file's message
+    const auto bytes = std::filesystem::file_size(f, ec);
+    if (!ec && bytes > left)
+      throw InputError("data.text: the corpus is larger than " + std::to_string(kMaxTextBytes) +
+                       " bytes, the most it may hold (at '" + f + "')");
+    corpus += read_text_file(f, left);  // bounded again: a file may grow while it is read
+  }
+  if (corpus.empty()) throw InputError("data.text: the corpus is empty");
+  return corpus;
+}
+
+namespace {
+
+Dataset windows_of(const std::string& corpus, const std::vector<int64_t>& starts, int T) {
+  Dataset d;
+  const int64_t n = int64_t(starts.size());
+  d.x_shape = d.y_shape = {n, T};
+  d.x_ids = d.y_labels = true;
+  d.x.resize(size_t(n) * size_t(T));
+  d.y.resize(d.x.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int t = 0; t < T; ++t) {
+      const size_t at = size_t(starts[size_t(i)] + t);
+      d.x[size_t(i * T + t)] = static_cast<unsigned char>(corpus[at]);
+      d.y[size_t(i * T + t)] = static_cast<unsigned char>(corpus[at + 1]);
+    }
+  return d;
+}
+
+}  // namespace
+
+TextSplit text_windows(const std::string& corpus, int seq_len, double val_fraction,
+                       uint64_t seed) {
+  const int64_t T = seq_len, size = int64_t(corpus.size());
+  if (size < T + 1)
+    throw InputError("data.text: the corpus has " + std::to_string(size) +
+                     " bytes, fewer than model.seq_len + 1 = " + std::to_string(T + 1));
+  const int64_t n = (size - 1) / T;
+  if (n < 2)
+    throw InputError("data.text: the corpus has " + std::to_string(size) + " bytes, " +
+                     std::to_string(n) + " window of model.seq_len + 1 = " +
+                     std::to_string(T + 1) + " bytes; training and validation need two");
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i * T;
+  Rng rng(seed ^ 0x5465787453706c74ull);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  const int64_t nv =
+      std::clamp(int64_t(std::llround(val_fraction * double(n))), int64_t(1), n - 1);
+  std::vector<int64_t> val(order.begin(), order.begin() + nv), train(order.begin() + nv,
+                                                                      order.end());
+  std::sort(train.begin(), train.end());
+  return {windows_of(corpus, train, seq_len), windows_of(corpus, val, seq_len)};
 }
 
 Loader::Loader(const Dataset& d, int64_t batch_size, bool shuffle, uint64_t seed)

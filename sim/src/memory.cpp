@@ -15,6 +15,7 @@
 #endif
 
 #include "halfway/names.hpp"
+#include "halfway/sim/data.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/trainer.hpp"
 
@@ -172,6 +173,10 @@ GraphSize transformer_graph(const TrainConfig& c, double B, bool casts) {
   gp = &top;
   ln();
   lin(d, V);
+  if (m.tie_embeddings) {  // no head parameters: the token embedding is the head's weight
+    top.params -= V * d + V;
+    top.param_tensors -= 2;
+  }
   top.node(M * V, 3 + k);  // reshape, cross entropy's cast and probabilities
   return top;
 }
@@ -215,6 +220,17 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
   // more while they are read.
   if (data) {
     e.data = (double(data->x.size()) + double(data->y.size())) * kValue * 2 + n * 8;
+  } else if (!c.text_files.empty()) {
+    // Not read yet: at most kMaxTextBytes; the corpus once, and its windows' ids and targets
+    // as binary64 (train() checks again with the real size).
+    double bytes = 0;
+    for (const std::string& f : c.text_files) {
+      std::error_code ec;
+      const auto b = std::filesystem::file_size(f, ec);
+      if (!ec) bytes += double(b);
+    }
+    bytes = std::min(bytes, double(kMaxTextBytes));
+    e.data = bytes * (1 + 2 * kValue) + bytes / std::max(1, c.transformer.seq_len) * 8;
   } else if (!c.data_npz.empty()) {
     // Not read yet: from the file's size, enough for float32 or float64 arrays stored as
     // numpy.savez writes them (8 bytes a value, twice, and the file); train() checks again

@@ -157,7 +157,7 @@ class Transformer final : public Model {
       lin(p + ".mlp.fc2", h, d);
     }
     ln("ln_f");
-    lin("head", d, c.vocab);
+    if (!c.tie_embeddings) lin("head", d, c.vocab);
   }
   std::string kind() const override { return "transformer"; }
 
@@ -228,7 +228,12 @@ class Transformer final : public Model {
       }
     }
     x = ln("ln_f", x);
-    x = lin("head", x);
+    if (c_.tie_embeddings) {
+      Scope s("head");
+      x = linear(x, p(0), Tensor());  // tok_emb.weight [vocab, d_model], no bias
+    } else {
+      x = lin("head", x);
+    }
     return reshape(x, {B * T, c_.vocab});
   }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "halfway/names.hpp"
@@ -111,6 +112,48 @@ Dataset load_data_unchecked(const TrainConfig& c, uint64_t npz_bytes) {
     return synthetic_sequence(c.data_n, c.transformer.seq_len, c.transformer.vocab,
                               c.synthetic == "reverse", c.seed);
   throw InputError("the transformer needs synthetic = \"copy\" or \"reverse\" or an .npz");
+}
+
+/// The training windows and, for text data, the validation windows (cut to c.val_windows).
+struct RunData {
+  Dataset train, val;
+};
+
+RunData load_run_data(const TrainConfig& c, uint64_t npz_bytes) {
+  if (c.text_files.empty()) return {load_data(c, npz_bytes), {}};
+  TextSplit s = text_windows(read_text_corpus(c.text_files), c.transformer.seq_len,
+                             c.val_fraction, c.seed);
+  if (c.val_windows > 0 && c.val_windows < s.val.n()) {
+    const size_t keep = size_t(c.val_windows) * size_t(c.transformer.seq_len);
+    s.val.x.resize(keep);
+    s.val.y.resize(keep);
+    s.val.x_shape[0] = s.val.y_shape[0] = c.val_windows;
+  }
+  return {std::move(s.train), std::move(s.val)};
+}
+
+/// The mean cross-entropy over the validation windows, in batches of data.batch_size, under the
+/// run's policy. It runs on copies of the runtime's fp8 scaling state and stochastic-rounding
+/// stream, untraced and unobserved: validating changes nothing that training sees.
+double validation_loss(Model& model, const Dataset& val, const TrainConfig& c,
+                       const Runtime& rt) {
+  Runtime vr = rt;
+  vr.tracer = nullptr;
+  vr.on_round = nullptr;
+  vr.rounding.rounding = c.policy.rounding(Role::forward, c.rounding);
+  std::optional<Fp8State> fp8;
+  if (rt.fp8) vr.fp8 = &fp8.emplace(*rt.fp8);
+  Loader ld(val, c.batch_size, false, 0);
+  double sum = 0;
+  for (int64_t done = 0; done < val.n();) {
+    const Batch b = ld.next();
+    ContextGuard g(&c.policy, &vr);
+    const Tensor out = model.forward(b);
+    Scope s("loss");
+    sum += cross_entropy(out, b.labels).item() * double(b.size);
+    done += b.size;
+  }
+  return sum / double(val.n());
 }
 
 struct GradCounts {
@@ -294,8 +337,13 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   const uint64_t npz_bytes =
       uint64_t(std::max(1.0, (double(limit) - (before.total() - before.data)) / 2));
   std::unique_ptr<Model> model = make_model(c, npz_bytes);
-  const Dataset data = load_data(c, npz_bytes);
-  if (!c.data_npz.empty()) check_memory(estimate_memory(c, &data), limit);
+  const RunData run_data = load_run_data(c, npz_bytes);
+  const Dataset& data = run_data.train;
+  if (!c.data_npz.empty() || !c.text_files.empty()) {
+    MemoryEstimate e = estimate_memory(c, &data);
+    e.data += double(run_data.val.x.size() + run_data.val.y.size()) * 16;
+    check_memory(e, limit);
+  }
   Trainee run(c, std::move(model), data, o);
   std::vector<Param>& params = run.model->params();
   std::unique_ptr<TrainConfig> ref_cfg;
@@ -316,8 +364,13 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       sum.stop_signal = sig;
       break;
     }
+    double val_loss = std::numeric_limits<double>::quiet_NaN();
+    if (run_data.val.n() > 0 && c.val_every > 0 &&
+        (step % c.val_every == 0 || step + 1 == c.steps))
+      val_loss = validation_loss(*run.model, run_data.val, c, run.rt);
     const bool traced = c.trace && step % c.trace_every == 0;
     StepRow row = run.step(step, traced, grads, step == 0 ? &sum.memory : nullptr);
+    row.val_loss = val_loss;
     if (ref) {
       ref->step(step, false, ref_grads, nullptr);
       const std::vector<Param>& rp = ref->model->params();
@@ -363,7 +416,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
       updates(d + "updates.csv");
   updates.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
   steps.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,grad_values,"
-                 "grad_underflow,grad_overflow,k_low,k_high\n";
+                 "grad_underflow,grad_overflow,k_low,k_high,val_loss\n";
   trace.out() << kTraceCsvHeader;
   window.out() << kWindowCsvHeader;
   // Each step's gradients go to disk as the run goes (grads.npz is built from them at the end).
@@ -392,6 +445,8 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     } else {
       line += ",,,,";
     }
+    sep();
+    if (!std::isnan(r.val_loss)) num(float(r.val_loss));
     line += '\n';
     steps.out() << line;
     if (st) {

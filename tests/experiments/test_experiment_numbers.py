@@ -38,6 +38,9 @@ except ImportError as e:
     sys.exit(77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import text_corpus  # noqa: E402
+
 SRC = os.path.join(HERE, "..", "..", "experiments")
 
 # Format limits, from numpy (not from style.py). bf16 has binary32's exponent range.
@@ -632,6 +635,34 @@ def check_update_rounding(res, figs, con):
                        ", ".join("%s {N}" % u for u in others), lrs[0],
                        *[ratio[(m, u)] / ratio[(m, "fp32")] for u in others], full=True)
 
+def check_text_lm(res, figs, con):
+    df = sweep(res)
+    doc = figs["text_lm"]
+    cfg = manifest(res, df.iloc[0])["config"]
+    m = cfg["model"]
+    doc.expect("{I} blocks, d_model {I}, {I} heads, seq {I}, batch {I}", m["blocks"],
+               m["d_model"], m["heads"], m["seq_len"], cfg["data"]["batch_size"], full=True)
+    for t in ("step", "step", "validation loss (nats per byte)",
+              "gradient values flushed to zero (%)", "gradient underflow of the traced steps"):
+        doc.text(t)
+    provenance(doc, res)
+    con.header("recipe", ["final_val_loss", "at_step", "best_val_loss", "grad_values",
+                          "underflow", "skipped"])
+    for _, r in df.iterrows():
+        doc.text(r["case"])
+        s = run_csv(res, r, "steps.csv")
+        # Validation rows: every data.val_every steps and the last step, nowhere else.
+        every, n = int(cfg["data"]["val_every"]), len(s)
+        val = {int(st): float(v) for st, v in zip(s["step"], s["val_loss"]) if v == v}
+        want = sorted(set(range(0, n, every)) | {n - 1})
+        if sorted(val) != want:
+            con.errors.append("text_lm: %s: validation losses at steps %s, the config asks for %s"
+                              % (r["case"], sorted(val)[:8], want[:8]))
+        last = max(val)
+        ss = steps_summary(s)
+        con.row(r["case"], [val[last], last, min(val.values()), ss["grad_values"],
+                            ss["grad_underflow"], ss["skipped"]])
+
 
 CHECKERS = {"accumulation": check_accumulation,
             "accumulation_training": check_accumulation_training, "demo": check_demo,
@@ -640,6 +671,8 @@ CHECKERS = {"accumulation": check_accumulation,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
             "memory": check_memory, "pitfalls": check_pitfalls,
             "update_rounding": check_update_rounding}
+
+            "memory": check_memory, "pitfalls": check_pitfalls, "text_lm": check_text_lm}
 
 
 def texts_of(res):
@@ -704,6 +737,7 @@ def main(halfway):
     shutil.copytree(SRC, exps, ignore=shutil.ignore_patterns("__pycache__"))
     names = sorted(d for d in os.listdir(exps) if os.path.exists(os.path.join(exps, d, "plot.py")))
     ok(set(names) == set(CHECKERS), "a checker for every experiment (%s)" % ", ".join(names))
+    names = text_corpus.leave_out_missing(exps, names)
     env = dict(os.environ, HALFWAY_PYTHON=sys.executable)
     for n in names:
         p = os.path.join(exps, n, "accumulation.toml")
@@ -759,6 +793,19 @@ def main(halfway):
         ok(any("fp16-noscale" in e for e in errors),
            "negative control: 7 more underflows in one step of fp16-noscale's steps.csv are "
            "caught (%s)" % (errors[:1],))
+    if "text_lm" in seen:
+        res, texts, out = seen["text_lm"]
+        bad = os.path.join(tmp, "text_lm-corrupt")
+        shutil.copytree(res, bad)
+        row = sweep(bad).iloc[1]
+        p = os.path.join(bad, row["dir"], "steps.csv")
+        s = pd.read_csv(p, dtype=str, keep_default_na=False)
+        s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
+        s.to_csv(p, index=False)
+        errors = check("text_lm", bad, texts, out)
+        ok(any(row["case"] in e for e in errors),
+           "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
+           % (row["case"], errors[:1]))
     if "gradient_histogram" in seen:
         res, texts, out = seen["gradient_histogram"]
         t = run_csv(res, sweep(res).iloc[0], "trace.csv")

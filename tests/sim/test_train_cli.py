@@ -185,6 +185,26 @@ def main(halfway):
         with open(w.file("data.npz"), "wb") as f:
             f.write(b"PK\x03\x04 not really a zip")
         expect_bad(halfway, w, base, "corrupt npz", "not an .npz")
+        # [data] text: a byte-level language model; bad corpora are one line and exit 2.
+        text = ("[model]\nkind = \"transformer\"\nvocab = 256\nseq_len = 8\nd_model = 8\n"
+                "causal = true\n[data]\ntext = \"corpus.txt\"\nbatch_size = 4\nval_every = 2\n"
+                "[loss]\nkind = \"cross_entropy\"\n[optimizer]\nkind = \"adam\"\nlr = 0.01\n"
+                "[precision]\npolicy = \"torch-cuda-bf16\"\n[run]\nsteps = 3\n")
+        expect_bad(halfway, w, text, "text: missing file", "corpus.txt")
+        for content, fragment in ((b"", "the corpus is empty"),
+                                  (b"12345678", "fewer than model.seq_len + 1 = 9"),
+                                  (b"123456789abc", "training and validation need two")):
+            with open(w.file("corpus.txt"), "wb") as f:
+                f.write(content)
+            expect_bad(halfway, w, text, "text: %r" % content, fragment)
+        with open(w.file("corpus.txt"), "wb") as f:
+            f.write(bytes(range(256)) * 4)
+        cfg = w.write("text.toml", text)
+        r = run(halfway, "train", cfg, "--out", w.file("text_out"))
+        check(r.returncode == 0, f"text run failed: {r.stderr}")
+        steps = read_csv(os.path.join(w.file("text_out"), "steps.csv"))
+        check([s["val_loss"] != "" for s in steps] == [True, False, True],
+              "val_loss at steps 0 and 2 (every 2, and the last)")
         print("ok")
         return 0
     finally:

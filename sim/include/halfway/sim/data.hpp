@@ -35,6 +35,27 @@ Dataset synthetic_regression(int64_t n, int features, int outputs, double noise,
 Dataset synthetic_blobs(int64_t n, int features, int classes, double spread, uint64_t seed);
 Dataset synthetic_sequence(int64_t n, int seq_len, int vocab, bool reverse, uint64_t seed);
 
+/// Byte-level text ([data] text): a byte is a token (vocabulary 256).
+inline constexpr int kByteVocab = 256;
+/// The most files and bytes a text corpus may have. The windows are held as binary64 token
+/// ids, inputs and targets: 16 bytes of memory per corpus byte, 256 MiB at this bound.
+inline constexpr int64_t kMaxTextFiles = 4096;
+inline constexpr int64_t kMaxTextBytes = int64_t(16) << 20;
+
+/// The files concatenated in order. Throws InputError naming the file when one cannot be read
+/// or is not a regular file, when the corpus is over kMaxTextBytes, and when it is empty.
+std::string read_text_corpus(const std::vector<std::string>& files);
+
+struct TextSplit {
+  Dataset train, val;  ///< ids [N, T] and next-byte targets [N, T]
+};
+/// Windows of seq_len + 1 bytes starting every seq_len bytes (input: the first seq_len bytes,
+/// target: the last seq_len), shuffled with `seed`; the first round(val_fraction · N) windows
+/// (at least one) are the validation set, in that shuffled order, the others the training set,
+/// in corpus order. Throws InputError when the corpus has fewer than two windows.
+TextSplit text_windows(const std::string& corpus, int seq_len, double val_fraction,
+                       uint64_t seed);
+
 class Loader {
  public:
   Loader(const Dataset& d, int64_t batch_size, bool shuffle, uint64_t seed);

@@ -2,7 +2,8 @@
 /// Models with PyTorch state_dict names, so initial parameters can come from a real PyTorch
 /// run: an MLP laid out as `nn.Sequential(Linear, act, Linear, act, ..., Linear)` ("0.weight",
 /// "0.bias", "2.weight", ...) and a tiny transformer (token and position embeddings, one or
-/// more pre-LayerNorm blocks of attention and MLP, a final LayerNorm and a linear head).
+/// more pre-LayerNorm blocks of attention and MLP, a final LayerNorm and a linear head, optionally
+/// tied to the token embedding): causal, it is a GPT-style decoder.
 ///
 ///     auto m = make_mlp({{10, 32, 1}, "relu"}, rng);
 ///     Tensor pred = m->forward(batch);
@@ -76,6 +77,9 @@ struct TransformerConfig {
   int mlp_ratio = 4;
   std::string activation = "gelu";
   bool causal = false;
+  /// The head reuses the token embedding's weight (no `head.*` parameters, no head bias), as
+  /// GPT-2 does.
+  bool tie_embeddings = false;
 };
 
 /// Throw InputError for an unknown activation name.

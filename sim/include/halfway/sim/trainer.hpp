@@ -4,7 +4,8 @@
 /// (forward under the policy, scaled backward, unscale/check/skip, optimizer, scale update),
 /// the tracer counts every rounding, and the results land as plain files with a manifest:
 ///
-///   steps.csv         one row per step (loss before the update, scale, found_inf, skipped, ...)
+///   steps.csv         one row per step (loss before the update, scale, found_inf, skipped, ...,
+///                     the validation loss of text runs)
 ///   trace.csv         the tracer's records, one row per (step, tensor)
 ///   scale_window.csv  predicted gradient underflow / overflow for loss scales 2^k
 ///   memory.csv        bytes per category and dtype
@@ -49,6 +50,12 @@ struct TrainConfig {
   double spread = 3.0;
   int64_t batch_size = 64;
   bool shuffle = false;
+  /// Byte-level language modelling ([data] text): the files, concatenated in order; windows of
+  /// seq_len + 1 bytes, a seeded split into training and validation windows.
+  std::vector<std::string> text_files;  ///< resolved paths; empty: no text data
+  double val_fraction = 0.1;            ///< share of the windows held out for validation
+  int64_t val_every = 100;              ///< validation loss every this many steps (0: never)
+  int64_t val_windows = 0;              ///< validation windows evaluated (0: all of them)
 
   std::string loss = "mse";  ///< mse | cross_entropy
   OptimizerConfig optimizer;
@@ -97,6 +104,9 @@ struct StepRow {
   int64_t growth_tracker = 0;  ///< after the update
   float next_scale = 1;        ///< after the update
   std::vector<UpdateRow> updates;  ///< one per parameter, in order
+  /// Mean validation cross-entropy (nats per byte) with the parameters this step's forward
+  /// used; NaN on steps without a validation.
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct TrainOptions {
