@@ -166,6 +166,7 @@ Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
 /// C is not yet rounded into dt.
 void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, const double* A,
              const double* B, const double* bias, double* C, Layout layout) {
+  const BulkOptions o = next_rounding(rt);
   if (dt.is_f64()) {
     gemm_f64(m, n, k, A, B, bias, C);
     return;
@@ -173,11 +174,6 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, cons
   std::vector<float> fa(A, A + m * k), fb(B, B + k * n), fc(size_t(m * n)), fbias;
   if (bias) fbias.assign(bias, bias + n);
   const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
-  BulkOptions o = rt.rounding;
-  if (o.rounding == Rounding::stochastic) {
-    o.offset = rt.sr_next;
-    rt.sr_next += uint64_t(m * n * (k + 1));
-  }
   const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
   gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, fa.data(), fb.data(),
        bias ? fbias.data() : nullptr, fc.data(), o, rt.threads);

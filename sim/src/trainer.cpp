@@ -157,6 +157,7 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   rt.tracer = c.trace ? &tracer : nullptr;
   rt.rounding.rounding = c.rounding;
   rt.rounding.seed = c.seed;
+  rt.rounding.random_bits = c.sr_random_bits;
   rt.accumulator = &accumulator_by_name(c.policy.accumulation);
   rt.fp8 = c.policy.fp8 ? &fp8 : nullptr;
   rt.threads = o.threads;
@@ -170,6 +171,8 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
       sum.stop_signal = sig;
       break;
     }
+    rt.sr_step = uint64_t(step);
+    rt.sr_tensor = 0;
     const bool traced = c.trace && step % c.trace_every == 0;
     const float scale_used = scaler.scale();
     if (traced) tracer.begin_step(int(step), scale_used);
@@ -384,6 +387,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   pol["master_weights"] = c.policy.master_weights();
   pol["accumulation"] = c.policy.accumulation;
   pol["rounding"] = rounding_name(c.rounding);
+  if (c.rounding == Rounding::stochastic) pol["sr_random_bits"] = c.sr_random_bits;
   if (c.policy.fp8) {
     pol["fp8_forward"] = format_name(c.policy.fp8_config.fwd);
     pol["fp8_backward"] = format_name(c.policy.fp8_config.bwd);
