@@ -92,14 +92,6 @@ Spec make_spec(py::handle fmt, const std::string& rounding, bool saturate, bool 
   return s;
 }
 
-/// Element i's environment: the same as the bulk kernels give it.
-Env env_for(const BulkOptions& o, size_t i) {
-  Env e{o.rounding, o.seed};
-  e.tininess = o.tininess;
-  e.sr_counter = o.offset + i;
-  return e;
-}
-
 /// The input as an ndarray; `scalar` says it was a Python or numpy scalar (results are then
 /// scalars too). Python numbers and sequences become arrays of `default_dtype`.
 py::array as_array(py::handle a, const char* default_dtype, bool& scalar) {
@@ -238,7 +230,7 @@ py::object convert(const char* fn, py::handle a, py::handle fmt, const std::stri
       // float64 input is rounded in one step from binary64 (never through binary32, which
       // would round twice); per-element flags need the scalar routines.
       for (size_t i = 0; i < n; ++i) {
-        Env e = env_for(s.o, i);
+        Env e = element_env(s.o, i);
         uint32_t r;
         bool exact_nonzero;
         if (in.f64) {
@@ -385,7 +377,7 @@ py::object arith(Op op, const std::vector<py::handle>& operands, py::handle fmt,
         }
       } else {
         for (size_t i = 0; i < n; ++i) {
-          Env e = env_for(s.o, i);
+          Env e = element_env(s.o, i);
           const uint32_t r = apply(op, f, ptrs, i, e);
           po[i] = static_cast<T>(r);
           if (pf) pf[i] = e.flags;

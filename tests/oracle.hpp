@@ -213,7 +213,7 @@ inline std::string describe_result(const Fmt& f, uint64_t enc, uint8_t flags) {
 
 /// Check one library operation, whose exact result is `x`, under all 7 rounding directions and
 /// both tininess modes. `lib(env)` runs the library with `env`; stochastic rounding uses the
-/// 32 random bits halfway::sr_bits(seed, counter) on both sides. `what()` describes the
+/// 32 random bits halfway::sr_bits(seed, 0, counter) on both sides. `what()` describes the
 /// operands for a failure message.
 template <class Lib, class What>
 void check_rounded(Tally& tally, const Fmt& out, const Exact& x, uint64_t seed, uint64_t counter,
@@ -225,7 +225,7 @@ void check_rounded(Tally& tally, const Fmt& out, const Exact& x, uint64_t seed, 
       env.tininess = Tininess(t);
       env.sr_counter = counter;
       const uint64_t got = lib(env);
-      const Result want = rounder.round(Rounding(r), Tininess(t), halfway::sr_bits(seed, counter));
+      const Result want = rounder.round(Rounding(r), Tininess(t), halfway::sr_bits(seed, 0, counter));
       ++tally.checks;
       if (got != want.enc || env.flags != want.flags)
         tally.fail(what() + " " + halfway::rounding_name(Rounding(r)) +

@@ -260,9 +260,11 @@ void check_round_format(const NamedFormat& nf) {
   for (int r = 0; r < kRoundingCount; ++r) {
     BulkOptions o;
     o.rounding = static_cast<Rounding>(r);
-    // The stream index crosses 2^32 inside the array: the random bits' key changes there.
+    // Stochastic rounding: the Philox counter's first word (index / 4) wraps inside the
+    // array, and the offset is not a multiple of 4.
     o.seed = 0x9E3779B97F4A7C15ull;
-    o.offset = (uint64_t(7) << 32) - x.size() / 2;
+    o.subsequence = 3;
+    o.offset = (uint64_t(1) << 34) - x.size() / 2 - 1;
     const bool all = r == 0 || r == int(Rounding::stochastic) || r == int(Rounding::odd);
     if (nf.f.nbits() <= 8) {
       check_round<uint8_t>(nf, x, o, all);
@@ -273,6 +275,10 @@ void check_round_format(const NamedFormat& nf) {
     }
     o.tininess = Tininess::before_rounding;
     check_round<uint32_t>(nf, half, o, false);
+    if (o.rounding == Rounding::stochastic) {  // few-bit stochastic rounding
+      o.random_bits = 5;
+      check_round<uint32_t>(nf, half, o, false);
+    }
   }
 }
 

@@ -29,13 +29,6 @@ void count_event(const Format& f, uint32_t result, bool exact_nonzero_finite, ui
 
 namespace {
 
-Env make_env(const BulkOptions& o, size_t i) {
-  Env e{o.rounding, o.seed};
-  e.tininess = o.tininess;
-  e.sr_counter = o.offset + i;
-  return e;
-}
-
 bool finite_nonzero_f32(uint32_t b) {
   return (b & 0x7FFFFFFF) != 0 && (b & 0x7F800000) != 0x7F800000;
 }
@@ -45,7 +38,7 @@ void round_impl(const Format& f, const float* in, T* out, size_t n, const BulkOp
                 EventCounts* counts) {
   EventCounts c;
   for (size_t i = 0; i < n; ++i) {
-    Env e = make_env(o, i);
+    Env e = element_env(o, i);
     const uint32_t b = f32_bits(in[i]);
     const uint32_t r = from_f32_bits(f, b, e);
     out[i] = static_cast<T>(r);
@@ -67,7 +60,7 @@ void binary_impl(BinaryOp op, const Format& f, const T* a, const T* b, T* out, s
                  const BulkOptions& o, EventCounts* counts) {
   EventCounts c;
   for (size_t i = 0; i < n; ++i) {
-    Env e = make_env(o, i);
+    Env e = element_env(o, i);
     uint32_t r;
     switch (op) {
       case BinaryOp::add: r = add(f, a[i], b[i], e); break;
@@ -88,7 +81,7 @@ void fma_impl(const Format& f, const T* a, const T* b, const T* cc, T* out, size
               const BulkOptions& o, EventCounts* counts) {
   EventCounts c;
   for (size_t i = 0; i < n; ++i) {
-    Env e = make_env(o, i);
+    Env e = element_env(o, i);
     const uint32_t r = halfway::fma(f, a[i], b[i], cc[i], e);
     out[i] = static_cast<T>(r);
     if (counts) count_event(f, r, (e.flags & flag::inexact) != 0, e.flags, c);
@@ -117,7 +110,7 @@ void reference_quantize_f32(const Format& f, const float* in, float* out, size_t
                             const BulkOptions& o, EventCounts* counts) {
   EventCounts c;
   for (size_t i = 0; i < n; ++i) {
-    Env e = make_env(o, i);
+    Env e = element_env(o, i);
     const uint32_t b = f32_bits(in[i]);
     const uint32_t r = from_f32_bits(f, b, e);
     Env d;
@@ -190,6 +183,12 @@ HALFWAY_BULK_ENTRY_POINTS(uint8_t)
 HALFWAY_BULK_ENTRY_POINTS(uint16_t)
 HALFWAY_BULK_ENTRY_POINTS(uint32_t)
 #undef HALFWAY_BULK_ENTRY_POINTS
+
+void sr_bits(const BulkOptions& o, uint32_t* out, size_t n) {
+  if (detail::fast_sr_bits(o, out, n)) return;
+  const uint32_t mask = sr_mask(o.random_bits);
+  for (size_t i = 0; i < n; ++i) out[i] = sr_bits(o.seed, o.subsequence, o.offset + i) & mask;
+}
 
 void quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,
                   EventCounts* c) {

@@ -15,6 +15,7 @@ bool fast_round_f32(const Format& f, const float* in, uint32_t* out, size_t n, c
                     EventCounts* counts);
 bool fast_quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,
                        EventCounts* counts);
+bool fast_sr_bits(const BulkOptions& o, uint32_t* out, size_t n);
 bool fast_decode_f32(const Format& f, const uint8_t* in, float* out, size_t n);
 bool fast_decode_f32(const Format& f, const uint16_t* in, float* out, size_t n);
 bool fast_decode_f32(const Format& f, const uint32_t* in, float* out, size_t n);

@@ -112,6 +112,7 @@ bool fast_quantize_f32(const Format&, const float*, float*, size_t, const BulkOp
                        EventCounts*) {
   return false;
 }
+bool fast_sr_bits(const BulkOptions&, uint32_t*, size_t) { return false; }
 bool fast_decode_f32(const Format&, const uint8_t*, float*, size_t) { return false; }
 bool fast_decode_f32(const Format&, const uint16_t*, float*, size_t) { return false; }
 bool fast_decode_f32(const Format&, const uint32_t*, float*, size_t) { return false; }
@@ -373,6 +374,11 @@ typedef int32_t M __attribute__((vector_size(32)));  // masks: 0 or −1 per lan
 typedef float F __attribute__((vector_size(32)));
 typedef uint16_t U16 __attribute__((vector_size(16)));
 typedef uint8_t U8 __attribute__((vector_size(8)));
+/// The 64-bit products of the even 32-bit lanes of a and b (vpmuludq).
+HW_AI U mul_even(U a, U b) {
+  return reinterpret_cast<U>(
+      _mm256_mul_epu32(reinterpret_cast<__m256i>(a), reinterpret_cast<__m256i>(b)));
+}
 HW_AI bool all_lanes(M m) { return _mm256_movemask_ps(reinterpret_cast<__m256>(m)) == 0xFF; }
 /// Every lane of v − lo is at most span (unsigned).
 HW_AI bool all_within(U v, uint32_t lo, uint32_t span) {
@@ -456,6 +462,10 @@ typedef int32_t M __attribute__((vector_size(64)));  // masks: 0 or −1 per lan
 typedef float F __attribute__((vector_size(64)));
 typedef uint16_t U16 __attribute__((vector_size(32)));
 typedef uint8_t U8 __attribute__((vector_size(16)));
+HW_AI U mul_even(U a, U b) {
+  return reinterpret_cast<U>(
+      _mm512_mul_epu32(reinterpret_cast<__m512i>(a), reinterpret_cast<__m512i>(b)));
+}
 HW_AI bool all_lanes(M m) { return _mm512_movepi32_mask(reinterpret_cast<__m512i>(m)) == 0xFFFF; }
 HW_AI bool all_within(U v, uint32_t lo, uint32_t span) {
   const __m512i d = _mm512_sub_epi32(reinterpret_cast<__m512i>(v), _mm512_set1_epi32(int(lo)));
@@ -568,7 +578,7 @@ void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in,
   add_lanes(bc, acc);
   if (i < n) {
     BlockCounts tail;
-    round_loop<Rounding::near_even, Flags, uint16_t>(P, D, in + i, out + i, n - i, 0, 0, tail);
+    round_loop<Rounding::near_even, Flags, uint16_t>(P, D, in + i, out + i, n - i, nullptr, tail);
     bc.c1 += tail.c1;
     bc.c2 += tail.c2;
     bc.c3 += tail.c3;
@@ -610,7 +620,7 @@ bool aliasing_ok(const void* in, size_t inbytes, const void* out, size_t outbyte
 
 template <class Out>
 using RoundFn = void (*)(const RoundParams&, const DecodeParams&, const float*, Out*, size_t,
-                         uint32_t, uint32_t, BlockCounts&);
+                         const uint32_t*, BlockCounts&);
 
 template <Rounding R, bool Flags, class Out>
 RoundFn<Out> round_fn(BulkPath p) {
@@ -629,6 +639,21 @@ RoundFn<Out> round_fn(BulkPath p, Rounding r) {
     case Rounding::odd: return round_fn<Rounding::odd, Flags, Out>(p);
     default: return round_fn<Rounding::stochastic, Flags, Out>(p);
   }
+}
+
+constexpr size_t kSrBlock = 2048;  // stochastic rounding: random bits drawn per block
+
+/// out[i] = element i's random bits, as bulk.hpp's sr_bits(o, out, n).
+void sr_fill(BulkPath path, const BulkOptions& o, uint32_t* out, size_t n) {
+  const uint32_t mask = sr_mask(o.random_bits);
+  // The draws before the first whole counter (offset mod 4 ≠ 0) one by one.
+  size_t head = static_cast<size_t>((4 - (o.offset & 3)) & 3);
+  if (head > n) head = n;
+  for (size_t i = 0; i < head; ++i) out[i] = sr_bits(o.seed, o.subsequence, o.offset + i) & mask;
+  const uint64_t c = (o.offset + head) >> 2;
+  path == BulkPath::avx512
+      ? isa_avx512::philox_fill(o.seed, c, o.subsequence, mask, out + head, n - head)
+      : isa_avx2::philox_fill(o.seed, c, o.subsequence, mask, out + head, n - head);
 }
 
 template <class Out>
@@ -677,7 +702,7 @@ bool round_dispatch(const Format& f, const float* in, Out* out, size_t n, const 
             if (inexact) ev.flags |= flag::inexact;
           } else {
             BlockCounts bc;
-            full(P, D, in + i, out + i, len, 0, 0, bc);
+            full(P, D, in + i, out + i, len, nullptr, bc);
             add_block(ev, bc);
           }
           i += len;
@@ -717,16 +742,21 @@ bool round_dispatch(const Format& f, const float* in, Out* out, size_t n, const 
   const RoundFn<Out> fn =
       flags ? round_fn<true, Out>(path, o.rounding) : round_fn<false, Out>(path, o.rounding);
   EventCounts ev;
-  size_t i = 0;
-  while (i < n) {
-    size_t len = n - i < kBlock ? n - i : kBlock;
-    const uint64_t idx = o.offset + i;
-    // The random bits' key changes with the high half of the stream index.
-    const uint64_t to_wrap = (uint64_t(1) << 32) - static_cast<uint32_t>(idx);
-    if (len > to_wrap) len = static_cast<size_t>(to_wrap);
-    const uint32_t key = o.rounding == Rounding::stochastic ? sr_key(o.seed, idx) : 0;
+  // Stochastic rounding: the random bits of a block are drawn first, vectorised, then read
+  // by the rounding loop (padded to whole vectors).
+  const bool sr = o.rounding == Rounding::stochastic;
+  alignas(64) uint32_t rbits[kSrBlock + 16];
+  const size_t block = sr ? kSrBlock : kBlock;
+  for (size_t i = 0; i < n;) {
+    const size_t len = n - i < block ? n - i : block;
+    if (sr) {
+      BulkOptions oi = o;
+      oi.offset = o.offset + i;
+      sr_fill(path, oi, rbits, len);
+      std::memset(rbits + len, 0, 16 * sizeof(uint32_t));
+    }
     BlockCounts bc;
-    fn(P, D, in + i, out + i, len, key, static_cast<uint32_t>(idx), bc);
+    fn(P, D, in + i, out + i, len, sr ? rbits : nullptr, bc);
     add_block(ev, bc);
     i += len;
   }
@@ -831,13 +861,6 @@ FmaFn<T> fma_fn(BulkPath p, int kind) {
   return fma_fn<Flags, T, kGeneric>(p);
 }
 
-Env lane_env(const BulkOptions& o, size_t i) {
-  Env e{o.rounding, o.seed};
-  e.tininess = o.tininess;
-  e.sr_counter = o.offset + i;
-  return e;
-}
-
 /// Recompute the hard lanes of a block with the scalar routines.
 template <class T, class Op>
 void fix_hard(const Format& f, const uint8_t* hard, size_t base, size_t len, T* out,
@@ -846,7 +869,7 @@ void fix_hard(const Format& f, const uint8_t* hard, size_t base, size_t len, T* 
   for (size_t j = 0; j < len; ++j) {
     if (!hard[j]) continue;
     const size_t i = base + j;
-    Env e = lane_env(o, i);
+    Env e = element_env(o, i);
     const uint32_t r = op(i, e);
     out[i] = static_cast<T>(r);
     if (ev) {
@@ -951,6 +974,11 @@ bool fast_round_f32(const Format& f, const float* in, uint32_t* out, size_t n, c
 bool fast_quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,
                        EventCounts* counts) {
   return round_dispatch(f, in, out, n, o, counts);
+}
+bool fast_sr_bits(const BulkOptions& o, uint32_t* out, size_t n) {
+  if (tl_path == BulkPath::reference) return false;
+  sr_fill(tl_path, o, out, n);
+  return true;
 }
 bool fast_decode_f32(const Format& f, const uint8_t* in, float* out, size_t n) {
   return decode_dispatch(f, in, out, n);

@@ -33,10 +33,8 @@ void gemm_rows_model(int64_t i0, int64_t i1, void* p) {
   const bool block = a.m.kind == AccumulationModel::Kind::block_fma;
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t j = 0; j < a.n; ++j) {
-      Env env{a.o.rounding, a.o.seed};
-      env.tininess = a.o.tininess;
       // Stochastic rounding: one stream index per rounding, fixed by (i, j, kk).
-      env.sr_counter = a.o.offset + uint64_t(i * a.n + j) * uint64_t(a.k + 1);
+      Env env = element_env(a.o, uint64_t(i * a.n + j) * uint64_t(a.k + 1));
       uint32_t acc = dot(a.m, a.in, a.A + i * a.k, a.Bt + j * a.k, int(a.k), 0, env);
       if (a.bias) {
         env.rounding = block ? Rounding::near_even : a.m.rounding;

@@ -415,7 +415,7 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
                       "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
                       "amax_compute_algo", "forward_rounding", "backward_rounding",
-                      "update_rounding", "update", "compensation"});
+                      "update_rounding", "update", "compensation", "sr_random_bits"});
     const std::string name = *get_str(t, w, "policy", true);
     if (name == "custom") {
       c.policy = Policy{};
@@ -446,6 +446,10 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
       c.policy.accumulation = *a;
     }
     if (auto r = get_str(t, w, "rounding", false)) c.rounding = parse_rounding(*r);
+    if (auto b = get_int(t, w, "sr_random_bits", false)) {
+      if (*b < 1 || *b > 32) throw InputError("'precision.sr_random_bits' must be in 1..32");
+      c.sr_random_bits = int(*b);
+    }
     if (const toml::node* ops = t.get("ops")) {
       if (!ops->is_table()) throw InputError("'precision.ops' must be a table");
       for (auto&& [k, v] : *ops->as_table()) {

@@ -196,6 +196,7 @@ float* scratch(std::vector<float>& v, size_t n) {
 /// values are converted to binary32.
 void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, const double* A,
              const double* B, const double* bias, double* C, Layout layout) {
+  const BulkOptions o = next_rounding(rt);
   const bool at = layout == Layout::tn, bt = layout == Layout::nt;
   if (dt.is_f64()) {
     const Vec ta = at ? transpose2d(A, k, m) : Vec(), tb = bt ? transpose2d(B, n, k) : Vec();
@@ -208,11 +209,6 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, cons
   float* c = scratch(fc, size_t(m * n));
   if (bias) load_f32(bias, 1, n, false, scratch(fbias, size_t(n)));
   const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
-  BulkOptions o = rt.rounding;
-  if (o.rounding == Rounding::stochastic) {
-    o.offset = rt.sr_next;
-    rt.sr_next += uint64_t(m * n * (k + 1));
-  }
   const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
   gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, fa.data(), fb.data(),
        bias ? fbias.data() : nullptr, c, o, rt.threads);

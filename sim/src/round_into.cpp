@@ -2,12 +2,25 @@
 #include <vector>
 
 #include "halfway/bulk.hpp"
+#include "halfway/names.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/tracer.hpp"
 
 namespace halfway::sim {
 
+BulkOptions next_rounding(Runtime& rt) {
+  constexpr uint64_t kMax = uint64_t(1) << 32;
+  if (rt.sr_step >= kMax || rt.sr_tensor >= kMax)
+    throw InputError("more than 2^32 steps, or rounding calls in one step: the "
+                     "stochastic-rounding streams would overlap");
+  BulkOptions o = rt.rounding;
+  o.subsequence = rt.sr_step << 32 | rt.sr_tensor++;
+  o.offset = 0;
+  return o;
+}
+
 void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTag* tag) {
+  const BulkOptions o = next_rounding(rt);
   if (dt.is_f64()) return;
   if (!dt.is_low()) {
     for (size_t i = 0; i < n; ++i) v[i] = static_cast<double>(static_cast<float>(v[i]));
@@ -20,11 +33,6 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
   pre.resize(n);
   out.resize(n);
   for (size_t i = 0; i < n; ++i) pre[i] = static_cast<float>(v[i]);
-  BulkOptions o = rt.rounding;
-  if (o.rounding == Rounding::stochastic) {
-    o.offset = rt.sr_next;
-    rt.sr_next += n;
-  }
   Tracer* tr = (tag && rt.tracer && rt.tracer->active()) ? rt.tracer : nullptr;
   EventCounts ev;
   quantize_f32(dt.fmt, pre.data(), out.data(), n, o, tr ? &ev : nullptr);

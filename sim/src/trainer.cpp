@@ -213,6 +213,7 @@ struct Trainee {
     rt.tracer = c.trace ? &tracer : nullptr;
     rt.rounding.rounding = c.rounding;
     rt.rounding.seed = c.seed;
+    rt.rounding.random_bits = c.sr_random_bits;
     rt.accumulator = &accumulator_by_name(c.policy.accumulation);
     rt.fp8 = c.policy.fp8 ? &fp8 : nullptr;
     rt.threads = o.threads;
@@ -368,6 +369,8 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
     if (run_data.val.n() > 0 && c.val_every > 0 &&
         (step % c.val_every == 0 || step + 1 == c.steps))
       val_loss = validation_loss(*run.model, run_data.val, c, run.rt);
+    run.rt.sr_step = uint64_t(step);
+    run.rt.sr_tensor = 0;
     const bool traced = c.trace && step % c.trace_every == 0;
     StepRow row = run.step(step, traced, grads, step == 0 ? &sum.memory : nullptr);
     row.val_loss = val_loss;
@@ -549,6 +552,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   pol["update"] = update_method_name(c.policy.update.method);
   if (c.policy.update.method == UpdateMethod::kahan)
     pol["compensation"] = c.policy.update.compensation.name();
+  if (c.rounding == Rounding::stochastic) pol["sr_random_bits"] = c.sr_random_bits;
   if (c.policy.fp8) {
     pol["fp8_forward"] = format_name(c.policy.fp8_config.fwd);
     pol["fp8_backward"] = format_name(c.policy.fp8_config.bwd);

@@ -19,36 +19,50 @@ MODES = ("near_even", "near_maxMag", "minMag", "min", "max", "odd", "stochastic"
 M32 = 0xFFFFFFFF
 
 
-def sr_bits_array(seed, first, n):
-    """sr_bits(seed, i) for i in first .. first + n - 1 (first + n <= 2^32), with numpy."""
+PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+
+
+def philox4x32_10(ctr, key):
+    """Philox4x32-10 (Salmon et al. 2011) of the counter words (x, y, z, w), x least
+    significant, under the 64-bit key; plain Python integers."""
+    x, y, z, w = ctr
+    k0, k1 = key & M32, key >> 32
+    for _ in range(10):
+        p0, p1 = PHILOX_M[0] * x, PHILOX_M[1] * z
+        x, y, z, w = (p1 >> 32) ^ y ^ k0, p1 & M32, (p0 >> 32) ^ w ^ k1, p0 & M32
+        k0, k1 = (k0 + PHILOX_W[0]) & M32, (k1 + PHILOX_W[1]) & M32
+    return x, y, z, w
+
+
+def sr_bits(seed, index, subsequence=0):
+    """The random bits of stochastic rounding number `index` of stream (seed, subsequence), as
+    env.hpp specifies them: cuRAND's curand() after curand_init(seed, subsequence, index) for
+    Philox4x32-10, i.e. word index mod 4 of the counter subsequence*2^64 + index//4."""
+    c = index >> 2
+    ctr = (c & M32, c >> 32, subsequence & M32, subsequence >> 32)
+    return philox4x32_10(ctr, seed)[index & 3]
+
+
+def sr_bits_array(seed, first, n, subsequence=0):
+    """sr_bits(seed, i) for i in first .. first + n - 1 (first + n <= 2^34), with numpy."""
     import numpy as np
     m = np.uint64(M32)
-    key = np.uint64(sr_key_low(seed))
-    x = (np.arange(first, first + n, dtype=np.uint64) * np.uint64(0x9E3779B9) + key) & m
-    x ^= x >> np.uint64(16)
-    x = (x * np.uint64(0x7FEB352D)) & m
-    x ^= x >> np.uint64(15)
-    x = (x * np.uint64(0x846CA68B)) & m
-    x ^= x >> np.uint64(16)
-    return x
-
-
-def sr_key_low(seed):
-    """The stream key for indices below 2^32."""
-    return (seed & M32) ^ (((seed >> 32) * 0x85EBCA6B) & M32)
-
-
-def sr_bits(seed, index):
-    """The random bits of stochastic rounding number `index` of stream `seed`, as env.hpp
-    specifies them (a Weyl sequence through the "lowbias32" mixer)."""
-    key = (seed & M32) ^ (((seed >> 32) * 0x85EBCA6B) & M32) ^ (((index >> 32) * 0xC2B2AE35) & M32)
-    x = ((index & M32) * 0x9E3779B9 + key) & M32
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & M32
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & M32
-    x ^= x >> 16
-    return x
+    c0, c1 = first >> 2, (first + n + 3) >> 2
+    x = np.arange(c0, c1, dtype=np.uint64) & m
+    y = np.zeros_like(x)
+    z = np.full_like(x, subsequence & M32)
+    w = np.full_like(x, subsequence >> 32)
+    k0, k1 = seed & M32, seed >> 32
+    for _ in range(10):
+        p0 = x * np.uint64(PHILOX_M[0])
+        p1 = z * np.uint64(PHILOX_M[1])
+        x, y, z, w = ((p1 >> np.uint64(32)) ^ y ^ np.uint64(k0), p1 & m,
+                      (p0 >> np.uint64(32)) ^ w ^ np.uint64(k1), p0 & m)
+        k0, k1 = (k0 + PHILOX_W[0]) & M32, (k1 + PHILOX_W[1]) & M32
+    words = np.stack([x, y, z, w], axis=1).reshape(-1)
+    start = first - 4 * c0
+    return words[start:start + n]
 
 
 class Fmt:

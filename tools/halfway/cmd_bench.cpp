@@ -354,11 +354,13 @@ class Bench {
     for (const char* f : {"bf16", "tf32", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e2m3", "e3m2",
                           "e2m1", "e5m7", "e3m4:fn"})
       round_vs_f16c("round_f32", f, Rounding::near_even, small, 0.25, true);
+    // Stochastic rounding draws Philox4x32-10 bits (cuRAND's generator): its own goal.
+    auto goal = [](Rounding r) { return r == Rounding::stochastic ? 0.12 : 0.25; };
     for (Rounding r : {Rounding::near_maxMag, Rounding::minMag, Rounding::min, Rounding::max,
                        Rounding::odd, Rounding::stochastic})
-      round_vs_f16c("round_f32", "e4m3", r, small, 0.25, true);
+      round_vs_f16c("round_f32", "e4m3", r, small, goal(r), true);
     for (Rounding r : {Rounding::minMag, Rounding::odd, Rounding::stochastic})
-      round_vs_f16c("round_f32", "fp16", r, small, 0.25, true);
+      round_vs_f16c("round_f32", "fp16", r, small, goal(r), true);
     round_vs_f16c("round_f32 (vector path, no F16C)", "fp16", Rounding::near_even, small, 0.25,
                   false);
     round_vs_f16c("round_f32 (full path)", "e4m3", Rounding::near_even, small, 0.25, true, false,

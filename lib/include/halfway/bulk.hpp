@@ -3,8 +3,9 @@
 /// representable in the format), decode encodings, and elementwise + − × ÷ and fma. Each call
 /// can also return event counts, which the tracer uses to count every rounding of a run.
 /// Results are bit-identical to the scalar routines in softfloat.hpp, element by element; for
-/// stochastic rounding element i of a call uses the random bits `sr_bits(seed, offset + i)`, so
-/// results do not depend on how an array is split between threads.
+/// stochastic rounding element i of a call uses the random bits
+/// `sr_bits(seed, subsequence, offset + i) & sr_mask(random_bits)` (env.hpp), so results do not
+/// depend on how an array is split between threads.
 ///
 ///     std::vector<float> x = ...;  std::vector<uint16_t> h(x.size());
 ///     halfway::EventCounts ev;
@@ -49,9 +50,26 @@ struct EventCounts {
 struct BulkOptions {
   Rounding rounding = Rounding::near_even;
   Tininess tininess = Tininess::after_rounding;
-  uint64_t seed = 0;    ///< stochastic rounding seed
-  uint64_t offset = 0;  ///< stream index of element 0 (stochastic rounding)
+  uint64_t seed = 0;         ///< stochastic rounding seed (cuRAND's `seed`)
+  uint64_t subsequence = 0;  ///< stochastic rounding subsequence (cuRAND's `subsequence`)
+  uint64_t offset = 0;       ///< stream index of element 0 (cuRAND's `offset`)
+  int random_bits = kSrRandomBits;  ///< random bits per stochastic rounding (0-32, sr_mask)
 };
+
+/// The environment of element `i` of a bulk call: its rounding options and its place in the
+/// stochastic-rounding stream.
+inline Env element_env(const BulkOptions& o, uint64_t i) {
+  Env e{o.rounding, o.seed};
+  e.tininess = o.tininess;
+  e.sr_subsequence = o.subsequence;
+  e.sr_counter = o.offset + i;
+  e.sr_random_bits = o.random_bits;
+  return e;
+}
+
+/// out[i] = the random bits element i of a stochastic bulk call with options `o` uses:
+/// `sr_bits(o.seed, o.subsequence, o.offset + i) & sr_mask(o.random_bits)`, vectorised.
+void sr_bits(const BulkOptions& o, uint32_t* out, size_t n);
 
 enum class BinaryOp : uint8_t { add, sub, mul, div };
 

@@ -114,8 +114,9 @@ HALFWAY_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem,
     case Rounding::min: return sign && rem != 0;
     case Rounding::max: return !sign && rem != 0;
     case Rounding::stochastic:
-      // Up with probability (rem truncated to 32 bits) / 2^32: exactly the distance to the
-      // lower neighbour over the spacing, to 2^-32.
+      // Up when the top 32 remainder bits plus the random bits carry out: with r random bits
+      // (the low 32 − r bits of rnd clear, sr_mask) the probability is ⌊f·2^r⌋/2^r for the
+      // exact distance f to the lower neighbour over the spacing.
       return ((rem >> 32) + rnd) >> 32;
     default: return false;  // minMag; odd jams instead of incrementing
   }

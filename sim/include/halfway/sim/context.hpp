@@ -40,7 +40,10 @@ using RoundObserver =
 struct Runtime {
   Tracer* tracer = nullptr;                  ///< null: nothing is recorded
   BulkOptions rounding;                      ///< direction, tininess, stochastic-rounding seed
-  uint64_t sr_next = 0;                      ///< stream index of the next stochastic rounding
+  /// Stochastic-rounding streams (see `next_rounding`): the training step, and the ordinal of
+  /// the next rounding call within it. The trainer sets both at the start of every step.
+  uint64_t sr_step = 0;
+  uint64_t sr_tensor = 0;
   const Accumulation* accumulator = nullptr;  ///< null: fp32 sequential
   Fp8State* fp8 = nullptr;                   ///< delayed-scaling state (fp8 policies)
   int threads = 1;
@@ -88,6 +91,13 @@ class Scope {
 
 /// `scope + "." + suffix`, or the suffix alone outside any scope.
 std::string scoped(const std::string& suffix);
+
+/// The options of the next rounding call (a tensor rounded by `round_into`, or a GEMM's
+/// roundings): the runtime's, with the stochastic-rounding stream (seed, subsequence
+/// step·2^32 + tensor, offset 0), where tensor counts the rounding calls of the step from 0.
+/// Every call advances the count, whatever its dtype and rounding, so a tensor's stream does
+/// not depend on which other roundings are stochastic.
+BulkOptions next_rounding(Runtime& rt);
 
 /// Round values (results computed in binary64 or exactly) into `dt`: binary32 by a native
 /// conversion, low-precision formats by first rounding to binary32 (the op's "opmath" result,

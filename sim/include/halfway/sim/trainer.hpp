@@ -61,6 +61,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   Policy policy;  ///< includes the accumulation model
   Rounding rounding = Rounding::near_even;
+  int sr_random_bits = kSrRandomBits;  ///< random bits per stochastic rounding (1-32)
   ScalerConfig scaler;
   int64_t steps = 1;
   uint64_t seed = 0;
