@@ -45,7 +45,7 @@ void check_instruction(const DotInstruction& d, uint64_t lanes) {
   CHECK(r.total == lanes);
   CHECK(r.mismatches == 0);
   CHECK(r.hw_hash == r.ref_hash);
-  const DotSearchResult s = search_dot(d, std::min<uint64_t>(lanes, uint64_t(1) << 18));
+  const DotSearchResult s = search_dot(d, std::min<uint64_t>(lanes, uint64_t(1) << 17));
   REQUIRE(s.matched.size() == 1);
   CHECK(same_dot_model(s.matched[0], d.documented()));
   CHECK(s.others.front().second > 0);
