@@ -75,8 +75,8 @@ TEST_CASE("dot lane cases reach every class of element and accumulator", "[hw][d
       hi.insert(class_of(f, a >> 16));
       acc.insert(class_of(fmt_fp32(), c));
       fam.insert(int(i % kDotFamilies));
-      // A tie: the exact lane value sits half-way between two fp32 numbers (checked with the
-      // exact single-rounding model against its round-toward-zero twin and one more bit).
+      // A tie: the exact lane value sits half-way between two fp32 numbers, so rounding it once
+      // to nearest-even and to nearest-away differ.
       AccumulationModel exact{AccumulationModel::Kind::block_fma, fmt_fp32(),
                               Rounding::near_even, 2, 60};
       if (i % kDotFamilies == 4) {

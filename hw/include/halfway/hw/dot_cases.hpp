@@ -126,8 +126,8 @@ HALFWAY_INLINE void dot_operands(const Format& f, uint64_t seed, uint64_t index,
       const uint32_t a1 = rnd_elem(t, e1, e1, 16), b1 = rnd_elem(r ^ s, 0, 0, 16);
       a = pack2(a0, a1);
       b = pack2(b0, b1);
-      AccumulationModel exact{};  // fp32 sequential fma: close enough to cancel
-      const uint32_t sum = dot_lane(exact, f, a, b, 0);
+      const AccumulationModel plain{};  // fp32 fmas in index order: close enough to cancel
+      const uint32_t sum = dot_lane(plain, f, a, b, 0);
       const int delta = int((s >> 60) & 7) - 3;
       uint32_t mag = (sum & 0x7FFFFFFFu);
       if (mag < 0x7F800000u) mag = static_cast<uint32_t>(int64_t(mag) + delta) & 0x7FFFFFFFu;
