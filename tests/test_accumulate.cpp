@@ -201,3 +201,109 @@ TEST_CASE("block-FMA special operands follow IEEE", "[accumulate]") {
   CHECK(run({zero}, {one}, 0x80000000, fl) == 0x00000000);  // −0 + (+0·1) = +0
   CHECK(run({0x8000}, {one}, 0x80000000, fl) == 0x80000000);  // −0 + (−0·1) = −0
 }
+
+namespace {
+
+/// A random bf16 encoding for the flushing tests: normals over the whole range, subnormals
+/// and zeros of either sign.
+uint32_t random_bf16(std::mt19937_64& g) {
+  const uint32_t s = (g() & 1) ? 0x8000u : 0u;
+  switch (g() % 8) {
+    case 0: return s;
+    case 1: return s | uint32_t(1 + g() % 0x7F);  // subnormal
+    case 2: return s | uint32_t(((1 + g() % 40) << 7) | (g() & 0x7F));  // tiny products
+    default: return s | uint32_t(((1 + g() % 254) << 7) | (g() & 0x7F));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("vdpbf16ps model: odd element first, DAZ, FTZ after rounding, by the oracle",
+          "[accumulate]") {
+  // Independent chain: two oracle fmas per lane in the documented order; inputs and the
+  // accumulator decoded with DAZ, each step delivered with FTZ (tininess after rounding).
+  Format bf16daz = formats::bf16, f32z = formats::fp32;
+  bf16daz.daz = true;
+  f32z.daz = f32z.ftz = true;
+  const oracle::Fmt fin(bf16daz), facc(f32z);
+  std::mt19937_64 g(11);
+  uint64_t bad = 0, flushed = 0;
+  for (int t = 0; t < 200000; ++t) {
+    uint32_t a[2] = {random_bf16(g), random_bf16(g)}, b[2] = {random_bf16(g), random_bf16(g)};
+    uint32_t c = static_cast<uint32_t>(g());
+    if ((c & 0x7F800000u) == 0x7F800000u) c &= 0x807FFFFFu;  // finite accumulators
+    if (t % 4 == 0) c &= 0x807FFFFFu;                        // subnormal or zero
+    uint64_t want = c;
+    for (int k : {1, 0}) {
+      const oracle::Exact x = oracle::fma(oracle::decode(fin, a[k]), oracle::decode(fin, b[k]),
+                                          oracle::decode(facc, want));
+      want = oracle::deliver(facc, x, Rounding::near_even, Tininess::after_rounding, 0).enc;
+    }
+    Env env;
+    const uint32_t got = dot(accumulation::avx512_dpbf16, formats::bf16, a, b, 2, c, env);
+    flushed += want != c && (want & 0x7FFFFFFFu) == 0;
+    if (got != want && ++bad < 5)
+      FAIL_CHECK("a " << std::hex << a[0] << "," << a[1] << " b " << b[0] << "," << b[1] << " c "
+                      << c << ": got " << got << " want " << want);
+  }
+  CHECK(bad == 0);
+  CHECK(flushed > 100);  // the cases reach the flushing paths
+}
+
+TEST_CASE("vdpbf16ps model: hand-derived cases", "[accumulate]") {
+  const AccumulationModel& m = accumulation::avx512_dpbf16;
+  auto lane = [&](uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1, uint32_t c) {
+    const uint32_t a[2] = {a0, a1}, b[2] = {b0, b1};
+    Env env;
+    return dot(m, formats::bf16, a, b, 2, c, env);
+  };
+  const uint32_t one = 0x3F80, zero = 0;
+  // A subnormal bf16 input and a subnormal accumulator read as zero: +0.
+  CHECK(lane(0x0001, zero, one, zero, 0x00400000u) == 0x00000000u);
+  // 2^-126 − 2^-151 is tiny before rounding but rounds (ties to even) to 2^-126: kept, since
+  // tininess is detected after rounding. Product: 2^-76 · (−2^-75).
+  CHECK(lane(0x19800000u >> 16, zero, 0x9A000000u >> 16, zero, 0x00800000u) == 0x00800000u);
+  // 1.5·2^-126 − 2^-126 = 2^-127 (subnormal) is flushed to +0.
+  CHECK(lane(0x3F80, zero, 0x8080, zero, 0x00C00000u) == 0x00000000u);
+  // Order: the odd element first. c = 2^24, odd product 3, even product −1: 2^24 + 3 is a
+  // tie and rounds to 2^24 + 4, minus 1 is a tie again: 2^24 + 4. Even first: 2^24 − 1 is
+  // exact, plus 3 is 2^24 + 2, exact.
+  const uint32_t two24 = 0x4B800000u, three = 0x4040, neg1 = 0xBF80;
+  CHECK(lane(neg1, three, one, one, two24) == 0x4B800002u);
+  AccumulationModel even_first = m;
+  even_first.period = 0;
+  const uint32_t a[2] = {neg1, three}, b[2] = {one, one};
+  Env env;
+  CHECK(dot(even_first, formats::bf16, a, b, 2, two24, env) == 0x4B800001u);
+  // NaN priority: low element, high element, accumulator; a NaN accumulator wins over inf·0.
+  CHECK(lane(0x7FC1, 0x7FC2, one, one, 0x7FC00003u) == 0x7FC10000u);
+  CHECK(lane(one, 0x7FC2, one, one, 0x7FC00003u) == 0x7FC20000u);
+  CHECK(lane(0x7F80, zero, zero, one, 0x7FC00003u) == 0x7FC00003u);
+  CHECK(lane(0x7F80, zero, zero, one, 0) == 0xFFC00000u);  // inf·0 alone: default NaN
+}
+
+TEST_CASE("an operand permutation forms interleaved blocks", "[accumulate]") {
+  // Block 8 of 16 products, blocks {0,1,4,5,...} and {2,3,6,7,...}: the oracle of the
+  // contiguous model on explicitly permuted operands.
+  AccumulationModel m{AccumulationModel::Kind::block_fma, formats::fp32, Rounding::minMag, 8, 24};
+  m.period = 16;
+  for (int j = 0, k = 0; k < 16; ++k)
+    if ((k / 2) % 2 == 0) m.order[j++] = uint8_t(k);
+  for (int j = 8, k = 0; k < 16; ++k)
+    if ((k / 2) % 2 == 1) m.order[j++] = uint8_t(k);
+  const oracle::Fmt fin(formats::fp16), facc(formats::fp32);
+  std::mt19937_64 g(5);
+  uint64_t bad = 0;
+  for (int t = 0; t < 3000; ++t) {
+    auto a = random_inputs(g, formats::fp16, 16, 12), b = random_inputs(g, formats::fp16, 16, 12);
+    std::vector<uint32_t> pa(16), pb(16);
+    for (int j = 0; j < 16; ++j) pa[j] = a[m.order[j]], pb[j] = b[m.order[j]];
+    Env env;
+    const uint32_t got = dot(m, formats::fp16, a.data(), b.data(), 16, 0x3F800000u, env);
+    uint8_t fl = 0;
+    uint64_t want = 0x3F800000u;
+    for (size_t lo = 0; lo < 16; lo += 8) want = block_oracle(m, fin, facc, pa, pb, lo, lo + 8, want, fl);
+    bad += got != want;
+  }
+  CHECK(bad == 0);
+}

@@ -250,3 +250,24 @@ TEST_CASE("fp16 accumulators: one rounding to fp16 vs fp32 then fp16", "[hw][mma
     CHECK(s.cand.out_rounding == Rounding::near_even);
   }
 }
+
+TEST_CASE("the search tells interleaved k-blocks from contiguous ones", "[hw][mma]") {
+  // fp8 k32 run as two k16 blocks over k in {0,1,4,5,...} and {2,3,6,7,...}: what an fp8
+  // mma.sync emulated by two fp16 HMMAs would do if each HMMA were one block FMA.
+  const CaseSet cs = make_cases(Variant::e4m3_f32, 3);
+  Candidate truth = block_model(formats::fp32, 16, 24, Rounding::minMag, false);
+  interleave_k(truth.model, 32, 16, 2);
+  CHECK(interleave_chunk(truth.model) == 2);
+  CHECK(truth.model.order[2] == 4);   // block 0: 0, 1, 4, 5, ...
+  CHECK(truth.model.order[16] == 2);  // block 1: 2, 3, 6, 7, ...
+  std::vector<Candidate> cands;
+  for (const auto& c : candidates(Variant::e4m3_f32))
+    if (c.model.block == 16 && c.model.kept_bits >= 20 && c.model.kept_bits <= 28) cands.push_back(c);
+  const SearchResult r = search(cs, outputs_of(truth, cs), cands, 2);
+  REQUIRE(!r.matched.empty());
+  for (const auto& s : r.matched) {
+    CHECK(interleave_chunk(s.cand.model) == 2);
+    CHECK(s.cand.model.kept_bits == 24);
+    CHECK(!s.cand.reverse);
+  }
+}

@@ -190,3 +190,30 @@ TEST_CASE("tensor-core entries replay the matched model against the fingerprints
   bad["parts"]["p"]["variants"][0]["seed"] = seed + 1;  // other probe cases
   CHECK(!run(bad).failures.empty());
 }
+
+TEST_CASE("an interleaved k order survives the report and its replay", "[hw][replay]") {
+  using namespace halfway::hw::mma;
+  const uint64_t seed = 17;
+  const CaseSet cs = make_cases(Variant::f16_f32, seed);
+  Candidate truth;
+  truth.model = AccumulationModel{AccumulationModel::Kind::block_fma, formats::fp32, Rounding::minMag, 8, 24};
+  interleave_k(truth.model, 16, 8, 2);
+  std::vector<uint32_t> hw(cs.cases() * kM * kN);
+  for (size_t q = 0; q < cs.cases(); ++q)
+    for (int r = 0; r < kM; ++r)
+      for (int c = 0; c < kN; ++c) hw[output_index(q, r, c)] = candidate_output(truth, cs, q, r, c);
+  VariantRun run_ = analyze_variant(cs, hw, true, 2, 1e9, nullptr);
+  REQUIRE(run_.matched >= 1);
+  std::string entry = run_.json;
+  entry.insert(entry.size() - 1, ", \"seed\": " + std::to_string(seed));
+  const json good = replayable({entry}, "variants");
+  const json& m = good["parts"]["p"]["variants"][0]["search"]["matched"][0]["model"];
+  CHECK(m["k_interleave"] == 2);
+  CHECK(m["block"] == 8);
+  ReplayLog log = run(good);
+  for (const auto& f : log.failures) FAIL_CHECK(f);
+  CHECK(log.replayed == 1);
+  json bad = good;  // read as contiguous blocks, the matched model no longer reproduces it
+  bad["parts"]["p"]["variants"][0]["search"]["matched"][0]["model"]["k_interleave"] = 0;
+  CHECK(!run(bad).failures.empty());
+}

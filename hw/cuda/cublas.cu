@@ -288,8 +288,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cublasCreate returned %s\n", cublas_status_name(st));
     return 3;
   }
-  cublasGetVersion(h, &version);
-  report().set("cublas_version", strf("%d", version));
+  const cublasStatus_t vst = cublasGetVersion(h, &version);
+  report().set("cublas_version", vst == CUBLAS_STATUS_SUCCESS ? strf("%d", version)
+                                                               : Report::quote(cublas_status_name(vst)));
   report().save();
   std::printf("cuBLAS %d on %s\n", version, dev.prop.name);
   const Clock clock(budget);
@@ -303,7 +304,9 @@ int main(int argc, char** argv) {
       }
       run_config(cfg, 64, 64, k, seed + uint64_t(k), h);
     }
-  cublasDestroy(h);
+  const cublasStatus_t dst = cublasDestroy(h);
+  if (dst != CUBLAS_STATUS_SUCCESS)
+    std::fprintf(stderr, "cublasDestroy returned %s\n", cublas_status_name(dst));
   report().set("status", Report::quote(complete ? "complete" : "partial"));
   report().set("seconds", strf("%.2f", clock.elapsed()));
   report().save();

@@ -44,20 +44,49 @@ using hw::strf;
     HW_CUDA_CHECK(cudaDeviceSynchronize());                                        \
   } while (0)
 
-/// Exit 77 with "skipped: no CUDA device" when there is no usable GPU (CTest SKIP_RETURN_CODE).
+/// Exit 77 with "skipped: no CUDA device" when there is no GPU (CTest SKIP_RETURN_CODE): only
+/// cudaErrorNoDevice (or a count of 0), or no CUDA driver installed at all (the runtime then
+/// reports cudaErrorInsufficientDriver and cudaDriverGetVersion gives 0), means that. Any other
+/// error (an installed driver older than this runtime needs, a broken installation) is a
+/// failure: its name on stderr and exit 3, so a campaign never turns into "skipped" on a machine
+/// that has a GPU.
 inline void require_device_or_skip() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    std::printf("skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  int driver = -1;
+  const bool no_driver = e == cudaErrorInsufficientDriver &&
+                         cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0;
+  if (e == cudaErrorNoDevice || no_driver || (e == cudaSuccess && n == 0)) {
+    std::printf("skipped: no CUDA device (%s)\n",
+                e == cudaSuccess ? "0 devices" : no_driver ? "no CUDA driver installed" : cudaGetErrorName(e));
     std::exit(77);
   }
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error: cudaGetDeviceCount returned %s (%s); driver version %d\n",
+                 cudaGetErrorName(e), cudaGetErrorString(e), driver);
+    std::exit(3);
+  }
+}
+
+/// How this program was compiled: nvcc's version and the -fmad setting (scripts/gpu-validate
+/// and hw/cuda/CMakeLists.txt define HALFWAY_FMAD to match the flag they pass).
+#ifndef HALFWAY_FMAD
+#define HALFWAY_FMAD "default (true)"
+#endif
+inline std::string build_json() {
+#if defined(__CUDACC_VER_MAJOR__)
+  const std::string nvcc = strf("%d.%d.%d", __CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__, __CUDACC_VER_BUILD__);
+#else
+  const std::string nvcc = "unknown";
+#endif
+  return strf("{\"nvcc\": \"%s\", \"fmad\": \"%s\"}", nvcc.c_str(), HALFWAY_FMAD);
 }
 
 struct DeviceInfo {
   cudaDeviceProp prop{};
   int driver = 0, runtime = 0;
   int sms = 0;
+  int clock_khz = 0, memory_clock_khz = 0;  ///< maximum SM and memory clocks
 };
 
 inline DeviceInfo device_info() {
@@ -66,14 +95,18 @@ inline DeviceInfo device_info() {
   HW_CUDA_CHECK(cudaDriverGetVersion(&d.driver));
   HW_CUDA_CHECK(cudaRuntimeGetVersion(&d.runtime));
   d.sms = d.prop.multiProcessorCount;
+  HW_CUDA_CHECK(cudaDeviceGetAttribute(&d.clock_khz, cudaDevAttrClockRate, 0));
+  HW_CUDA_CHECK(cudaDeviceGetAttribute(&d.memory_clock_khz, cudaDevAttrMemoryClockRate, 0));
   return d;
 }
 
 inline std::string device_json(const DeviceInfo& d) {
   return strf("{\"name\": %s, \"compute_capability\": \"%d.%d\", \"sms\": %d, "
-              "\"memory_gib\": %.1f, \"driver\": %d, \"runtime\": %d}",
+              "\"memory_gib\": %.1f, \"driver\": %d, \"runtime\": %d, \"clock_mhz\": %d, "
+              "\"memory_clock_mhz\": %d, \"build\": %s}",
               Report::quote(d.prop.name).c_str(), d.prop.major, d.prop.minor, d.sms,
-              double(d.prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), d.driver, d.runtime);
+              double(d.prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), d.driver, d.runtime,
+              d.clock_khz / 1000, d.memory_clock_khz / 1000, build_json().c_str());
 }
 
 /// Seconds since `start`, and a deadline that checks can consult between kernel launches.
@@ -103,7 +136,7 @@ template <class T>
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t n) : n_(n) { HW_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T) + 1)); }
-  ~DeviceBuffer() { cudaFree(p_); }
+  ~DeviceBuffer() { cudaFree(p_); }  // unchecked: a destructor cannot report (docs/hardware.md)
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return p_; }

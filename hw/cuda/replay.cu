@@ -34,7 +34,7 @@ struct DeviceExec {
   std::vector<void*> ptrs;
   int64_t launches = 0;
   ~DeviceExec() {
-    for (void* p : ptrs) cudaFree(p);
+    for (void* p : ptrs) cudaFree(p);  // unchecked: a destructor cannot report (docs/hardware.md)
   }
   template <class T>
   T* alloc(size_t n) {

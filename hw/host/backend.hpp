@@ -47,6 +47,8 @@ class Backend {
 const std::vector<const Backend*>& all_backends();
 /// The backend called `name`, or null when no such backend exists in this build.
 const Backend* find_backend(std::string_view name);
+/// Does HALFWAY_HW_DISABLE name this backend?
+bool disabled_by_env(std::string_view name);
 /// Names of all backends known to any build (so "not compiled in" can be told from "unknown").
 const std::vector<std::string>& known_backend_names();
 

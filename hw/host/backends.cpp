@@ -5,7 +5,6 @@
 
 namespace halfway::hw {
 
-namespace {
 bool disabled_by_env(std::string_view name) {
   const char* env = std::getenv("HALFWAY_HW_DISABLE");
   if (!env) return false;
@@ -19,7 +18,6 @@ bool disabled_by_env(std::string_view name) {
   }
   return false;
 }
-}  // namespace
 
 std::string Backend::absent_reason() const {
   if (disabled_by_env(name())) return "disabled by HALFWAY_HW_DISABLE";
@@ -45,7 +43,8 @@ const Backend* find_backend(std::string_view name) {
 
 const std::vector<std::string>& known_backend_names() {
   static const std::vector<std::string> names = {"nvidia-host", "f16c", "avx512bf16",
-                                                       "avx512fp16"};
+                                                 "avx512fp16", "avx512bf16-dot", "amx-bf16",
+                                                 "amx-fp16"};
   return names;
 }
 

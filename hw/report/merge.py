@@ -4,7 +4,7 @@
 scripts/gpu-validate leaves in its work directory, per part NAME, the program's own report
 NAME.json (rewritten after every finished check, so it is valid even when the program was
 killed), NAME.status (exit code, seconds, time limit, killed or not) and NAME.log, plus
-build-PROGRAM.status/.log for the four programs. This script puts them in one document with a
+build-PROGRAM.status/.log for the five programs and build.status (the build's wall time). This script puts them in one document with a
 summary (replayed by the CPU test test_hw_replay, which checks the summary against the details).
 
     merge.py --work DIR --out report.json --root REPO [--seed S] [--fma-count N]
@@ -18,8 +18,9 @@ import re
 import subprocess
 import sys
 
-PARTS = ["math", "conversions", "arith", "fma", "mma", "cublas", "replay"]
-PROGRAMS = ["halfway_gpu_elementwise", "halfway_gpu_mma", "halfway_gpu_cublas", "halfway_gpu_replay"]
+PARTS = ["math", "conversions", "arith", "fma", "mma", "wgmma", "cublas", "replay"]
+PROGRAMS = ["halfway_gpu_elementwise", "halfway_gpu_mma", "halfway_gpu_wgmma", "halfway_gpu_cublas",
+            "halfway_gpu_replay"]
 
 
 def read_status(path):
@@ -96,13 +97,15 @@ def summarize(parts):
             math[key] = {"correctly_rounded": m["correctly_rounded"], "inputs": m["inputs"],
                          "max_ulp_error": m["max_ulp_error"], "special_mismatch": m["special_mismatch"]}
         for v in part.get("variants", []):
-            key = v.get("variant")
+            # mma.sync variants by name; wgmma's (same names) prefixed with "wgmma ".
+            key = ("wgmma " if name == "wgmma" else "") + str(v.get("variant"))
             if "skipped" in v:
                 mma[key] = {"skipped": v["skipped"]}
                 continue
             search = v.get("search") or {}
             matched = search.get("matched") or []
             mma[key] = {
+                "path": v.get("path"),
                 "layout_ok": v.get("layout_ok"), "repeatable": v.get("repeatable"),
                 "matched_count": search.get("matched_count"),
                 "search_complete": search.get("complete"),
@@ -148,6 +151,7 @@ def main():
         "fma_count": a.fma_count,
         "campaign": read_status(os.path.join(a.work, "campaign.status")),
         "build": {},
+        "build_time": read_status(os.path.join(a.work, "build.status")),
         "parts": {},
     }
     for prog in PROGRAMS:
@@ -174,6 +178,9 @@ def main():
                 part["status"] = f'failed (exit {run["exit"]})'
             if run.get("exit") == 77:
                 part["status"] = "skipped: no CUDA device"
+            if run.get("exit") == "not_applicable":
+                part = {"status": "complete", "run": run, "variants": [
+                    {"variant": "all", "skipped": "wgmma.mma_async needs compute capability 9.0"}]}
             if run.get("exit") in ("build_failed", "no_time"):
                 part["status"] = "not run: " + run["exit"].replace("_", " ")
         if part.get("status") != "complete":

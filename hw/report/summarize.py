@@ -70,11 +70,13 @@ def math_section(report):
                    "NaN vs number"], rows) + "\n")
 
 
-def mma_section(report):
-    part = report["parts"].get("mma", {})
+def mma_section(report, part_name="mma"):
+    part = report["parts"].get(part_name, {})
     out = []
     for v in part.get("variants", []):
         name = v.get("variant")
+        if v.get("path"):
+            name = f"{name}` [{v['path']}]`"
         if "skipped" in v:
             out.append(f"- `{name}`: not run ({v['skipped']})")
             continue
@@ -212,7 +214,16 @@ def main():
     s = report.get("summary", {})
     lines = ["# GPU validation report", ""]
     lines.append(f"Device: {dev['name']} (compute capability {dev['compute_capability']}, {dev['sms']} SMs, "
-                 f"driver {dev['driver']}, runtime {dev['runtime']})." if dev else "Device: unknown (no part ran).")
+                 f"driver {dev['driver']}, runtime {dev['runtime']}, clocks {dev.get('clock_mhz', '?')} MHz SM / "
+                 f"{dev.get('memory_clock_mhz', '?')} MHz memory)." if dev else "Device: unknown (no part ran).")
+    builds = {name: (part.get("device") or {}).get("build") for name, part in report.get("parts", {}).items()}
+    builds = {k: v for k, v in builds.items() if v}
+    if builds:
+        lines.append("Built with: " + "; ".join(f"{k}: nvcc {v.get('nvcc')}, -fmad={v.get('fmad')}"
+                                                for k, v in builds.items()) + ".")
+    bt = report.get("build_time") or {}
+    if "seconds" in bt:
+        lines.append(f"Build: {bt['seconds']} s.")
     git = report.get("git") or {}
     lines.append(f"Date (UTC): {report.get('date_utc')}; commit {git.get('commit')}"
                  + (" with local changes" if git.get("dirty") else "") + f"; overall status: **{s.get('status')}**.")
@@ -231,7 +242,8 @@ def main():
               elementwise_section(report), "## Half-precision math functions", "",
               "Ulp distance from the correctly rounded result (no bound is published for these).", "",
               math_section(report), "## Tensor cores (mma.sync) and the block-FMA model", "",
-              mma_section(report), "## cuBLAS GEMM against the models", "", cublas_section(report),
+              mma_section(report), "## Hopper's native path (wgmma.mma_async, sm_90a)", "",
+              mma_section(report, "wgmma"), "## cuBLAS GEMM against the models", "", cublas_section(report),
               "## Training-step replay", "", replay_section(report)]
     note, made = plots(report, os.path.join(a.out, "plots"))
     lines += ["## Plots", ""] + ([note] if note else []) + [f"![{p}]({p})" for p in made] + [""]

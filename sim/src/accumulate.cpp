@@ -55,8 +55,10 @@ std::vector<uint32_t> encode(const Format& f, const float* x, size_t count) {
 }
 
 bool is_fast_fp32(const AccumulationModel& m) {
+  // Index order, no flushing, SoftFloat's NaN rule: what the native fp32 kernel computes.
   return m.kind == AccumulationModel::Kind::sequential_fma && m.acc == accumulation::kF32 &&
-         m.rounding == Rounding::near_even;
+         m.rounding == Rounding::near_even && m.period <= 1 && !m.daz && !m.ftz &&
+         !m.nan_accumulator_first;
 }
 
 AccumulationModel sequential(AccumulationModel::Kind kind, const Format& acc, Rounding r) {

@@ -76,7 +76,8 @@ cases = [
     (["round", "0.1", "--to", "fp16"], None, {}),
     (["testfloat", "f16_add"], "3C00 3C00\n" * 100, {}),
     (["verify", "--op", "sqrt", "--format", "e4m3", "--threads", "1"], None, {}),
-    (["hw-report"], None, {"HALFWAY_HW_DISABLE": "nvidia-host,f16c,avx512bf16,avx512fp16"}),
+    (["hw-report"], None, {"HALFWAY_HW_DISABLE": "nvidia-host,f16c,avx512bf16,avx512fp16,"
+                                   "avx512bf16-dot,amx-bf16,amx-fp16"}),
     (["bench", "--quick", "--filter", "e4m3"], None, {}),
     (["--version"], None, {}),
     (["merge", "--help"], None, {}),

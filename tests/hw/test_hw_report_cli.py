@@ -43,6 +43,11 @@ expect_exit2(["--frobnicate"], "unknown argument")
 for name in ["f16c", "avx512bf16", "avx512fp16", "nvidia-host"]:
     expect_exit2(["--backend", name], f"backend '{name}' is not available here: disabled by "
                  "HALFWAY_HW_DISABLE", {"HALFWAY_HW_DISABLE": "x," + name})
+expect_exit2(["--cases", "0"], "--cases needs")
+expect_exit2(["--backend", "avx512bf16-dot", "--op", "f16_add"], "--op does not apply")
+for name in ["avx512bf16-dot", "amx-bf16", "amx-fp16"]:
+    expect_exit2(["--backend", name], f"backend '{name}' is not available here: disabled by "
+                 "HALFWAY_HW_DISABLE", {"HALFWAY_HW_DISABLE": name})
 expect_exit2(["--op", "f32_to_bf16_rn"], "no available backend implements",
              {"HALFWAY_HW_DISABLE": "nvidia-host,avx512bf16,f16c,avx512fp16"})
 
@@ -107,6 +112,21 @@ if "nvidia-host" in present:
           f"e4m3 nosat classes {classes}")
 else:
     print("nvidia-host not built here: its report was not checked")
+
+# Dot-product instructions: the documented model on every lane, found by the search alone.
+rc, out, err = run(["--backend", "avx512bf16-dot", "--cases", "65536", "--json", "--threads", "2"])
+if rc == 2 and "is not available here" in err:
+    print("avx512bf16-dot not present here: its report was not checked")
+else:
+    check(rc == 0, f"avx512bf16-dot exit {rc}: {err}")
+    dot = json.loads(out)["backends"][0]["dot"]
+    check(dot["lanes"] == 65536 and dot["mismatches"] == 0 and dot["classes"] == [],
+          f"avx512bf16-dot: {dot['mismatches']} mismatches")
+    check(dot["hw_hash"] == dot["ref_hash"], "equal lanes must have equal fingerprints")
+    check(dot["search"]["documented_matched"] and len(dot["search"]["matched"]) == 1,
+          f"search: {dot['search']['matched']}")
+    ieee = {c["class"] for c in dot["ieee_classes"]}
+    check({"daz", "ftz"} <= ieee, f"IEEE baseline classes {ieee}")
 
 print("FAILED" if failures else "ok", f"({len(failures)} failures)")
 sys.exit(1 if failures else 0)

@@ -3,12 +3,14 @@
 // AVX512-BF16) against the library, with every difference classified.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "compare.hpp"
+#include "dot.hpp"
 #include "halfway/names.hpp"
 
 namespace halfway::cli {
@@ -19,19 +21,23 @@ using hw::Backend;
 using hw::OpReport;
 
 const char* kHelp =
-    "usage: halfway hw-report [--backend NAME] [--op OP] [--exhaustive] [--json] [--threads N]\n"
+    "usage: halfway hw-report [--backend NAME] [--op OP] [--exhaustive] [--cases N] [--json]\n"
+    "                         [--threads N]\n"
     "Compares hardware implementations available without a GPU with the library, operation by\n"
     "operation, and classifies every difference (\"NaN payload canonicalized to 0x7FFF\",\n"
     "\"fp32 subnormal inputs flushed to zero\", ...), with a count and an example each.\n"
     "\n"
     "  --backend NAME  nvidia-host (cuda_fp16.h/cuda_bf16.h/cuda_fp8.h host code), f16c,\n"
-    "                  avx512bf16, avx512fp16; default: every backend present (absent ones\n"
-    "                  are listed)\n"
+    "                  avx512bf16, avx512fp16; the dot-product instructions avx512bf16-dot\n"
+    "                  (vdpbf16ps), amx-bf16 (tdpbf16ps), amx-fp16 (tdpfp16ps); default:\n"
+    "                  every backend present (absent ones are listed)\n"
     "  --op OP         only this operation (e.g. f32_to_f16_rn, f16_add)\n"
     "  --exhaustive    all 2^32 f32 inputs for conversions, all 2^32 operand pairs for\n"
     "                  arithmetic (minutes per operation); default: a structured sample of\n"
     "                  2^22 inputs (every 8/16-bit input domain is always covered in full);\n"
-    "                  fma: 2^22 random triples, 2^30 with --exhaustive\n"
+    "                  fma: 2^22 random triples, 2^30 with --exhaustive; dot instructions:\n"
+    "                  2^22 structured and random lanes, 2^27 with --exhaustive\n"
+    "  --cases N       dot instructions: this many lanes (1..2^36)\n"
     "  --json          machine-readable output\n"
     "  --threads N     worker threads (default: one per hardware thread)\n"
     "Exit status: 0 when the comparison ran (differences are findings, not failures), 2 on bad\n"
@@ -71,15 +77,10 @@ void print_text(const Backend& b, const std::vector<OpReport>& reports) {
   }
 }
 
-std::string json_report(const OpReport& r) {
-  const hw::OpInfo info = hw::op_info(r.op);
-  std::string s = fmt::format(
-      "{{\"op\": \"{}\", \"coverage\": \"{}\", \"total\": {}, \"mismatches\": {}, "
-      "\"hw_hash\": \"{}\", \"ref_hash\": \"{}\", \"seconds\": {:.3f}, \"classes\": [",
-      info.name, r.random ? "random" : r.exhaustive ? "exhaustive" : "sample", r.total, r.mismatches, hx(r.hw_hash),
-      hx(r.ref_hash), r.seconds);
-  for (size_t i = 0; i < r.classes.size(); ++i) {
-    const auto& c = r.classes[i];
+std::string classes_json(const hw::OpInfo& info, const std::vector<hw::ClassReport>& classes) {
+  std::string s = "[";
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const auto& c = classes[i];
     s += fmt::format(
         "{}{{\"class\": \"{}\", \"count\": {}, \"description\": {}, \"hw_and\": \"{}\", "
         "\"hw_or\": \"{}\", \"example\": {{\"index\": {}, \"a\": \"{}\", \"b\": {}, \"c\": {}, "
@@ -91,7 +92,96 @@ std::string json_report(const OpReport& r) {
         info.arity == 3 ? "\"" + hw::hex_enc(info.in, c.example.c) + "\"" : std::string("null"),
         hw::hex_enc(info.out, c.example.hw), hw::hex_enc(info.out, c.example.ref));
   }
-  return s + "]}";
+  return s + "]";
+}
+
+std::string json_report(const OpReport& r) {
+  const hw::OpInfo info = hw::op_info(r.op);
+  return fmt::format(
+      "{{\"op\": \"{}\", \"coverage\": \"{}\", \"total\": {}, \"mismatches\": {}, "
+      "\"hw_hash\": \"{}\", \"ref_hash\": \"{}\", \"seconds\": {:.3f}, \"classes\": {}}}",
+      info.name, r.random ? "random" : r.exhaustive ? "exhaustive" : "sample", r.total, r.mismatches, hx(r.hw_hash),
+      hx(r.ref_hash), r.seconds, classes_json(info, r.classes));
+}
+
+// --- dot-product instructions ------------------------------------------------------------------
+
+/// Lanes a dot instruction's search looks at (the comparison covers all of them).
+constexpr uint64_t kDotSearchCases = uint64_t(1) << 18;
+
+/// Operands and results of a dot lane printed as 32-bit words (two 16-bit elements in a, b).
+hw::OpInfo dot_info(const hw::DotInstruction& d) {
+  hw::OpInfo info;
+  info.name = d.name();
+  info.arity = 3;
+  info.in = hw::fmt_fp32();  // a, b: element pairs; c: fp32
+  info.out = hw::fmt_fp32();
+  return info;
+}
+
+struct DotRun {
+  hw::DotReport report;
+  hw::DotSearchResult search;
+};
+
+void print_dot(const hw::DotInstruction& d, const DotRun& run) {
+  const hw::DotReport& r = run.report;
+  const hw::OpInfo info = dot_info(d);
+  fmt::print("backend {}: {}\n", d.name(), d.description());
+  fmt::print("  documented model: {}\n", hw::describe_dot_model(d.documented()));
+  fmt::print("  {:>10} lanes  {:>10} mismatches against the documented model  ({:.1f} s)\n", r.total,
+             r.mismatches, r.seconds);
+  auto classes = [&](const std::vector<hw::ClassReport>& cs) {
+    for (const auto& c : cs)
+      fmt::print("      {:>10}  {:<46} e.g. {} -> hw {}, model {}\n", c.count, c.description,
+                 operands(info, c.example), hw::hex_enc(info.out, c.example.hw),
+                 hw::hex_enc(info.out, c.example.ref));
+  };
+  classes(r.classes);
+  for (int f = 0; f < hw::kDotFamilies; ++f)
+    if (r.family_mismatches[f])
+      fmt::print("      {:>10}  of them in family {}\n", r.family_mismatches[f], hw::dot_family_name(f));
+  fmt::print("  {:>10} differences from IEEE fp32 fmas in index order without flushing:\n",
+             r.ieee_mismatches);
+  classes(r.ieee_classes);
+  const hw::DotSearchResult& s = run.search;
+  fmt::print("  search: {} of {} candidate models reproduce all {} lanes searched\n",
+             s.matched.size(), s.matched.size() + s.others.size(), s.cases);
+  for (const auto& m : s.matched)
+    fmt::print("      match: {}{}\n", hw::describe_dot_model(m),
+               hw::same_dot_model(m, d.documented()) ? " (the documented model)" : "");
+  for (size_t i = 0; i < s.others.size() && i < 3; ++i)
+    fmt::print("      {:>10} mismatches: {}\n", s.others[i].second,
+               hw::describe_dot_model(s.others[i].first));
+}
+
+std::string dot_json(const hw::DotInstruction& d, const DotRun& run) {
+  const hw::DotReport& r = run.report;
+  const hw::OpInfo info = dot_info(d);
+  std::string fams;
+  for (int f = 0; f < hw::kDotFamilies; ++f)
+    fams += fmt::format("{}\"{}\": {}", f ? ", " : "", hw::dot_family_name(f), r.family_mismatches[f]);
+  const hw::DotSearchResult& s = run.search;
+  std::string matched, others;
+  bool documented_matched = false;
+  for (const auto& m : s.matched) {
+    documented_matched = documented_matched || hw::same_dot_model(m, d.documented());
+    matched += (matched.empty() ? "" : ", ") + json_str(hw::describe_dot_model(m));
+  }
+  for (const auto& [m, n] : s.others)
+    others += fmt::format("{}{{\"model\": {}, \"mismatches\": {}}}", others.empty() ? "" : ", ",
+                          json_str(hw::describe_dot_model(m)), n);
+  return fmt::format(
+      "{{\"name\": \"{}\", \"present\": true, \"description\": {}, \"dot\": {{"
+      "\"documented_model\": {}, \"lanes\": {}, \"mismatches\": {}, \"hw_hash\": \"{}\", "
+      "\"ref_hash\": \"{}\", \"seconds\": {:.3f}, \"classes\": {}, \"family_mismatches\": {{{}}}, "
+      "\"ieee_mismatches\": {}, \"ieee_classes\": {}, \"search\": {{\"lanes\": {}, "
+      "\"candidates\": {}, \"matched\": [{}], \"documented_matched\": {}, \"others\": [{}]}}}}}}",
+      d.name(), json_str(d.description()), json_str(hw::describe_dot_model(d.documented())),
+      r.total, r.mismatches, hx(r.hw_hash), hx(r.ref_hash), r.seconds,
+      classes_json(info, r.classes), fams, r.ieee_mismatches, classes_json(info, r.ieee_classes),
+      s.cases, s.matched.size() + s.others.size(), matched, documented_matched ? "true" : "false",
+      others);
 }
 
 std::string names_list() {
@@ -106,6 +196,7 @@ int cmd_hw_report(int argc, char** argv) {
   std::string backend_name, op_name;
   bool exhaustive = false, json = false;
   unsigned threads = 0;
+  uint64_t dot_cases = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* opt) -> std::string {
@@ -123,6 +214,13 @@ int cmd_hw_report(int argc, char** argv) {
       exhaustive = true;
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--cases") {
+      const std::string v = value("--cases");
+      char* end = nullptr;
+      const unsigned long long c = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || v[0] == '-' || *end || c < 1 || c > (1ull << 36))
+        throw InputError("--cases needs 1..2^36, got '" + v + "'");
+      dot_cases = c;
     } else if (a == "--threads") {
       const std::string v = value("--threads");
       char* end = nullptr;
@@ -135,7 +233,15 @@ int cmd_hw_report(int argc, char** argv) {
   }
 
   std::vector<const Backend*> chosen;
-  if (!backend_name.empty()) {
+  std::vector<const hw::DotInstruction*> dots;
+  if (const hw::DotInstruction* d = hw::find_dot_instruction(backend_name)) {
+    if (!op_name.empty())
+      throw InputError("--op does not apply to backend '" + backend_name +
+                       "' (it checks one instruction)");
+    const std::string why = d->absent_reason();
+    if (!why.empty()) throw InputError("backend '" + backend_name + "' is not available here: " + why);
+    dots.push_back(d);
+  } else if (!backend_name.empty()) {
     const Backend* b = hw::find_backend(backend_name);
     if (!b) {
       bool known = false;
@@ -151,6 +257,7 @@ int cmd_hw_report(int argc, char** argv) {
     chosen.push_back(b);
   } else {
     chosen = hw::all_backends();
+    if (op_name.empty()) dots = hw::all_dot_instructions();
   }
 
   hw::Op only = hw::Op::count;
@@ -192,6 +299,23 @@ int cmd_hw_report(int argc, char** argv) {
     } else {
       print_text(*b, reports);
     }
+  }
+  const uint64_t lanes = dot_cases ? dot_cases : (exhaustive ? uint64_t(1) << 27 : uint64_t(1) << 22);
+  for (const hw::DotInstruction* d : dots) {
+    const std::string why = d->absent_reason();
+    if (!why.empty()) {
+      if (json)
+        parts.push_back(fmt::format("{{\"name\": \"{}\", \"present\": false, \"absent_reason\": {}}}",
+                                    d->name(), json_str(why)));
+      else
+        fmt::print("backend {}: absent ({})\n", d->name(), why);
+      continue;
+    }
+    DotRun run;
+    run.report = hw::compare_dot(*d, lanes, threads);
+    run.search = hw::search_dot(*d, std::min(lanes, kDotSearchCases), threads);
+    if (json) parts.push_back(dot_json(*d, run));
+    else print_dot(*d, run);
   }
   if (json) {
     std::string js = fmt::format("{{\"coverage\": \"{}\", \"backends\": [", exhaustive ? "exhaustive" : "sample");

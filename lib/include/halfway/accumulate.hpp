@@ -36,6 +36,24 @@ struct AccumulationModel {
   /// does, instead of toward zero (sign-magnitude alignment, the default). Hardware
   /// descriptions differ on this; the hardware validation searches both.
   bool floor_alignment = false;
+  /// Operand order. period = 0 or 1: the products are taken in index order. Otherwise the
+  /// operands are visited in groups of `period` consecutive indices, and step j of a group uses
+  /// index `order[j]` within it (a permutation of 0..period-1); a last, incomplete group is taken
+  /// in index order. block_fma forms its blocks from the visited sequence, so a permutation of
+  /// k expresses interleaved k-blocks (period a multiple of `block`, or `block` of `period`).
+  uint8_t period = 0;
+  uint8_t order[64] = {};
+  /// Denormals are zero: subnormal inputs (both operands and the accumulator, including each
+  /// step's accumulator) are read as zero of the same sign.
+  bool daz = false;
+  /// Flush to zero: a tiny result of any step (an intermediate or the final one) becomes zero of
+  /// the same sign. Tininess is detected per `tininess` (x86's FTZ: after rounding).
+  bool ftz = false;
+  Tininess tininess = Tininess::after_rounding;
+  /// sequential_fma: a NaN accumulator is the result even when the product is invalid (inf·0),
+  /// as x86 FMA hardware does; otherwise such a step gives the default NaN (SoftFloat's rule,
+  /// the library's fma()).
+  bool nan_accumulator_first = false;
 };
 
 namespace accumulation {
@@ -57,20 +75,38 @@ inline constexpr AccumulationModel h100_fp16{AccumulationModel::Kind::block_fma,
 /// fp8 inputs on H100: 32 products per block, about 13 fraction bits kept after alignment.
 inline constexpr AccumulationModel h100_fp8_fp32{AccumulationModel::Kind::block_fma, kF32,
                                                  Rounding::minMag, 32, 13};
+/// x86 AVX512-BF16 `vdpbf16ps` (Intel's pseudo-code, measured on AMD Zen 4 by `halfway
+/// hw-report --backend avx512bf16-dot`): per fp32 lane, two sequential fused multiply-adds,
+/// the odd (high) element first, each rounded to nearest even; subnormal inputs and
+/// accumulators read as zero, tiny results (after rounding) flushed; a NaN accumulator wins
+/// over an invalid inf·0 product; MXCSR neither read nor written.
+inline constexpr AccumulationModel avx512_dpbf16{AccumulationModel::Kind::sequential_fma,
+                                                 kF32,
+                                                 Rounding::near_even,
+                                                 1,
+                                                 23,
+                                                 false,
+                                                 2,
+                                                 {1, 0},
+                                                 true,
+                                                 true,
+                                                 Tininess::after_rounding,
+                                                 true};
 }  // namespace accumulation
 
 namespace detail {
 
 /// One block FMA: acc + sum of n exact products, per the block model. Inputs in `in`.
-HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in, const uint32_t* a,
-                                  const uint32_t* b, int n, uint32_t c, Env& env) {
+HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format& in,
+                                       const Format& acc, const uint32_t* a, const uint32_t* b,
+                                       int n, uint32_t c, Env& env) {
   // Terms: the accumulator and the exact products, unpacked.
   Unpacked t[65];
   int count = 0;
   // NaN operands propagate as a quiet NaN (invalid only for a signalling one); inf·0 and
   // inf − inf are invalid.
   bool any_nan = false, invalid = false, pos_inf = false, neg_inf = false;
-  const Unpacked uc = unpack(m.acc, c);
+  const Unpacked uc = unpack(acc, c);
   if (is_nan(uc.cls)) any_nan = true;
   if (uc.cls == Class::snan) invalid = true;
   if (uc.cls == Class::inf) (uc.sign ? neg_inf : pos_inf) = true;
@@ -104,10 +140,10 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
     p.sig = prod << lz;
     t[count++] = p;
   }
-  if (invalid || (pos_inf && neg_inf && !any_nan)) return invalid_nan(m.acc, env);
-  if (any_nan) return m.acc.default_nan();
-  if (pos_inf || neg_inf) return pack_inf(m.acc, neg_inf, env);
-  if (count == 0) return pack_zero(m.acc, all_zero && zero_sign_all_neg);
+  if (invalid || (pos_inf && neg_inf && !any_nan)) return invalid_nan(acc, env);
+  if (any_nan) return acc.default_nan();
+  if (pos_inf || neg_inf) return pack_inf(acc, neg_inf, env);
+  if (count == 0) return pack_zero(acc, all_zero && zero_sign_all_neg);
   int32_t emax = t[0].exp;
   for (int i = 1; i < count; ++i) emax = t[i].exp > emax ? t[i].exp : emax;
   // Fixed point with its last bit at 2^(emax - kept_bits): each term truncated toward zero.
@@ -120,7 +156,7 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
     const bool lost = shift > 0 && (shift >= 64 || (t[i].sig << (64 - shift)) != 0);
     sum += t[i].sign ? -v - __int128(m.floor_alignment && lost) : v;
   }
-  if (sum == 0) return pack_zero(m.acc, m.rounding == Rounding::min);
+  if (sum == 0) return pack_zero(acc, m.rounding == Rounding::min);
   const bool sign = sum < 0;
   const unsigned __int128 mag = sign ? (unsigned __int128)(-sum) : (unsigned __int128)sum;
   const int lz = clz128(mag);
@@ -129,8 +165,9 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
   const bool sticky = static_cast<uint64_t>(norm) != 0;
   Env e = env;
   e.rounding = m.rounding;
+  if (m.ftz) e.tininess = m.tininess;
   // The leading bit of the sum sits at bit (127 - lz); bit 0 has weight 2^(emax - kept_bits).
-  const uint32_t r = round_pack(m.acc, e, sign, emax - m.kept_bits + (127 - lz), hi | sticky);
+  const uint32_t r = round_pack(acc, e, sign, emax - m.kept_bits + (127 - lz), hi | sticky);
   env.flags |= e.flags;
   env.sr_counter = e.sr_counter;
   return r;
@@ -138,35 +175,82 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
 
 }  // namespace detail
 
-/// Dot product c + Σ a_i·b_i of `n` encodings in format `in`, accumulated by model `m`; `c` and
-/// the result are encodings of `m.acc`. Sequential models convert each operand into `m.acc`
-/// first (a rounding step, unless `in` is `m.acc`), then multiply-add in order.
-HALFWAY_HD inline uint32_t dot(const AccumulationModel& m, const Format& in, const uint32_t* a,
-                          const uint32_t* b, int n, uint32_t c, Env& env) {
-  switch (m.kind) {
-    case AccumulationModel::Kind::block_fma: {
-      const int blk = m.block < 1 ? 1 : (m.block > 64 ? 64 : m.block);
-      for (int i = 0; i < n; i += blk)
-        c = detail::block_fma_step(m, in, a + i, b + i, (n - i < blk ? n - i : blk), c, env);
-      return c;
-    }
-    default: {
-      Env e = env;
-      e.rounding = m.rounding;
-      // Operands already in the accumulator's format are used as they are: no conversion, so
-      // no rounding (and no stochastic-rounding draw) is spent on them.
-      const bool same = in == m.acc;
-      for (int i = 0; i < n; ++i) {
-        const uint32_t ai = same ? a[i] : convert(in, a[i], m.acc, e);
-        const uint32_t bi = same ? b[i] : convert(in, b[i], m.acc, e);
-        c = m.kind == AccumulationModel::Kind::sequential_fma ? fma(m.acc, ai, bi, c, e)
-                                                               : add(m.acc, mul(m.acc, ai, bi, e), c, e);
-      }
-      env.flags |= e.flags;
-      env.sr_counter = e.sr_counter;
-      return c;
+namespace detail {
+
+/// One step of a sequential_fma model: fma(a, b, c), except that with
+/// `m.nan_accumulator_first` a NaN c wins over an invalid product.
+HALFWAY_INLINE uint32_t fma_step(const AccumulationModel& m, const Format& acc, uint32_t a,
+                                 uint32_t b, uint32_t c, Env& env) {
+  if (m.nan_accumulator_first) {
+    const Unpacked ua = unpack(acc, a), ub = unpack(acc, b), uc = unpack(acc, c);
+    if (is_nan(uc.cls) && !is_nan(ua.cls) && !is_nan(ub.cls)) {
+      const bool inf_times_zero = (ua.cls == Class::inf && ub.cls == Class::zero) ||
+                                  (ua.cls == Class::zero && ub.cls == Class::inf);
+      if (inf_times_zero) env.flags |= flag::invalid;
+      return propagate_nan(acc, uc, uc, env);
     }
   }
+  return fma(acc, a, b, c, env);
+}
+
+/// dot() on operands already in visiting order; `in` and `acc` carry the model's DAZ/FTZ;
+/// `same`: the caller's input format is the model's accumulator format (no conversion).
+HALFWAY_INLINE uint32_t dot_in_order(const AccumulationModel& m, const Format& in,
+                                     const Format& acc, bool same, const uint32_t* a,
+                                     const uint32_t* b, int n, uint32_t c, Env& env) {
+  if (m.kind == AccumulationModel::Kind::block_fma) {
+    const int blk = m.block < 1 ? 1 : (m.block > 64 ? 64 : m.block);
+    for (int i = 0; i < n; i += blk)
+      c = block_fma_step(m, in, acc, a + i, b + i, (n - i < blk ? n - i : blk), c, env);
+    return c;
+  }
+  Env e = env;
+  e.rounding = m.rounding;
+  if (m.ftz) e.tininess = m.tininess;
+  // Operands already in the accumulator's format are used as they are: no conversion, so
+  // no rounding (and no stochastic-rounding draw) is spent on them.
+  for (int i = 0; i < n; ++i) {
+    const uint32_t ai = same ? a[i] : convert(in, a[i], acc, e);
+    const uint32_t bi = same ? b[i] : convert(in, b[i], acc, e);
+    c = m.kind == AccumulationModel::Kind::sequential_fma ? fma_step(m, acc, ai, bi, c, e)
+                                                         : add(acc, mul(acc, ai, bi, e), c, e);
+  }
+  env.flags |= e.flags;
+  env.sr_counter = e.sr_counter;
+  return c;
+}
+
+}  // namespace detail
+
+/// Dot product c + Σ a_i·b_i of `n` encodings in format `in`, accumulated by model `m`; `c` and
+/// the result are encodings of `m.acc`. Sequential models convert each operand into `m.acc`
+/// first (a rounding step, unless `in` is `m.acc`), then multiply-add in the model's order.
+HALFWAY_HD inline uint32_t dot(const AccumulationModel& m, const Format& in, const uint32_t* a,
+                          const uint32_t* b, int n, uint32_t c, Env& env) {
+  const bool same = in == m.acc;
+  Format fin = in, facc = m.acc;
+  fin.daz = fin.daz || m.daz;
+  facc.daz = facc.daz || m.daz;
+  facc.ftz = facc.ftz || m.ftz;
+  if (m.period <= 1) return detail::dot_in_order(m, fin, facc, same, a, b, n, c, env);
+  // Visit the operands group by group in the permuted order; a chunk holds whole groups and
+  // whole blocks, so block boundaries fall where they would in the permuted sequence.
+  const int period = m.period > 64 ? 64 : m.period;
+  const int blk = m.kind == AccumulationModel::Kind::block_fma ? (m.block < 1 ? 1 : m.block) : 1;
+  const int chunk = (blk > period && blk % period == 0 && blk <= 64) ? blk : period;
+  uint32_t pa[64], pb[64];
+  int i = 0;
+  for (; i + chunk <= n; i += chunk) {
+    for (int g = 0; g < chunk; g += period)
+      for (int j = 0; j < period; ++j) {
+        const int src = i + g + (m.order[j] < period ? m.order[j] : j);
+        pa[g + j] = a[src];
+        pb[g + j] = b[src];
+      }
+    c = detail::dot_in_order(m, fin, facc, same, pa, pb, chunk, c, env);
+  }
+  if (i < n) c = detail::dot_in_order(m, fin, facc, same, a + i, b + i, n - i, c, env);
+  return c;
 }
 
 }  // namespace halfway

@@ -295,8 +295,29 @@ inline uint64_t output_index(size_t q, int row, int col) {
   return uint64_t(q) * (kM * kN) + uint64_t(row) * kN + uint64_t(col);
 }
 
+/// Operand order of k-blocks of `blk` interleaved in chunks of `s` (mma_cases.hpp candidates).
+inline void interleave_k(AccumulationModel& m, int k, int blk, int s) {
+  const int nblocks = k / blk;
+  int j = 0;
+  for (int b = 0; b < nblocks; ++b)
+    for (int i = 0; i < k; ++i)
+      if ((i / s) % nblocks == b) m.order[j++] = uint8_t(i);
+  m.period = uint8_t(k);
+}
+/// The chunk length of an interleaved order (0: index order).
+inline int interleave_chunk(const AccumulationModel& m) {
+  if (m.period <= 1) return 0;
+  bool identity = true;
+  for (int i = 0; i < m.period; ++i) identity = identity && m.order[i] == i;
+  if (identity) return 0;
+  int s = 1;
+  while (s < m.period && m.order[s] == m.order[s - 1] + 1) ++s;
+  return s;
+}
+
 /// The candidate models searched for a variant: block size, bits kept below the largest
-/// exponent, rounding of each block's sum, truncation toward zero or −inf, block order; for
+/// exponent, rounding of each block's sum, truncation toward zero or −inf, block order,
+/// contiguous or interleaved k-blocks; for
 /// fp16 accumulators also "sum in fp32, then round to fp16". Sequential fma and sequential
 /// round-then-add in the accumulator format are included as baselines.
 inline std::vector<Candidate> candidates(Variant v) {
@@ -330,6 +351,20 @@ inline std::vector<Candidate> candidates(Variant v) {
   } else {
     add_block_models(vi.acc, 20, 32, false, Rounding::near_even);
   }
+  // Interleaved k-blocks (block < K): block j takes the chunks of s consecutive k whose chunk
+  // index is j modulo the number of blocks, e.g. an fp8 k32 MMA run as two fp16 k16 HMMAs over
+  // k in {0,1,4,5,...} and {2,3,6,7,...} (s = 2). In index order within the block model.
+  for (int blk : blocks)
+    for (int s : {1, 2, 4})
+      if (blk >= 2 && blk < vi.k && s < blk)
+        for (int kept = vi.in.nbits() == 8 ? 8 : (vi.acc.nbits() == 16 ? 8 : 20); kept <= 32; ++kept)
+          for (Rounding r : {Rounding::minMag, Rounding::near_even})
+            for (bool floor : {false, true}) {
+              Candidate c;
+              c.model = AccumulationModel{AccumulationModel::Kind::block_fma, vi.acc, r, blk, kept, floor};
+              interleave_k(c.model, vi.k, blk, s);
+              out.push_back(c);
+            }
   for (auto kind : {AccumulationModel::Kind::sequential_fma, AccumulationModel::Kind::sequential}) {
     Candidate c;
     c.model = AccumulationModel{kind, vi.acc, Rounding::near_even, 1, 23};
@@ -387,6 +422,7 @@ inline std::string describe(const Candidate& c) {
                   (m.floor_alignment ? ", truncation toward -inf" : ", truncation toward zero");
   s += std::string(", sum in ") + (m.acc.nbits() == 16 ? "fp16" : "fp32");
   if (c.reverse) s += ", blocks from high k";
+  if (const int chunk = interleave_chunk(m)) s += ", k interleaved in chunks of " + std::to_string(chunk);
   if (c.two_step) s += std::string(", then ") + rname(c.out_rounding) + " to fp16";
   return s;
 }

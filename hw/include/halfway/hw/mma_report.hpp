@@ -32,10 +32,10 @@ inline std::string candidate_json(const Candidate& c) {
                                                                           : "sequential";
   return strf("{\"kind\": \"%s\", \"acc\": \"%s\", \"rounding\": \"%s\", \"block\": %d, "
               "\"kept_bits\": %d, \"floor_alignment\": %s, \"reverse\": %s, \"two_step\": %s, "
-              "\"out_rounding\": \"%s\", \"description\": %s}",
+              "\"out_rounding\": \"%s\", \"k_interleave\": %d, \"description\": %s}",
               kind, m.acc.nbits() == 16 ? "fp16" : "fp32", rounding_id(m.rounding), m.block,
               m.kept_bits, m.floor_alignment ? "true" : "false", c.reverse ? "true" : "false",
-              c.two_step ? "true" : "false", rounding_id(c.out_rounding),
+              c.two_step ? "true" : "false", rounding_id(c.out_rounding), interleave_chunk(m),
               Report::quote(describe(c)).c_str());
 }
 

@@ -225,7 +225,9 @@ inline Rounding rounding_of(const std::string& s) {
   if (s == "max") return Rounding::max;
   return Rounding::near_even;
 }
-inline mma::Candidate candidate_of(const json& j) {
+/// A candidate from its JSON (mma_report.hpp, candidate_json); `k`: the variant's K, for an
+/// interleaved k order.
+inline mma::Candidate candidate_of(const json& j, int k) {
   mma::Candidate c;
   const std::string kind = j.at("kind").get<std::string>();
   c.model.kind = kind == "block_fma"        ? AccumulationModel::Kind::block_fma
@@ -239,6 +241,8 @@ inline mma::Candidate candidate_of(const json& j) {
   c.reverse = j.at("reverse").get<bool>();
   c.two_step = j.at("two_step").get<bool>();
   c.out_rounding = rounding_of(j.at("out_rounding").get<std::string>());
+  if (const int chunk = j.value("k_interleave", 0); chunk > 0)
+    mma::interleave_k(c.model, k, c.model.block, chunk);
   return c;
 }
 }  // namespace replay_detail
@@ -276,7 +280,7 @@ inline void replay_mma(const nlohmann::json& variants, ReplayLog& log, size_t ma
         if (f.at("family").get<std::string>() == family_name(static_cast<Family>(k))) hw_hash[k] = hex(f.at("hw_hash"));
     }
     auto check_model = [&](const json& entry, const std::string& label) {
-      const Candidate cand = candidate_of(entry.at("model"));
+      const Candidate cand = candidate_of(entry.at("model"), cs.info.k);
       uint64_t h[kFamilyCount] = {};
       for (size_t q = 0; q < cs.cases(); ++q)
         for (int r = 0; r < kM; ++r)

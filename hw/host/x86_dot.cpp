@@ -1,0 +1,201 @@
+// CPU dot-product instructions, chosen at run time by CPU features: AVX512-BF16 vdpbf16ps
+// (AMD Zen 4 and later, Intel Cooper Lake, Sapphire Rapids and later) and the AMX tile
+// instructions tdpbf16ps (AMX-BF16, Sapphire Rapids and later) and tdpfp16ps (AMX-FP16, Granite
+// Rapids). Functions that use an instruction are compiled for its target only, so the binary
+// runs on any x86-64 CPU; elsewhere every instruction reports itself absent.
+#include <cstring>
+
+#include "dot.hpp"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#define HALFWAY_HW_X86_64 1
+#endif
+
+namespace halfway::hw {
+namespace {
+
+AccumulationModel pair_model(bool odd_first) {
+  AccumulationModel m = accumulation::avx512_dpbf16;
+  if (!odd_first) m.period = 0;
+  return m;
+}
+
+#if defined(HALFWAY_HW_X86_64)
+
+bool has_avx512bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+// vdpbf16ps on 16 lanes at a time; a partial last vector is padded with zeros.
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16(const uint32_t* a, const uint32_t* b,
+                                                          const uint32_t* c, uint32_t* out,
+                                                          size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    alignas(64) uint32_t va[16] = {}, vb[16] = {}, vc[16] = {}, vr[16];
+    const size_t m = n - i < 16 ? n - i : 16;
+    std::memcpy(va, a + i, m * 4);
+    std::memcpy(vb, b + i, m * 4);
+    std::memcpy(vc, c + i, m * 4);
+    __m512bh x, y;
+    const __m512i xi = _mm512_load_si512(va), yi = _mm512_load_si512(vb);
+    std::memcpy(&x, &xi, sizeof x);
+    std::memcpy(&y, &yi, sizeof y);
+    const __m512 r = _mm512_dpbf16_ps(_mm512_castsi512_ps(_mm512_load_si512(vc)), x, y);
+    _mm512_store_si512(vr, _mm512_castps_si512(r));
+    std::memcpy(out + i, vr, m * 4);
+  }
+}
+
+// AMX: CPUID leaf 7 (EDX bit 24 AMX-TILE, bit 22 AMX-BF16; subleaf 1 EAX bit 21 AMX-FP16),
+// the OS enabling the tile state in XCR0 (bits 17, 18) and, on Linux, permission to use it.
+bool amx_feature(bool fp16) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(d & (1u << 24))) return false;
+  if (!fp16 && !(d & (1u << 22))) return false;
+  if (fp16) {
+    unsigned a1, b1, c1, d1;
+    if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 & (1u << 21))) return false;
+  }
+  if (!(c & (1u << 27))) return false;  // OSXSAVE
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & (3u << 17)) == (3u << 17);
+}
+
+bool amx_permitted() {
+#if defined(__linux__)
+  static const bool ok = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// One tile multiply per 16 cases: C (16×16 fp32) += A (16 rows, one element pair each) ·
+// B (one row of 16 pairs). With one pair per row every output is c + a0·b0 + a1·b1 of its own
+// row and column; case m of the group uses row m and column m (the diagonal).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+template <bool kFp16>
+__attribute__((target("amx-tile,amx-bf16"))) void amx_dot(const uint32_t* a, const uint32_t* b,
+                                                          const uint32_t* c, uint32_t* out,
+                                                          size_t n) {
+  TileConfig cfg;
+  cfg.colsb[0] = 64, cfg.rows[0] = 16;  // tmm0: C
+  cfg.colsb[1] = 4, cfg.rows[1] = 16;   // tmm1: A
+  cfg.colsb[2] = 64, cfg.rows[2] = 1;   // tmm2: B
+  _tile_loadconfig(&cfg);
+  for (size_t i = 0; i < n; i += 16) {
+    alignas(64) uint32_t ta[16] = {}, tb[16] = {}, tc[16][16] = {};
+    const size_t m = n - i < 16 ? n - i : 16;
+    for (size_t k = 0; k < m; ++k) {
+      ta[k] = a[i + k];
+      tb[k] = b[i + k];
+      tc[k][k] = c[i + k];
+    }
+    _tile_loadd(0, tc, 64);
+    _tile_loadd(1, ta, 4);
+    _tile_loadd(2, tb, 64);
+    if constexpr (kFp16) __asm__ volatile("tdpfp16ps %%tmm2, %%tmm1, %%tmm0" ::: "memory");
+    else __asm__ volatile("tdpbf16ps %%tmm2, %%tmm1, %%tmm0" ::: "memory");
+    _tile_stored(0, tc, 64);
+    for (size_t k = 0; k < m; ++k) out[i + k] = tc[k][k];
+  }
+  _tile_release();
+}
+
+#endif
+
+class Avx512Bf16Dot final : public DotInstruction {
+ public:
+  const char* name() const override { return "avx512bf16-dot"; }
+  const char* description() const override {
+    return "x86 AVX512-BF16 vdpbf16ps (_mm512_dpbf16_ps): per fp32 lane, acc + two bf16 products";
+  }
+  Format input() const override { return fmt_bf16(); }
+  AccumulationModel documented() const override { return accumulation::avx512_dpbf16; }
+  void run(const uint32_t* a, const uint32_t* b, const uint32_t* c, uint32_t* out,
+           size_t n) const override {
+#if defined(HALFWAY_HW_X86_64)
+    dpbf16(a, b, c, out, n);
+#else
+    (void)a, (void)b, (void)c, (void)out, (void)n;
+#endif
+  }
+
+ protected:
+  std::string missing() const override {
+#if defined(HALFWAY_HW_X86_64)
+    return has_avx512bf16() ? std::string() : "this CPU has no AVX512-BF16";
+#else
+    return "not an x86-64 CPU";
+#endif
+  }
+};
+
+// Intel documents the AMX dot products as the even element first, each step a round-to-nearest-
+// even FMA with DAZ and FTZ, MXCSR ignored: the documented model is vdpbf16ps's with the
+// other order.
+template <bool kFp16>
+class AmxDot final : public DotInstruction {
+ public:
+  const char* name() const override { return kFp16 ? "amx-fp16" : "amx-bf16"; }
+  const char* description() const override {
+    return kFp16 ? "x86 AMX-FP16 tdpfp16ps, one element pair per row (16 lanes per tile multiply)"
+                 : "x86 AMX-BF16 tdpbf16ps, one element pair per row (16 lanes per tile multiply)";
+  }
+  Format input() const override { return kFp16 ? fmt_fp16() : fmt_bf16(); }
+  AccumulationModel documented() const override { return pair_model(false); }
+  void run(const uint32_t* a, const uint32_t* b, const uint32_t* c, uint32_t* out,
+           size_t n) const override {
+#if defined(HALFWAY_HW_X86_64)
+    amx_dot<kFp16>(a, b, c, out, n);
+#else
+    (void)a, (void)b, (void)c, (void)out, (void)n;
+#endif
+  }
+
+ protected:
+  std::string missing() const override {
+#if defined(HALFWAY_HW_X86_64)
+    if (!amx_feature(kFp16))
+      return kFp16 ? "this CPU has no AMX-FP16" : "this CPU has no AMX-BF16";
+    if (!amx_permitted()) return "the operating system does not grant the AMX tile state";
+    return {};
+#else
+    return "not an x86-64 CPU";
+#endif
+  }
+};
+
+}  // namespace
+
+const DotInstruction* avx512bf16_dot_instruction() {
+  static const Avx512Bf16Dot d;
+  return &d;
+}
+const DotInstruction* amx_bf16_instruction() {
+  static const AmxDot<false> d;
+  return &d;
+}
+const DotInstruction* amx_fp16_instruction() {
+  static const AmxDot<true> d;
+  return &d;
+}
+
+}  // namespace halfway::hw
