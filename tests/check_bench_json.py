@@ -47,7 +47,8 @@ def main() -> int:
             return 1
         names.add((rec["name"], rec["format"]))
     for want in [("round_f32", "fp16"), ("round_f32", "bf16"), ("add", "fp16"), ("fma", "bf16"),
-                 ("round_f32+counts", "e4m3")]:
+                 ("round_f32+counts", "e4m3"), ("quantize_f32", "fp16"), ("quantize_f32", "bf16"),
+                 ("add (vs hardware)", "fp16"), ("mul (vs hardware)", "bf16")]:
         if want not in names:
             print(f"missing figure {want}")
             return 1
