@@ -7,8 +7,10 @@
 // consecutive values (ties, the overflow midpoint) and their neighbours, and random bits; all
 // presets and several custom formats; every rounding mode and both tininess modes. Arithmetic:
 // every pair of 8-bit operands, and structured and random operands for 16-bit formats.
-// Hidden `[exhaustive]` case (CTest label `exhaustive`): all 2^32 f32 inputs, every preset the
-// vector code serves, every deterministic rounding mode, and the F16C path.
+// Hidden `[exhaustive]` cases (CTest label `exhaustive`): all 2^32 f32 inputs, every preset the
+// vector code serves, every deterministic rounding mode, and the F16C and AVX512-BF16 paths
+// (round_f32 and quantize_f32, with and without counts); fp16 and bf16 add and mul on all 2^32
+// operand pairs.
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>

@@ -401,10 +401,10 @@ HW_AI void narrow_u8(uint8_t* p, U v) {
   const U8 w = __builtin_convertvector(v, U8);
   std::memcpy(p, &w, sizeof w);
 }
-/// The lanes of z that are NaNs, one bit each (one compare).
-HW_AI unsigned nan_bits(F z) {
-  const __m256 v = reinterpret_cast<__m256>(z);
-  return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+/// The lanes where x or y is a NaN, one bit each: one compare for two vectors.
+HW_AI unsigned nan_bits(F x, F y) {
+  return unsigned(_mm256_movemask_ps(
+      _mm256_cmp_ps(reinterpret_cast<__m256>(x), reinterpret_cast<__m256>(y), _CMP_UNORD_Q)));
 }
 /// F16C: fp16 encodings → f32 (exact) and f32 → fp16 near_even (identical to the reference on
 /// all 2^32 inputs: the exhaustive test).
@@ -500,9 +500,8 @@ HW_AI void narrow_u16(uint16_t* p, U v) {
 HW_AI void narrow_u8(uint8_t* p, U v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(reinterpret_cast<__m512i>(v)));
 }
-HW_AI unsigned nan_bits(F z) {
-  const __m512 v = reinterpret_cast<__m512>(z);
-  return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+HW_AI unsigned nan_bits(F x, F y) {
+  return _mm512_cmp_ps_mask(reinterpret_cast<__m512>(x), reinterpret_cast<__m512>(y), _CMP_UNORD_Q);
 }
 HW_AI F f16_to_f32(U16 h) {
   return reinterpret_cast<F>(_mm512_maskz_cvtph_ps(0xFFFF, reinterpret_cast<__m256i>(h)));
@@ -672,7 +671,7 @@ void bf16_binary_hw(const RoundParams& P, const DecodeParams& D, const uint16_t*
     unsigned m = 0;
     for (size_t j = 0; j < G; ++j) {
       z[j] = compute(i + j * kLanes);
-      m |= bad(z[j]);
+      m |= bad(z[j]);  // vfpclassps takes one vector
     }
     if (__builtin_expect(m == 0, 1)) {
       for (size_t j = 0; j < G; ++j) round(i + j * kLanes, z[j]);
