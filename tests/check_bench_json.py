@@ -48,7 +48,9 @@ def main() -> int:
         names.add((rec["name"], rec["format"]))
     for want in [("round_f32", "fp16"), ("round_f32", "bf16"), ("add", "fp16"), ("fma", "bf16"),
                  ("round_f32+counts", "e4m3"), ("encode_blocks", "mxfp4"),
-                 ("encode_blocks", "nvfp4"), ("encode_blocks", "fp8_block_2d")]:
+                 ("encode_blocks", "nvfp4"), ("encode_blocks", "fp8_block_2d"),
+                 ("quantize_f32", "fp16"), ("quantize_f32", "bf16"),
+                 ("add (vs hardware)", "fp16"), ("mul (vs hardware)", "bf16")]:
         if want not in names:
             print(f"missing figure {want}")
             return 1

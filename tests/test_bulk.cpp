@@ -7,8 +7,10 @@
 // consecutive values (ties, the overflow midpoint) and their neighbours, and random bits; all
 // presets and several custom formats; every rounding mode and both tininess modes. Arithmetic:
 // every pair of 8-bit operands, and structured and random operands for 16-bit formats.
-// Hidden `[exhaustive]` case (CTest label `exhaustive`): all 2^32 f32 inputs, every preset the
-// vector code serves, every deterministic rounding mode, and the F16C path.
+// Hidden `[exhaustive]` cases (CTest label `exhaustive`): all 2^32 f32 inputs, every preset the
+// vector code serves, every deterministic rounding mode, and the F16C and AVX512-BF16 paths
+// (round_f32 and quantize_f32, with and without counts); fp16 and bf16 add and mul on all 2^32
+// operand pairs.
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -369,6 +371,12 @@ void check_round16_hw(const Format& f, const std::vector<float>& x,
         quantize_f32(f, x.data(), qgot.data(), n, o, &qgc);
         CHECK(std::memcmp(qwant.data(), qgot.data(), n * sizeof(float)) == 0);
         CHECK(qwc == qgc);
+        std::fill(qgot.begin(), qgot.end(), 0.5f);
+        quantize_f32(f, x.data(), qgot.data(), n, o);
+        CHECK(std::memcmp(qwant.data(), qgot.data(), n * sizeof(float)) == 0);
+        std::vector<float> inplace(x.begin(), x.begin() + n);
+        quantize_f32(f, inplace.data(), inplace.data(), n, o);
+        CHECK(std::memcmp(qwant.data(), inplace.data(), n * sizeof(float)) == 0);
       }
     }
   }
@@ -622,6 +630,55 @@ TEST_CASE("bulk binary and fma match the reference", "[bulk][arith]") {
   }
 }
 
+TEST_CASE("bulk bf16 and fp16 arithmetic: hardware vectors and full-path vectors in one block",
+          "[bulk][arith]") {
+  // Ordinary operands, with one lane per few vectors whose fp32 result is subnormal, infinite,
+  // NaN or overflows (hard lanes for the scalar routines), so that blocks mix vectors of the
+  // hardware sequence with vectors of the full one, with and without counts, across blocks.
+  for (const Format& f : {formats::bf16, formats::fp16}) {
+    INFO(format_name(f));
+    std::mt19937 gen(5);
+    const size_t n = 9000;
+    std::vector<uint16_t> a(n), b(n), want(n), got(n);
+    const uint32_t one = uint32_t(f.bias) << f.frac_bits;
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = uint16_t(one + (gen() & f.frac_mask()) - (gen() % 3 << f.frac_bits));
+      b[i] = uint16_t(one + (gen() & f.frac_mask()) + (gen() % 3 << f.frac_bits));
+      if (gen() & 1) b[i] |= uint16_t(f.sign_bit());
+    }
+    const uint16_t tiny = uint16_t(1u << f.frac_bits), big = uint16_t(f.max_mag());
+    const uint16_t specials[][2] = {{tiny, tiny},        {1, 0x3000},        {big, big},
+                                    {uint16_t(f.inf_mag()), one}, {uint16_t(f.inf_mag() | 1), one},
+                                    {0, 0},              {tiny, uint16_t(tiny | f.sign_bit())}};
+    for (size_t k = 0, i = 37; i < n; i += 301, ++k) {
+      a[i] = specials[k % 7][0];
+      b[i] = specials[k % 7][1];
+    }
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div}) {
+      EventCounts wc;
+      detail::reference_binary(op, f, a.data(), b.data(), want.data(), n, {}, &wc);
+      for (BulkPath p : fast_paths()) {
+        for (bool hw : {true, false}) {
+          PathScope scope(p, hw);
+          INFO("op " << int(op) << " path " << detail::bulk_path_name(p) << " hw " << hw);
+          for (size_t len : {n, size_t(2048), size_t(4099), size_t(13)}) {
+            std::vector<uint16_t> w(want.begin(), want.begin() + len);
+            EventCounts gc, lwc;
+            detail::reference_binary(op, f, a.data(), b.data(), w.data(), len, {}, &lwc);
+            got.assign(len, 0x5A5A);
+            binary(op, f, a.data(), b.data(), got.data(), len);
+            CHECK(std::equal(w.begin(), w.end(), got.begin()));
+            got.assign(len, 0x5A5A);
+            binary(op, f, a.data(), b.data(), got.data(), len, {}, &gc);
+            CHECK(std::equal(w.begin(), w.end(), got.begin()));
+            CHECK(lwc == gc);
+          }
+        }
+      }
+    }
+  }
+}
+
 #if defined(__x86_64__)
 TEST_CASE("bulk fast paths leave the fp environment as they found it", "[bulk][fpenv]") {
   const Format f = formats::bf16;
@@ -641,12 +698,17 @@ TEST_CASE("bulk fast paths leave the fp environment as they found it", "[bulk][f
     std::vector<float> x(1000);
     for (auto& v : x) v = bits_f32(gen());
     quantize_f32(formats::fp16, x.data(), q.data(), x.size());
+    // bf16 with f32 subnormal inputs (which DAZ would hide from a hardware check).
+    for (size_t i = 0; i < x.size(); i += 7) x[i] = bits_f32(gen() & 0x807FFFFFu);
+    std::vector<float> qb(1000), qbw(1000);
+    quantize_f32(formats::bf16, x.data(), qb.data(), x.size());
     const unsigned after = _mm_getcsr();
     _mm_setcsr(saved);
     detail::reference_quantize_f32(formats::fp16, x.data(), qw.data(), x.size());
+    detail::reference_quantize_f32(formats::bf16, x.data(), qbw.data(), x.size());
     CHECK(after == csr);  // status flags included: none raised
     CHECK(want == got);
-    CHECK(std::memcmp(q.data(), qw.data(), q.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(qb.data(), qbw.data(), qb.size() * sizeof(float)) == 0);
   }
 }
 #endif
@@ -722,6 +784,13 @@ void exhaustive_round(const std::string& fname, bool f16c) {
             for (size_t i = 0; i < kChunk; ++i) qgot[i] = f32_bits(q[i]);
             if (qgot != qwant)
               report(where + "hw quantize_f32 " + first_diff(x, qwant, qgot, formats::fp32));
+            EventCounts qc;
+            quantize_f32(f, x.data(), q.data(), kChunk, o, &qc);
+            for (size_t i = 0; i < kChunk; ++i) qgot[i] = f32_bits(q[i]);
+            if (qgot != qwant || !(qc == wc))
+              report(where + "hw quantize_f32+counts " +
+                     first_diff(x, qwant, qgot, formats::fp32) + " counts " + counts_str(wc) +
+                     " vs " + counts_str(qc));
             continue;
           }
           PathScope scope(p, false);
@@ -754,6 +823,70 @@ TEST_CASE("bulk exhaustive: bf16 near_even with hardware conversions (AVX512-BF1
           "has it) equals the reference on all 2^32 inputs",
           "[.exhaustive][bf16hw]") {
   exhaustive_round("bf16", true);
+}
+
+namespace {
+
+/// `op` on every pair of 16-bit encodings: the bulk kernel (hardware conversions allowed, without
+/// and with counts, on every vector path) against the scalar reference, rows of 65536 spread
+/// over every core.
+void exhaustive_binary16(const Format& f, BinaryOp op) {
+  const std::vector<BulkPath> paths = fast_paths();
+  if (paths.empty()) return;  // skipped
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<uint32_t> next{0};
+  std::atomic<uint64_t> bad_rows{0};
+  std::mutex mu;
+  std::vector<std::string> reports;
+  auto worker = [&] {
+    std::vector<uint16_t> a(65536), b(65536), want(65536), got(65536);
+    for (uint32_t i = 0; i < 65536; ++i) b[i] = uint16_t(i);
+    for (;;) {
+      const uint32_t x = next++;
+      if (x >= 65536) return;
+      std::fill(a.begin(), a.end(), uint16_t(x));
+      EventCounts wc;
+      detail::reference_binary(op, f, a.data(), b.data(), want.data(), 65536, {}, &wc);
+      for (BulkPath p : paths) {
+        PathScope scope(p, true);
+        EventCounts gc;
+        binary(op, f, a.data(), b.data(), got.data(), 65536);
+        bool ok = got == want;
+        binary(op, f, a.data(), b.data(), got.data(), 65536, {}, &gc);
+        ok = ok && got == want && gc == wc;
+        if (ok) continue;
+        ++bad_rows;
+        std::lock_guard<std::mutex> lock(mu);
+        if (reports.size() >= 20) continue;
+        size_t i = 0;
+        while (i < 65535 && got[i] == want[i]) ++i;
+        reports.push_back(std::string(detail::bulk_path_name(p)) + " a " + fields(f, x) + " b " +
+                          fields(f, uint32_t(i)) + " want " + fields(f, want[i]) + " got " +
+                          fields(f, got[i]) + " counts " + counts_str(wc) + " vs " +
+                          counts_str(gc));
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  for (const std::string& msg : reports) FAIL_CHECK(msg);
+  CHECK(bad_rows == 0);
+}
+
+}  // namespace
+
+TEST_CASE("bulk exhaustive: bf16 add and mul on all 2^32 operand pairs (AVX512-BF16 where the "
+          "CPU has it)",
+          "[.exhaustive][bf16arith]") {
+  exhaustive_binary16(formats::bf16, BinaryOp::add);
+  exhaustive_binary16(formats::bf16, BinaryOp::mul);
+}
+
+TEST_CASE("bulk exhaustive: fp16 add and mul on all 2^32 operand pairs (F16C)",
+          "[.exhaustive][fp16arith]") {
+  exhaustive_binary16(formats::fp16, BinaryOp::add);
+  exhaustive_binary16(formats::fp16, BinaryOp::mul);
 }
 
 #define HALFWAY_EXHAUSTIVE_FORMAT(name)                                                         \

@@ -13,11 +13,13 @@
 //    fp16 near_even goes through F16C `vcvtps2ph` (identical to the reference on all 2^32
 //    inputs: the exhaustive test); with counts, chunk by chunk, counting inexact results by the
 //    dropped bits while every lane is ordinary and recounting other chunks with the full
-//    kernel. bf16 near_even without counts uses AVX512-BF16 `vcvtneps2bf16` on vectors of
-//    ordinary lanes (it flushes f32 subnormals, which never reach it). Calls whose data mostly
-//    leave the ordinary range (sampled on the first vectors: fp4/fp6, wide-range data) run the
-//    full sequence inlined, in floating point for near_even and the directed modes without
-//    flags (getexp/scalef/roundscale, see fp_round_core).
+//    kernel. fp16 quantize_f32 is `vcvtps2ph` + `vcvtph2ps`. bf16 near_even (round_f32 and
+//    quantize_f32, the latter widened back by a shift) uses AVX512-BF16 `vcvtneps2bf16`: without
+//    counts on every vector without an f32 subnormal lane (the instruction reads those as zero),
+//    with counts on vectors of ordinary lanes; the full sequence takes the rest. Calls whose
+//    data mostly leave the ordinary range (sampled on the first vectors: fp4/fp6, wide-range
+//    data) run the full sequence inlined, in floating point for near_even and the directed
+//    modes without flags (getexp/scalef/roundscale, see fp_round_core).
 //  - decode_f32: the same formats and fp32 (fp16 through F16C `vcvtph2ps`, exact; every
 //    encoding is compared with the reference by the tests).
 //  - binary / fma: near_even in formats of at most 10 fraction bits (fp16, bf16, tf32, fp8,
@@ -25,9 +27,11 @@
 //    fp32's 24 bits >= 2p + 2 (Figueroa 1995) as long as the fp32 intermediate is exact or
 //    normal. fma computes the exact product in fp32 (2p <= 24 bits), adds with an exact error
 //    term (TwoSum) and turns the sum into round-to-odd, which composes with the final
-//    round-to-nearest. Lanes where an fp32 intermediate is subnormal, or overflows or
-//    underflows fp32 (bf16 and tf32 only: every fp16/fp8 intermediate is normal), are flagged
-//    "hard" and recomputed by the scalar reference. The fp32 arithmetic and the F16C paths need
+//    round-to-nearest. Without counts the rounding of fp16 results is F16C `vcvtps2ph` and that
+//    of bf16 results AVX512-BF16 `vcvtneps2bf16` (on vectors whose fp32 results are all normal
+//    or zero). Lanes where an fp32 intermediate is subnormal, or overflows or underflows fp32
+//    (bf16 and tf32 only: every fp16/fp8 intermediate is normal), are flagged "hard" and
+//    recomputed by the scalar reference. The fp32 arithmetic and the F16C paths need
 //    the default MXCSR (nearest, no FTZ/DAZ) and restore the fp status flags afterwards, so a
 //    bulk call never changes the caller's fp environment.
 // Everything else returns false and the caller runs the reference.
@@ -387,7 +391,27 @@ HW_AI bool all_within(U v, uint32_t lo, uint32_t span) {
   return _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_min_epu32(d, sp), d))) ==
          0xFF;
 }
-HW_AI bool any_lane(M m) { return _mm256_movemask_ps(reinterpret_cast<__m256>(m)) != 0; }
+HW_AI U widen_u16(const uint16_t* p) {
+  return reinterpret_cast<U>(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+HW_AI U widen_u8(const uint8_t* p) {
+  return reinterpret_cast<U>(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+HW_AI void narrow_u16(uint16_t* p, U v) {
+  const U16 w = __builtin_convertvector(v, U16);
+  std::memcpy(p, &w, sizeof w);
+}
+HW_AI void narrow_u8(uint8_t* p, U v) {
+  const U8 w = __builtin_convertvector(v, U8);
+  std::memcpy(p, &w, sizeof w);
+}
+/// The lanes where x or y is a NaN, one bit each: one compare for two vectors.
+HW_AI unsigned nan_bits(F x, F y) {
+  return unsigned(_mm256_movemask_ps(
+      _mm256_cmp_ps(reinterpret_cast<__m256>(x), reinterpret_cast<__m256>(y), _CMP_UNORD_Q)));
+}
 /// F16C: fp16 encodings → f32 (exact) and f32 → fp16 near_even (identical to the reference on
 /// all 2^32 inputs: the exhaustive test).
 HW_AI F f16_to_f32(U16 h) {
@@ -471,7 +495,24 @@ HW_AI bool all_within(U v, uint32_t lo, uint32_t span) {
   const __m512i d = _mm512_sub_epi32(reinterpret_cast<__m512i>(v), _mm512_set1_epi32(int(lo)));
   return _mm512_cmple_epu32_mask(d, _mm512_set1_epi32(int(span))) == 0xFFFF;
 }
-HW_AI bool any_lane(M m) { return _mm512_movepi32_mask(reinterpret_cast<__m512i>(m)) != 0; }
+HW_AI U widen_u16(const uint16_t* p) {
+  return reinterpret_cast<U>(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+HW_AI U widen_u8(const uint8_t* p) {
+  return reinterpret_cast<U>(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+HW_AI void narrow_u16(uint16_t* p, U v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtepi32_epi16(reinterpret_cast<__m512i>(v)));
+}
+HW_AI void narrow_u8(uint8_t* p, U v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(reinterpret_cast<__m512i>(v)));
+}
+HW_AI unsigned nan_bits(F x, F y) {
+  return _mm512_cmp_ps_mask(reinterpret_cast<__m512>(x), reinterpret_cast<__m512>(y), _CMP_UNORD_Q);
+}
 HW_AI F f16_to_f32(U16 h) {
   return reinterpret_cast<F>(_mm512_maskz_cvtph_ps(0xFFFF, reinterpret_cast<__m256i>(h)));
 }
@@ -541,35 +582,50 @@ bool f16c_round_counted(const float* in, Out* out, size_t len, uint32_t& inexact
 }  // namespace isa_avx512
 #pragma GCC pop_options
 
-// AVX512-BF16 `vcvtneps2bf16` for bf16 near_even: round to nearest even, but f32 subnormal
-// inputs read as zero, so it is used only on vectors whose lanes are all ordinary (normal bf16
-// results; no subnormal, zero, inf or NaN), and the full sequence takes every other vector.
+// AVX512-BF16 `vcvtneps2bf16` for bf16 near_even: round to nearest even, NaNs quieted with the
+// top of their payload (as the reference), but f32 subnormal inputs read as zero. Without
+// counts it takes every vector without an f32 subnormal lane (one vfpclassps); with counts only
+// vectors whose lanes are all ordinary (normal bf16 results), whose only event is inexact. The
+// full sequence takes every other vector. The exhaustive test compares all 2^32 inputs.
 #pragma GCC push_options
 #pragma GCC target(                                                     \
     "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi,bmi2,f16c,popcnt," \
     "avx512bf16,prefer-vector-width=512")
 namespace isa_avx512 {
 namespace {
+constexpr int kClassSubnormal = 0x20;  // vfpclassps categories
+constexpr int kClassNanInfSubnormal = 0x01 | 0x08 | 0x10 | 0x20 | 0x80;
+
 /// At most kBlock elements (the counters are 16-bit per lane). With `Flags`, an ordinary lane's
-/// only event is inexact: a non-zero dropped half.
-template <bool Flags>
-void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in, uint16_t* out,
+/// only event is inexact: a non-zero dropped half. `Lenient` (no counts, the default MXCSR, whose
+/// DAZ would change what vfpclassps sees): only vectors with an f32 subnormal lane take the full
+/// sequence. Out = float: quantize_f32, the result widened back by a shift.
+template <bool Flags, bool Lenient, class Out>
+void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in, Out* out,
                    size_t n, BlockCounts& bc) {
+  static_assert(!(Flags && Lenient));
   U acc[4] = {};
   U c1 = {}, fl = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const U x = load(in + i);
-    if (__builtin_expect(all_plain(P, x), 1)) {
-      const __m256bh h = _mm512_cvtneps_pbh(reinterpret_cast<__m512>(x));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<__m256i>(h));
+    const bool hw =
+        Lenient ? _mm512_fpclass_ps_mask(reinterpret_cast<__m512>(x), kClassSubnormal) == 0
+                : all_plain(P, x);
+    if (__builtin_expect(hw, 1)) {
+      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(reinterpret_cast<__m512>(x)));
+      if constexpr (std::is_same_v<Out, float>) {
+        _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+      }
       if constexpr (Flags) {
         const M inx = (x & 0xFFFFu) != 0u;
         c1 -= bits(inx);
         fl |= bits(inx) & kInx;
       }
     } else {
-      round_full<Rounding::near_even, Flags, uint16_t>(P, D, x, U{}, out + i, ~M{}, acc);
+      round_full<Rounding::near_even, Flags, Out>(P, D, x, U{}, out + i, ~M{}, acc);
     }
   }
   acc[0] += c1;
@@ -578,12 +634,66 @@ void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in,
   add_lanes(bc, acc);
   if (i < n) {
     BlockCounts tail;
-    round_loop<Rounding::near_even, Flags, uint16_t>(P, D, in + i, out + i, n - i, nullptr, tail);
+    round_loop<Rounding::near_even, Flags, Out>(P, D, in + i, out + i, n - i, nullptr, tail);
     bc.c1 += tail.c1;
     bc.c2 += tail.c2;
     bc.c3 += tail.c3;
     bc.flags |= tail.flags;
   }
+}
+
+/// bf16 + − × ÷ near_even without counts: operands widened by a shift, the fp32 operation, and
+/// vcvtneps2bf16, which is the correctly rounded result wherever the fp32 result is normal or
+/// zero (fp32's 24 bits >= 2·8 + 2, see binary_core). A vector with a subnormal, infinite or NaN
+/// fp32 result goes through the full sequence, its hard lanes left to the caller as in
+/// binary_loop.
+template <BinaryOp Op>
+void bf16_binary_hw(const RoundParams& P, const DecodeParams& D, const uint16_t* a,
+                    const uint16_t* b, uint16_t* out, size_t n, uint8_t* hard, BlockCounts& bc) {
+  U any = {};
+  // bf16 encodings are the top halves of the f32 ones (NaNs unquieted: the full path).
+  auto compute = [&](size_t k) __attribute__((always_inline)) {
+    return apply<Op>((F)(load(a + k) << 16), (F)(load(b + k) << 16));
+  };
+  auto bad = [](F z) __attribute__((always_inline)) {
+    return unsigned(_mm512_fpclass_ps_mask(reinterpret_cast<__m512>(z), kClassNanInfSubnormal));
+  };
+  auto round = [&](size_t k, F z) __attribute__((always_inline)) {
+    const __m256bh h = _mm512_cvtneps_pbh(reinterpret_cast<__m512>(z));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), reinterpret_cast<__m256i>(h));
+  };
+  auto one = [&](size_t k) __attribute__((always_inline)) {
+    const F z = compute(k);
+    if (__builtin_expect(bad(z) == 0, 1)) return round(k, z);
+    U r, f;
+    M hd;
+    binary_full<Op, false>(P, D, load(a + k), load(b + k), r, f, hd);
+    store(out + k, r);
+    store(hard + k, bits(hd) & 1u);
+    any |= bits(hd);
+  };
+  // As hw_groups (bulk_kernels.inc), written out here: its instantiation lacks this region's
+  // target, so these lambdas could not be inlined into it.
+  constexpr size_t G = 4;
+  size_t i = 0;
+  for (; i + G * kLanes <= n; i += G * kLanes) {
+    F z[G];
+    unsigned m = 0;
+    for (size_t j = 0; j < G; ++j) {
+      z[j] = compute(i + j * kLanes);
+      m |= bad(z[j]);  // vfpclassps takes one vector
+    }
+    if (__builtin_expect(m == 0, 1)) {
+      for (size_t j = 0; j < G; ++j) round(i + j * kLanes, z[j]);
+    } else {
+      for (size_t j = 0; j < G; ++j) one(i + j * kLanes);
+    }
+  }
+  for (; i + kLanes <= n; i += kLanes) one(i);
+  bc = BlockCounts{};
+  if (i < n)
+    binary_loop<Op, false, uint16_t, kWide>(P, D, a + i, b + i, out + i, n - i, hard + i, bc);
+  for (int j = 0; j < kLanes; ++j) bc.any_hard |= any[j];
 }
 }  // namespace
 }  // namespace isa_avx512
@@ -616,6 +726,12 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
 bool aliasing_ok(const void* in, size_t inbytes, const void* out, size_t outbytes) {
   if (in == out) return true;
   return !overlaps(in, inbytes, out, outbytes);
+}
+
+/// AVX512-BF16 (vcvtneps2bf16) may run: the AVX-512 path on a CPU that has it.
+bool bf16_hardware(BulkPath path) {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has && path == BulkPath::avx512;
 }
 
 template <class Out>
@@ -715,16 +831,19 @@ bool round_dispatch(const Format& f, const float* in, Out* out, size_t n, const 
   }
   RoundParams P = make_round_params(f, o.rounding, o.tininess);
   const DecodeParams D = make_decode_params(f);
-  if constexpr (std::is_same_v<Out, uint16_t>) {
-    static const bool bf16_hw = __builtin_cpu_supports("avx512bf16");
-    if (tl_hw && bf16_hw && path == BulkPath::avx512 && f == formats::bf16 &&
-        o.rounding == Rounding::near_even) {
+  if constexpr (std::is_same_v<Out, uint16_t> || is_quantize) {
+    if (tl_hw && bf16_hardware(path) && f == formats::bf16 && o.rounding == Rounding::near_even) {
+      const bool lenient = !counts && FpState().ok();
       EventCounts ev;
       for (size_t i = 0; i < n; i += kBlock) {
         const size_t len = n - i < kBlock ? n - i : kBlock;
         BlockCounts bc;
-        counts ? isa_avx512::bf16_round_hw<true>(P, D, in + i, out + i, len, bc)
-               : isa_avx512::bf16_round_hw<false>(P, D, in + i, out + i, len, bc);
+        if (counts)
+          isa_avx512::bf16_round_hw<true, false>(P, D, in + i, out + i, len, bc);
+        else if (lenient)
+          isa_avx512::bf16_round_hw<false, true>(P, D, in + i, out + i, len, bc);
+        else
+          isa_avx512::bf16_round_hw<false, false>(P, D, in + i, out + i, len, bc);
         add_block(ev, bc);
       }
       if (counts) {
@@ -837,6 +956,15 @@ BinaryFn<T> binary_fn(BulkPath p, BinaryOp op, int kind) {
   }
 }
 
+BinaryFn<uint16_t> bf16_binary_fn(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return &isa_avx512::bf16_binary_hw<BinaryOp::add>;
+    case BinaryOp::sub: return &isa_avx512::bf16_binary_hw<BinaryOp::sub>;
+    case BinaryOp::mul: return &isa_avx512::bf16_binary_hw<BinaryOp::mul>;
+    default: return &isa_avx512::bf16_binary_hw<BinaryOp::div>;
+  }
+}
+
 template <class T>
 using FmaFn = void (*)(const RoundParams&, const DecodeParams&, const T*, const T*, const T*, T*,
                        size_t, uint8_t*, BlockCounts&);
@@ -863,11 +991,12 @@ FmaFn<T> fma_fn(BulkPath p, int kind) {
 
 /// Recompute the hard lanes of a block with the scalar routines.
 template <class T, class Op>
-void fix_hard(const Format& f, const uint8_t* hard, size_t base, size_t len, T* out,
+void fix_hard(const Format& f, uint8_t* hard, size_t base, size_t len, T* out,
               const BulkOptions& o, EventCounts* ev, Op op) {
   // hard[] is indexed from the block start `base`; out and op take element indices.
   for (size_t j = 0; j < len; ++j) {
     if (!hard[j]) continue;
+    hard[j] = 0;  // the loops write only the entries of the vectors that take the full path
     const size_t i = base + j;
     Env e = element_env(o, i);
     const uint32_t r = op(i, e);
@@ -892,11 +1021,15 @@ bool binary_dispatch(BinaryOp op, const Format& f, const T* a, const T* b, T* ou
   const DecodeParams D = make_decode_params(f);
   const bool flags = counts != nullptr || f.ftz;
   const int kind = decode_kind(f, sizeof(T), tl_hw, !flags);
-  const BinaryFn<T> fn =
+  BinaryFn<T> fn =
       flags ? binary_fn<true, T>(tl_path, op, kind) : binary_fn<false, T>(tl_path, op, kind);
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (!flags && tl_hw && kind == kWide && f == formats::bf16 && bf16_hardware(tl_path))
+      fn = bf16_binary_fn(op);
+  }
   EventCounts ev;
   EventCounts* evp = counts ? &ev : nullptr;
-  uint8_t hard[kHardBlock];
+  uint8_t hard[kHardBlock] = {};  // all zero between blocks: fix_hard clears what it reads
   for (size_t i = 0; i < n; i += kHardBlock) {
     const size_t len = n - i < kHardBlock ? n - i : kHardBlock;
     BlockCounts bc;
@@ -938,7 +1071,7 @@ bool fma_dispatch(const Format& f, const T* a, const T* b, const T* c, T* out, s
   const FmaFn<T> fn = flags ? fma_fn<true, T>(tl_path, kind) : fma_fn<false, T>(tl_path, kind);
   EventCounts ev;
   EventCounts* evp = counts ? &ev : nullptr;
-  uint8_t hard[kHardBlock];
+  uint8_t hard[kHardBlock] = {};  // all zero between blocks: fix_hard clears what it reads
   for (size_t i = 0; i < n; i += kHardBlock) {
     const size_t len = n - i < kHardBlock ? n - i : kHardBlock;
     BlockCounts bc;

@@ -1,7 +1,8 @@
 // `halfway bench [--json] [--quick] [--exhaustive]`: throughput of the bulk kernels, each figure
 // measured side by side with a reference in the same run: hardware conversions (F16C
-// `vcvtps2ph`, AVX512-BF16 `vcvtneps2bf16`), native fp32 arithmetic, or the same kernel without
-// event counts. One thread; ours and the reference alternate on the same data for several
+// `vcvtps2ph`, AVX512-BF16 `vcvtneps2bf16`, and their round trips back to f32), the hardware
+// sequence of fp16/bf16 arithmetic (widen, fp32 op, narrow), native fp32 arithmetic, or the
+// same kernel without event counts. One thread; ours and the reference alternate on the same data for several
 // repetitions and the median of the per-repetition ratios is reported, so machine drift during
 // the run cancels out. Goals are printed next to the ratios; a missed goal is reported, never an
 // error (exit status 0).
@@ -46,9 +47,10 @@ const char* kHelp =
     "\n"
     "Throughput of the bulk kernels, single thread, each figure against a reference measured in\n"
     "the same run (alternating, several repetitions, median ratio): F16C vcvtps2ph for f32->fp16,\n"
-    "AVX512-BF16 vcvtneps2bf16 for f32->bf16, native fp32 add/mul/fma for fp16/bf16 arithmetic,\n"
-    "the same rounding without counts for rounding with event counts. Each ratio is printed with\n"
-    "its goal; missing a goal is reported, not an error.\n"
+    "AVX512-BF16 vcvtneps2bf16 for f32->bf16, the round trip f32->format->f32 for quantize_f32,\n"
+    "widen + fp32 op + narrow ('vs hardware') and native fp32 add/mul/fma for fp16/bf16\n"
+    "arithmetic, the same rounding without counts for rounding with event counts. Each ratio is\n"
+    "printed with its goal; missing a goal is reported, not an error.\n"
     "\n"
     "Rounding inputs are normal values scaled into each format's range (sd 2^(emax-3)), as a\n"
     "tensor after amax scaling; the '(full path)' rows use data over 2^-12..2^12 instead, where\n"
@@ -128,6 +130,85 @@ __attribute__((target("avx512bf16,avx512vl,avx512f"))) void bf16_ref(const float
   }
 }
 
+// The hardware round trips quantize_f32 is measured against: f32 -> fp16 -> f32 (F16C) and
+// f32 -> bf16 -> f32 (AVX512-BF16, widened by a shift).
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void f16c_quantize_512(const float* in,
+                                                                                 float* out,
+                                                                                 size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(in + i),
+                                                              _MM_FROUND_TO_NEAREST_INT)));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+__attribute__((target("avx,f16c"))) void f16c_quantize_256(const float* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                                              _MM_FROUND_TO_NEAREST_INT)));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+void f16c_quantize_ref(const float* in, float* out, size_t n) {
+  has_avx512() ? f16c_quantize_512(in, out, n) : f16c_quantize_256(in, out, n);
+}
+
+__attribute__((target("avx512bf16,avx512bw,avx512vl,avx512f"), always_inline)) inline __m512
+bf16_widen(__m256bh h) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(h)), 16));
+}
+
+__attribute__((target("avx512bf16,avx512bw,avx512vl,avx512f"))) void bf16_quantize_ref(
+    const float* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, bf16_widen(_mm512_cvtneps_pbh(_mm512_loadu_ps(in + i))));
+  for (; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, in + i, 4);
+    b &= 0xFFFF0000u;  // tail only (n is a multiple of 16 here)
+    std::memcpy(out + i, &b, 4);
+  }
+}
+
+// The hardware sequence for fp16 / bf16 arithmetic: widen both operands to f32, one fp32
+// operation, narrow (F16C vcvtps2ph; AVX512-BF16 vcvtneps2bf16). Tails: n is a multiple of 16.
+#define HALFWAY_HW_ARITH(name, OP, OP256)                                                          \
+  __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void name##_f16c_512(              \
+      const uint16_t* a, const uint16_t* b, uint16_t* o, size_t n) {                           \
+    for (size_t i = 0; i + 16 <= n; i += 16) {                                                  \
+      const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(a + i)));           \
+      const __m512 y = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(b + i)));           \
+      _mm256_storeu_si256((__m256i*)(o + i),                                                    \
+                          _mm512_cvtps_ph(OP(x, y), _MM_FROUND_TO_NEAREST_INT));                \
+    }                                                                                           \
+  }                                                                                             \
+  __attribute__((target("avx,f16c"))) void name##_f16c_256(const uint16_t* a, const uint16_t* b, \
+                                                          uint16_t* o, size_t n) {             \
+    for (size_t i = 0; i + 8 <= n; i += 8) {                                                    \
+      const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(a + i)));              \
+      const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(b + i)));              \
+      _mm_storeu_si128((__m128i*)(o + i),                                                       \
+                       _mm256_cvtps_ph(OP256(x, y),    _MM_FROUND_TO_NEAREST_INT));             \
+    }                                                                                           \
+  }                                                                                             \
+  void name##_f16c(const uint16_t* a, const uint16_t* b, uint16_t* o, size_t n) {               \
+    has_avx512() ? name##_f16c_512(a, b, o, n) : name##_f16c_256(a, b, o, n);                   \
+  }                                                                                             \
+  __attribute__((target("avx512bf16,avx512bw,avx512vl,avx512f"))) void name##_bf16(            \
+      const uint16_t* a, const uint16_t* b, uint16_t* o, size_t n) {                           \
+    for (size_t i = 0; i + 16 <= n; i += 16) {                                                  \
+      const __m512 x = bf16_widen((__m256bh)_mm256_loadu_si256((const __m256i*)(a + i)));       \
+      const __m512 y = bf16_widen((__m256bh)_mm256_loadu_si256((const __m256i*)(b + i)));       \
+      _mm256_storeu_si256((__m256i*)(o + i), (__m256i)_mm512_cvtneps_pbh(OP(x, y)));            \
+    }                                                                                           \
+  }
+HALFWAY_HW_ARITH(hw_add, _mm512_add_ps, _mm256_add_ps)
+HALFWAY_HW_ARITH(hw_mul, _mm512_mul_ps, _mm256_mul_ps)
+#undef HALFWAY_HW_ARITH
+
 // Native fp32 arithmetic, vectorised for the best instruction set (the compiler's own loops).
 #define HALFWAY_NATIVE(name, expr)                                                          \
   __attribute__((target("avx512f,avx512bw,avx512vl,fma,prefer-vector-width=512"))) void     \
@@ -158,6 +239,12 @@ bool has_f16c() { return false; }
 bool has_avx512bf16() { return false; }
 void f16c_ref(const float*, uint16_t*, size_t) {}
 void bf16_ref(const float*, uint16_t*, size_t) {}
+void f16c_quantize_ref(const float*, float*, size_t) {}
+void bf16_quantize_ref(const float*, float*, size_t) {}
+void hw_add_f16c(const uint16_t*, const uint16_t*, uint16_t*, size_t) {}
+void hw_mul_f16c(const uint16_t*, const uint16_t*, uint16_t*, size_t) {}
+void hw_add_bf16(const uint16_t*, const uint16_t*, uint16_t*, size_t) {}
+void hw_mul_bf16(const uint16_t*, const uint16_t*, uint16_t*, size_t) {}
 void native_add(const float* a, const float* b, const float*, float* o, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
 }
@@ -367,7 +454,9 @@ class Bench {
                   true);
     round_vs_f16c("round_f32 (full path)", "bf16", Rounding::near_even, small, 0.25, true, false,
                   true);
-    round_vs_f16c("quantize_f32", "bf16", Rounding::near_even, small, 0.25, true, true);
+    // quantize_f32 against the hardware round trip.
+    quantize_vs_hw("fp16", small);
+    quantize_vs_hw("bf16", small);
     round_vs_f16c("quantize_f32", "e4m3", Rounding::near_even, small, 0.25, true, true);
     // Block quantization (codes, scales and events) against F16C's fp16 throughput.
     for (const char* scheme : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4",
@@ -375,7 +464,11 @@ class Bench {
       blocks_vs_f16c(scheme, BlockAxis::last, small);
     blocks_vs_f16c("mxfp8_e4m3", BlockAxis::first, small);
     blocks_vs_f16c("nvfp4", BlockAxis::first, small);
-    // Arithmetic against native fp32.
+    // Arithmetic against the hardware sequence (widen, fp32 op, narrow) and native fp32.
+    for (const char* f : {"fp16", "bf16"}) {
+      arith_vs_hw("add", f, small);
+      arith_vs_hw("mul", f, small);
+    }
     for (const char* f : {"fp16", "bf16"}) {
       arith_vs_native("add", f, small);
       arith_vs_native("mul", f, small);
@@ -525,6 +618,64 @@ class Bench {
       r.items_per_second = n / time_call(ours, calibrate(ours, s_.min_seconds));
     } else {
       const Measure m = measure(s_, ours, [&] { bf16_ref(in.p, ref.p, n); });
+      r.items_per_second = n / m.ours_seconds;
+      r.ratio = m.ratio;
+    }
+    emit(r);
+  }
+
+  /// quantize_f32 near_even into fp16 / bf16 against the hardware round trip f32 -> format ->
+  /// f32 (F16C; AVX512-BF16 and a shift, which flushes f32 subnormal inputs).
+  void quantize_vs_hw(const std::string& fname, size_t n) {
+    if (!wanted("quantize_f32", fname, Rounding::near_even)) return;
+    const Format f = parse_format(fname);
+    const bool half = f == formats::fp16;
+    const std::vector<float> v = scaled_values(f, n, 7);
+    // One output buffer for both: the same addresses, so neither gains from where its output
+    // happens to lie against the input (4 KiB aliasing between loads and stores).
+    Buffer<float> in(n), out(n);
+    std::memcpy(in.p, v.data(), n * sizeof(float));
+    float* const ref = out.p;
+    auto ours = [&] { quantize_f32(f, in.p, out.p, n); };
+    Row r{"quantize_f32", fname, "near_even", n, 0,
+          half ? "F16C vcvtps2ph+vcvtph2ps" : "AVX512-BF16 vcvtneps2bf16+widen", {}, 0.9, ""};
+    if (!(half ? has_f16c() : has_avx512bf16())) {
+      r.reference = half ? "skipped: no F16C" : "skipped: no AVX512-BF16";
+      r.items_per_second = n / time_call(ours, calibrate(ours, s_.min_seconds));
+    } else {
+      const Measure m = measure(s_, ours, [&] {
+        half ? f16c_quantize_ref(in.p, ref, n) : bf16_quantize_ref(in.p, ref, n);
+      });
+      r.items_per_second = n / m.ours_seconds;
+      r.ratio = m.ratio;
+    }
+    emit(r);
+  }
+
+  /// fp16 / bf16 add and mul (near_even, no counts) against the hardware sequence: widen both
+  /// operands, one fp32 operation, narrow with F16C vcvtps2ph / AVX512-BF16 vcvtneps2bf16.
+  void arith_vs_hw(const std::string& op, const std::string& fname, size_t n) {
+    if (!wanted(op + " (vs hardware)", fname, Rounding::near_even)) return;
+    const Format f = parse_format(fname);
+    const bool half = f == formats::fp16;
+    const std::vector<float> va = sample_values(n, 3), vb = sample_values(n, 4);
+    Buffer<uint16_t> a(n), b(n), out(n);  // one output buffer, as in quantize_vs_hw
+    round_f32(f, va.data(), a.p, n);
+    round_f32(f, vb.data(), b.p, n);
+    const BinaryOp bop = op == "add" ? BinaryOp::add : BinaryOp::mul;
+    auto ours = [&] { binary(bop, f, a.p, b.p, out.p, n); };
+    using HwFn = void (*)(const uint16_t*, const uint16_t*, uint16_t*, size_t);
+    const HwFn hw = half ? (bop == BinaryOp::add ? hw_add_f16c : hw_mul_f16c)
+                         : (bop == BinaryOp::add ? hw_add_bf16 : hw_mul_bf16);
+    Row r{op + " (vs hardware)", fname, "near_even", n, 0,
+          half ? "F16C widen, fp32 " + op + ", vcvtps2ph"
+               : "widen, fp32 " + op + ", vcvtneps2bf16",
+          {}, 0.8, ""};
+    if (!(half ? has_f16c() : has_avx512bf16())) {
+      r.reference = half ? "skipped: no F16C" : "skipped: no AVX512-BF16";
+      r.items_per_second = n / time_call(ours, calibrate(ours, s_.min_seconds));
+    } else {
+      const Measure m = measure(s_, ours, [&] { hw(a.p, b.p, out.p, n); });
       r.items_per_second = n / m.ours_seconds;
       r.ratio = m.ratio;
     }

@@ -155,9 +155,10 @@ BulkPath bulk_path();
 /// Limit the calling thread's bulk calls to `p` (or the best supported path below it); returns
 /// the previous setting. For tests and benchmarks that compare implementations.
 BulkPath set_bulk_path(BulkPath p);
-/// Allow or forbid hardware conversion instructions (F16C `vcvtps2ph` for fp16 near_even,
-/// proven identical to the reference by the exhaustive test) in the calling thread's bulk
-/// calls; returns the previous setting. Allowed by default.
+/// Allow or forbid hardware conversion instructions (F16C `vcvtps2ph`/`vcvtph2ps` for fp16
+/// near_even, AVX512-BF16 `vcvtneps2bf16` for bf16 near_even on lanes without f32 subnormal
+/// inputs; proven identical to the reference by the exhaustive tests) in the calling thread's
+/// bulk calls; returns the previous setting. Allowed by default.
 bool set_bulk_hardware_conversions(bool allow);
 const char* bulk_path_name(BulkPath p);
 
