@@ -119,6 +119,7 @@ struct Job {
   bool divide = false;  ///< fp8_block without pow2 divides by the scale
   float* mult = nullptr;       ///< per block: elements are x · mult (or x / mult when `divide`)
   uint8_t* special = nullptr;  ///< per block: kPlainScale, kZeroScale (NVFP4), kNanScale (MX)
+  size_t specials = 0;         ///< how many blocks are not kPlainScale
 };
 
 void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) {
@@ -145,10 +146,34 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HALFWAY_BLOCKS_AVX512 1
+/// block_amax's rows of blocks along the row (tc a multiple of 16), in AVX-512.
+__attribute__((target("avx512f"))) void block_amax_avx512(const Job& j, uint32_t* amax) {
+  const __m512i abs = _mm512_set1_epi32(int32_t(kAbs));
+  for (size_t r = 0; r < j.rows; ++r) {
+    const float* row = j.x + r * j.cols;
+    uint32_t* a = amax + (r / j.tr) * j.sc;
+    for (size_t b = 0; b < j.sc; ++b) {
+      __m512i m = _mm512_setzero_si512();
+      for (size_t c = b * j.tc; c < (b + 1) * j.tc; c += 16)
+        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(row + c)), abs));
+      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(m)));
+    }
+  }
+}
+#endif
+
 /// The bits of max |x| of each block (a NaN's bits exceed infinity's).
 HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
   amax.assign(j.sr * j.sc, 0);
+#ifdef HALFWAY_BLOCKS_AVX512
+  if (j.tc > 1 && __builtin_cpu_supports("avx512f")) {
+    block_amax_avx512(j, amax.data());
+    return amax;
+  }
+#endif
   for (size_t r = 0; r < j.rows; ++r) {
     const uint32_t* row = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
     uint32_t* a = amax.data() + (r / j.tr) * j.sc;
@@ -200,13 +225,16 @@ void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil,
                 f32_bits(j.s.element_max) & 0x7FFFFFu, e.scale_codes.data(), e.scales.data(),
                 j.mult, j.special, clamped.data());
+  uint64_t nan = 0, n_clamped = 0;  // locals: no store to e per block
   for (size_t b = 0; b < nb; ++b) {
-    e.events.nan_scales += j.special[b] == kNanScale;  // OCP MX: NaN or ±inf in the block
-    if (clamped[b]) {
-      e.events.scales_clamped++;
-      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
-    }
+    nan += j.special[b] == kNanScale;  // OCP MX: NaN or ±inf in the block
+    n_clamped += clamped[b];
   }
+  j.specials = nan;
+  e.events.nan_scales += nan;
+  e.events.scales_clamped += n_clamped;
+  for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
+    e.block_events[b].scales_clamped = clamped[b];
 }
 
 /// TE's NVFP4 global encode scale and the factor of every block decode scale.
@@ -263,6 +291,7 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
     e.scales[b] = s;
     j.mult[b] = enc;
     j.special[b] = s == 0.0f ? kZeroScale : kPlainScale;
+    j.specials += s == 0.0f;
     if (clamped[b]) {
       e.events.scales_clamped++;
       if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
@@ -414,8 +443,7 @@ HALFWAY_BLOCKS_CLONES void encode_row(const Job& j, const ElementGrid& g_, size_
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define HALFWAY_BLOCKS_AVX512 1
+#ifdef HALFWAY_BLOCKS_AVX512
 /// encode_row for blocks along a row, 16 elements a step in AVX-512: the same fp32 operations
 /// and integer readings as encode_one, lane by lane.
 template <bool Divide, bool Clamp>
@@ -548,18 +576,21 @@ void encode_elements(const Job& j, BlockEncoding& e) {
     const ElementGrid g(j.s);
     for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
   }
-  special_blocks(j, e, sat, flushed);
+  if (j.specials) special_blocks(j, e, sat, flushed);
+  uint64_t saturated = 0, flushed_total = 0;  // locals: no store to e per block
   for (size_t b = 0; b < nb; ++b) {
-    e.events.saturated += sat[b];
-    e.events.flushed += flushed[b];
-    if (!e.block_events.empty()) {
-      BlockEvents& be = e.block_events[b];
-      be.elements = j.tr * j.tc;
-      be.blocks = 1;
-      be.saturated = sat[b];
-      be.flushed = flushed[b];
-      be.nan_scales = j.special[b] == kNanScale;
-    }
+    saturated += sat[b];
+    flushed_total += flushed[b];
+  }
+  e.events.saturated += saturated;
+  e.events.flushed += flushed_total;
+  for (size_t b = 0; b < nb && !e.block_events.empty(); ++b) {
+    BlockEvents& be = e.block_events[b];
+    be.elements = j.tr * j.tc;
+    be.blocks = 1;
+    be.saturated = sat[b];
+    be.flushed = flushed[b];
+    be.nan_scales = j.special[b] == kNanScale;
   }
 }
 
