@@ -266,6 +266,25 @@ const float* e4m3_values() {
   return table.data();
 }
 
+/// Each NVFP4 block's scale value, encode multiplier 1 / (scale × global decode) (capped at
+/// fp32 max) and whether its scale underflowed to zero: branch-free, so that it vectorises.
+HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
+                                             const uint32_t* __restrict amax, size_t nb,
+                                             const float* __restrict value, float decode,
+                                             float* __restrict scales, float* __restrict mult,
+                                             uint8_t* __restrict special,
+                                             uint8_t* __restrict clamped) {
+  const float fp32_max = FLT_MAX;
+  for (size_t b = 0; b < nb; ++b) {
+    const float s = value[codes[b]];
+    const float enc = 1.0f / (s * decode);
+    clamped[b] |= uint8_t(s == 0.0f) & uint8_t(amax[b] != 0);  // the scale underflowed to zero
+    scales[b] = s;
+    mult[b] = fp32_max < enc ? fp32_max : enc;  // std::min(enc, fp32 max)
+    special[b] = s == 0.0f ? kZeroScale : kPlainScale;
+  }
+}
+
 void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   const Nvfp4Global g = nvfp4_global(amax);
   e.global_scale = g.encode;
@@ -282,21 +301,17 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
     ds[b] = d < 448.0f ? d : 448.0f;
   }
   round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
-  const float* value = e4m3_values();
+  nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, e4m3_values(), g.decode,
+                    e.scales.data(), j.mult, j.special, clamped.data());
+  uint64_t zero = 0, n_clamped = 0;  // locals: no store to e per block
   for (size_t b = 0; b < nb; ++b) {
-    const float s = value[e.scale_codes[b]];
-    if (s == 0.0f && amax[b] != 0) clamped[b] = 1;  // the scale underflowed to zero
-    float enc = 1.0f / (s * g.decode);
-    enc = std::min(enc, fp32_max);
-    e.scales[b] = s;
-    j.mult[b] = enc;
-    j.special[b] = s == 0.0f ? kZeroScale : kPlainScale;
-    j.specials += s == 0.0f;
-    if (clamped[b]) {
-      e.events.scales_clamped++;
-      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
-    }
+    zero += j.special[b] == kZeroScale;
+    n_clamped += clamped[b];
   }
+  j.specials = zero;
+  e.events.scales_clamped += n_clamped;
+  for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
+    e.block_events[b].scales_clamped = clamped[b];
 }
 
 void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
