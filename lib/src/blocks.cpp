@@ -294,11 +294,14 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   thread_local std::vector<uint8_t> clamped;
   ds.resize(nb);
   clamped.resize(nb);
+  float* __restrict dsp = ds.data();  // not the thread_local vectors in the loop: it vectorises
+  uint8_t* __restrict cl = clamped.data();
+  const uint32_t* __restrict am = amax.data();
   for (size_t b = 0; b < nb; ++b) {
-    float d = bits_f32(amax[b]) * g.multiplier;
+    float d = bits_f32(am[b]) * g.multiplier;
     d = d < fp32_max ? d : fp32_max;
-    clamped[b] = d > 448.0f;
-    ds[b] = d < 448.0f ? d : 448.0f;
+    cl[b] = d > 448.0f;
+    dsp[b] = d < 448.0f ? d : 448.0f;
   }
   round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
   nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, e4m3_values(), g.decode,
