@@ -148,6 +148,12 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HALFWAY_BLOCKS_AVX512 1
+/// The AVX-512 kernels serve blocks along a row (a multiple of 16 long) when the calling
+/// thread's bulk path is avx512 (set_bulk_path: tests run both).
+bool use_avx512(const Job& j) {
+  return j.tc > 1 && detail::bulk_path() == detail::BulkPath::avx512;
+}
+
 /// block_amax's rows of blocks along the row (tc a multiple of 16), in AVX-512.
 __attribute__((target("avx512f"))) void block_amax_avx512(const Job& j, uint32_t* amax) {
   const __m512i abs = _mm512_set1_epi32(int32_t(kAbs));
@@ -169,7 +175,7 @@ HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
   amax.assign(j.sr * j.sc, 0);
 #ifdef HALFWAY_BLOCKS_AVX512
-  if (j.tc > 1 && __builtin_cpu_supports("avx512f")) {
+  if (use_avx512(j)) {
     block_amax_avx512(j, amax.data());
     return amax;
   }
@@ -586,7 +592,7 @@ void encode_elements(const Job& j, BlockEncoding& e) {
                      : j.divide                       ? encode_row<true, false>
                                                       : encode_row<false, false>;
 #ifdef HALFWAY_BLOCKS_AVX512
-    if (j.tc > 1 && __builtin_cpu_supports("avx512f"))
+    if (use_avx512(j))
       fn = j.s.family == BlockFamily::nvfp4 ? encode_row_avx512<false, true>
            : j.divide                       ? encode_row_avx512<true, false>
                                             : encode_row_avx512<false, false>;
