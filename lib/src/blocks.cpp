@@ -198,9 +198,11 @@ HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
 
 /// The MX scale of every block, branch-free so that it vectorises: k from amax's exponent
 /// (a subnormal amax through its exact conversion to float), the ceil rule from its fraction.
-HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* amax, size_t nb, int emax, bool ceil,
-                                         uint32_t max_frac, uint8_t* codes, float* scales,
-                                         float* mult, uint8_t* special, uint8_t* clamped) {
+HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* __restrict amax, size_t nb, int emax,
+                                         bool ceil, uint32_t max_frac, uint8_t* __restrict codes,
+                                         float* __restrict scales, float* __restrict mult,
+                                         uint8_t* __restrict special,
+                                         uint8_t* __restrict clamped) {
   for (size_t b = 0; b < nb; ++b) {
     const uint32_t a = amax[b];
     const uint32_t field = a >> 23;
