@@ -415,7 +415,9 @@ inline uint8_t encode_one(const ElementGrid& g, float v, float m, uint32_t& sat,
   const uint32_t rb = f32_bits(r);
   // Both readings, then a select: the loop stays free of branches and vectorises.
   const uint32_t normal = (rb >> g.shift) - g.normal_bias;
-  const uint32_t sub = uint32_t(int32_t(r * g.sub_scale));
+  // The subnormal reading of min(r, 2^emin): below 2^m, so the conversion is always defined.
+  const float rs = bits_f32(rb < g.min_field ? rb : g.min_field);
+  const uint32_t sub = uint32_t(int32_t(rs * g.sub_scale));
   const uint32_t mag = rb >= g.min_field ? normal : sub;
   return uint8_t(sign | mag);
 }
@@ -506,6 +508,7 @@ __attribute__((target("avx512f"))) void encode_row_avx512(const Job& j, const El
       const __m512 rv = _mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(t), c), c);
       const __m512i rb = _mm512_castps_si512(rv);
       const __m512i normal = _mm512_sub_epi32(_mm512_srl_epi32(rb, shift), normal_bias);
+      // Normal lanes may exceed int32 here (vcvttps2dq gives 0x80000000); the select drops them.
       const __m512i sub = _mm512_cvttps_epi32(_mm512_mul_ps(rv, sub_scale));
       const __m512i mag = _mm512_mask_mov_epi32(sub, _mm512_cmpge_epu32_mask(rb, min_field), normal);
       const __m512i code = _mm512_or_si512(_mm512_sll_epi32(neg, sign_shift), mag);
