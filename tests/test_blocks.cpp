@@ -14,6 +14,7 @@
 
 #include "block_oracle.hpp"
 #include "halfway/blocks.hpp"
+#include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
 
@@ -53,10 +54,12 @@ std::string describe(const BlockEvents& e) {
          " clamped " + std::to_string(e.scales_clamped) + " nan " + std::to_string(e.nan_scales);
 }
 
-/// The library's encoding and decoding of x equal the oracle's, bit for bit, with the events.
-void check_against_oracle(const BlockScheme& s, const std::vector<float>& x, size_t rows,
-                          size_t cols, BlockOptions o = {}) {
+/// The library's encoding and decoding of x equal the oracle's, bit for bit, with the events,
+/// on the thread's current bulk path.
+void check_on_path(const BlockScheme& s, const std::vector<float>& x, size_t rows, size_t cols,
+                   BlockOptions o) {
   o.per_block_events = true;
+  INFO("bulk path " << detail::bulk_path_name(detail::bulk_path()));
   INFO(s.name << " [" << rows << ", " << cols << "] axis "
               << (o.axis == BlockAxis::last ? "last" : "first") << " rounding "
               << rounding_name(o.rounding) << (o.rht ? " rht" : "") << (o.pow2_scales ? " pow2" : ""));
@@ -90,6 +93,20 @@ void check_against_oracle(const BlockScheme& s, const std::vector<float>& x, siz
   if (!same_bits(y, want.decoded, at))
     FAIL("decoded [" << at / cols << ", " << at % cols << "] got " << hex(bits(y[at])) << " want "
                      << hex(bits(want.decoded[at])));
+}
+
+/// check_on_path on the best path this CPU has (AVX-512 kernels where it has them) and on the
+/// reference path (the portable loops).
+void check_against_oracle(const BlockScheme& s, const std::vector<float>& x, size_t rows,
+                          size_t cols, BlockOptions o = {}) {
+  struct Restore {  // the thread's path back even when a check fails
+    detail::BulkPath before = detail::bulk_path();
+    ~Restore() { detail::set_bulk_path(before); }
+  } restore;
+  for (detail::BulkPath p : {detail::bulk_path_supported(), detail::BulkPath::reference}) {
+    detail::set_bulk_path(p);
+    check_on_path(s, x, rows, cols, o);
+  }
 }
 
 /// Finite values of every encoding of f, both signs, without duplicates of zero.
