@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -54,6 +55,54 @@ TEST_CASE("counts and histogram of one rounding into fp16", "[sim][tracer]") {
   CHECK(v[1] == 0.0);
   CHECK(v[2] == std::ldexp(1.0, -24));
   CHECK(std::isinf(v[6]));
+}
+
+TEST_CASE("a rounding split over threads gives the values, events and histogram of one pass",
+          "[sim][tracer]") {
+  // 3·2^15 + 5 values: up to three parts of the pool; zeros, subnormals, powers of two, inf and
+  // NaN among them; stochastic rounding, so each element must keep its place in the stream.
+  std::mt19937_64 g(7);
+  std::vector<double> v(size_t(3 << 15) + 5);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint64_t r = g();
+    v[i] = i % 97 == 0   ? 0.0
+           : i % 89 == 0 ? std::ldexp(1.0, int(r % 40) - 30)
+           : i % 1009 == 0 ? std::numeric_limits<double>::infinity()
+           : i % 1013 == 0 ? std::numeric_limits<double>::quiet_NaN()
+                           : std::ldexp(double(r >> 11) / 9007199254740992.0, int(r % 50) - 35);
+  }
+  auto run = [&](int threads) {
+    Tracer tr;
+    Runtime rt;
+    rt.tracer = &tr;
+    rt.threads = threads;
+    rt.rounding.rounding = Rounding::stochastic;
+    rt.rounding.seed = 11;
+    tr.begin_step(0, 1.0);
+    std::vector<double> w = v;
+    const TraceTag tag{"x", "test", TraceKind::activation_grad};
+    round_into(rt, DType::low(formats::fp16), w, &tag);
+    return std::make_pair(w, tr.end_step().records.at(0));
+  };
+  const auto [w1, r1] = run(1);
+  for (int t : {2, 3, 8}) {
+    const auto [wt, rt] = run(t);
+    CHECK(std::memcmp(wt.data(), w1.data(), w1.size() * sizeof(double)) == 0);
+    CHECK(rt.events.total == r1.events.total);
+    CHECK(rt.events.zero == r1.events.zero);
+    CHECK(rt.events.underflow == r1.events.underflow);
+    CHECK(rt.events.subnormal == r1.events.subnormal);
+    CHECK(rt.events.overflow == r1.events.overflow);
+    CHECK(rt.events.nan == r1.events.nan);
+    CHECK(rt.events.inexact == r1.events.inexact);
+    CHECK(rt.hist == r1.hist);
+    CHECK(rt.pow2 == r1.pow2);
+    CHECK(rt.nonfinite_in == r1.nonfinite_in);
+    CHECK(rt.max_abs == r1.max_abs);
+    CHECK(rt.min_abs == r1.min_abs);
+  }
+  CHECK(r1.events.total == v.size());
+  CHECK(r1.nonfinite_in > 0);
 }
 
 TEST_CASE("records are per name, in first-seen order, and only while a step is open", "[sim][tracer]") {

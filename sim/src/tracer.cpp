@@ -88,6 +88,25 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const float* pre, size
   add_values(r, pre, n);
 }
 
+void Tracer::record(const TraceTag& tag, const DType& dt, const TraceRecord& values,
+                    const EventCounts& ev) {
+  if (!active_) return;
+  record(tag, dt, nullptr, 0, ev);
+  merge_values(current_.records[index_.at(tag.name)], values);
+}
+
+void merge_values(TraceRecord& into, const TraceRecord& part) {
+  for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j) {
+    into.hist[j] += part.hist[j];
+    into.pow2[j] += part.pow2[j];
+  }
+  into.nonfinite_in += part.nonfinite_in;
+  if (part.has_values()) {
+    into.max_abs = std::max(into.max_abs, part.max_abs);
+    into.min_abs = into.has_values() ? std::min(into.min_abs, part.min_abs) : part.min_abs;
+  }
+}
+
 void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update) {
   if (!active_) return;
   auto it = index_.find(name);

@@ -80,6 +80,9 @@ struct TracerOptions {
 /// and the non-finite count. The tracer's one pass over a tensor; a tensor added in chunks gives
 /// the same record as added whole, in any split.
 void add_values(TraceRecord& r, const float* pre, size_t n);
+/// Adds the value statistics of `part` (add_values over other values) to `into`: what
+/// add_values over both sets of values gives, whatever the split.
+void merge_values(TraceRecord& into, const TraceRecord& part);
 
 /// Rows k = k_min .. k_max with nothing counted yet.
 std::vector<WindowRow> empty_window(int k_min, int k_max);
@@ -122,6 +125,9 @@ class Tracer {
   bool active() const { return active_; }
   /// Record one rounding: `pre` are the binary32 values before rounding, `ev` the counts.
   void record(const TraceTag& tag, const DType& dt, const float* pre, size_t n,
+              const EventCounts& ev);
+  /// The same with the values' statistics already gathered (add_values, merge_values).
+  void record(const TraceTag& tag, const DType& dt, const TraceRecord& values,
               const EventCounts& ev);
   /// Record vanished / tiny updates for a rounding of kind `update` already recorded.
   void add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update);
