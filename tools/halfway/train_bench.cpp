@@ -81,6 +81,10 @@ spec = json.loads(sys.argv[1])
 threads = str(spec["threads"])
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = threads
+# OpenBLAS runs its own threads beside PyTorch's OpenMP ones; OpenMP threads that spin after
+# their loops take the cores from the BLAS threads (a 2-thread GPT step: 0.97 s spinning,
+# 0.33 s passive), so they wait passively, PyTorch's fastest configuration here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 import torch.nn.functional as F
 torch.set_num_threads(spec["threads"])
