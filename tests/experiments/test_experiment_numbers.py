@@ -635,6 +635,7 @@ def check_update_rounding(res, figs, con):
                        ", ".join("%s {N}" % u for u in others), lrs[0],
                        *[ratio[(m, u)] / ratio[(m, "fp32")] for u in others], full=True)
 
+
 def check_text_lm(res, figs, con):
     df = sweep(res)
     doc = figs["text_lm"]
@@ -669,10 +670,8 @@ CHECKERS = {"accumulation": check_accumulation,
             "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
             "gradient_histogram": check_gradient_histogram,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
-            "memory": check_memory, "pitfalls": check_pitfalls,
+            "memory": check_memory, "pitfalls": check_pitfalls, "text_lm": check_text_lm,
             "update_rounding": check_update_rounding}
-
-            "memory": check_memory, "pitfalls": check_pitfalls, "text_lm": check_text_lm}
 
 
 def texts_of(res):
