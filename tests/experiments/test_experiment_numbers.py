@@ -523,8 +523,14 @@ def check_master_weights(res, figs, con):
     doc = figs["master_weights"]
     provenance(doc, res)
     for _, r in df.iterrows():
-        u = run_csv(res, r, "trace.csv")
-        u = u[u["kind"] == "update"]
+        t = run_csv(res, r, "trace.csv")
+        # Both arms train in fp16: every linear layer's output is rounded into fp16 (with fp32
+        # parameters, type promotion alone would compute them in fp32).
+        lin = t[(t["op"] == "linear") & (t["kind"] == "activation")]
+        if len(lin) == 0 or (lin["dtype"] != "fp16").any():
+            con.errors.append("master_weights: %s: linear outputs are not all fp16 (%s)"
+                              % (r["dir"], sorted(set(lin["dtype"]))))
+        u = t[t["kind"] == "update"]
         if r["precision.params"] == "fp32":
             # An fp32 master copy: no update is rounded into fp16, so none can vanish.
             if len(u):
