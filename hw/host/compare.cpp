@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "halfway/hw/hash.hpp"
+#include "halfway/thread_pool.hpp"
 
 namespace halfway::hw {
 
@@ -119,46 +120,35 @@ OpReport compare_op(const Backend& backend, Op op, Coverage coverage, unsigned t
     if (random) fma_operands(info.in, kSampleSeed, idx, a, b, c);
     else domain_operands(op, idx, a, b);
   };
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   constexpr uint64_t kChunk = uint64_t(1) << 16;
-  const uint64_t chunks = (n + kChunk - 1) / kChunk;
-  threads = static_cast<unsigned>(std::min<uint64_t>(threads, chunks));
-
   const auto t0 = std::chrono::steady_clock::now();
-  std::atomic<uint64_t> next{0};
-  std::vector<CheckStats> partial(threads);
-  auto work = [&](unsigned t) {
-    std::vector<uint32_t> a(kChunk), b(kChunk), c3(kChunk), out(kChunk);
-    std::vector<uint64_t> idx(kChunk);
-    CheckStats& st = partial[t];
-    for (;;) {
-      const uint64_t c = next.fetch_add(1);
-      if (c >= chunks) break;
-      const uint64_t begin = c * kChunk, m = std::min(kChunk, n - begin);
-      for (uint64_t i = 0; i < m; ++i) {
-        idx[i] = (full || random) ? begin + i : sample_index(op, begin + i);
-        operands(idx[i], a[i], b[i], c3[i]);
-      }
-      backend.run(op, a.data(), b.data(), c3.data(), out.data(), m);
-      for (uint64_t i = 0; i < m; ++i) {
-        const uint32_t hw = out[i] & info.out.enc_mask();
-        const uint32_t ref = reference(op, a[i], b[i], c3[i]);
-        st.total++;
-        st.hw_hash += hash_term(idx[i], hw);
-        st.ref_hash += hash_term(idx[i], ref);
-        if (hw != ref) {
-          st.mismatches++;
-          const bool sub = any_subnormal_operand(op, a[i], b[i], c3[i]);
-          const uint32_t ref_daz = sub ? reference_daz(op, a[i], b[i], c3[i]) : ref;
-          st.cls[static_cast<int>(classify(info.out, hw, ref, sub, ref_daz))].add(idx[i], hw);
-        }
+  std::vector<CheckStats> partial(size_t(chunk_parts(n, kChunk, int(threads))));
+  parallel_chunks_by_part(n, kChunk, int(threads), [&](int t, uint64_t begin, uint64_t end) {
+    thread_local std::vector<uint32_t> a, b, c3, out;
+    thread_local std::vector<uint64_t> idx;
+    const uint64_t m = end - begin;
+    for (auto* v : {&a, &b, &c3, &out}) v->resize(m);
+    idx.resize(m);
+    CheckStats& st = partial[size_t(t)];
+    for (uint64_t i = 0; i < m; ++i) {
+      idx[i] = (full || random) ? begin + i : sample_index(op, begin + i);
+      operands(idx[i], a[i], b[i], c3[i]);
+    }
+    backend.run(op, a.data(), b.data(), c3.data(), out.data(), m);
+    for (uint64_t i = 0; i < m; ++i) {
+      const uint32_t hw = out[i] & info.out.enc_mask();
+      const uint32_t ref = reference(op, a[i], b[i], c3[i]);
+      st.total++;
+      st.hw_hash += hash_term(idx[i], hw);
+      st.ref_hash += hash_term(idx[i], ref);
+      if (hw != ref) {
+        st.mismatches++;
+        const bool sub = any_subnormal_operand(op, a[i], b[i], c3[i]);
+        const uint32_t ref_daz = sub ? reference_daz(op, a[i], b[i], c3[i]) : ref;
+        st.cls[static_cast<int>(classify(info.out, hw, ref, sub, ref_daz))].add(idx[i], hw);
       }
     }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
+  });
   CheckStats all;
   for (const auto& p : partial) all.merge(p);
 

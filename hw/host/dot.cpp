@@ -1,5 +1,7 @@
 #include "dot.hpp"
 
+#include "halfway/thread_pool.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -36,32 +38,21 @@ namespace {
 /// IEEE fp32 fmas in index order, nothing flushed: the baseline the differences are described
 /// against.
 constexpr AccumulationModel kIeee = accumulation::fp32_sequential;
+constexpr uint64_t kDotChunk = uint64_t(1) << 14;
 
-/// Runs cases [0, n) through the instruction in chunks on `threads` workers; `visit(t, index,
-/// a, b, c, hw)` sees every case on worker t.
+/// Runs cases [0, n) through the instruction in chunks on the thread pool's parts;
+/// `visit(part, index, a, b, c, hw)` sees every case on part `part` (dot_parts(n, threads)).
 template <class Visit>
 void for_each_case(const DotInstruction& d, uint64_t n, unsigned threads, Visit&& visit) {
-  constexpr uint64_t kChunk = uint64_t(1) << 14;
-  const uint64_t chunks = (n + kChunk - 1) / kChunk;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(threads, chunks)));
   const Format in = d.input();
-  std::atomic<uint64_t> next{0};
-  auto work = [&](unsigned t) {
-    std::vector<uint32_t> a(kChunk), b(kChunk), c(kChunk), out(kChunk);
-    for (;;) {
-      const uint64_t k = next.fetch_add(1);
-      if (k >= chunks) return;
-      const uint64_t begin = k * kChunk, m = std::min(kChunk, n - begin);
-      for (uint64_t i = 0; i < m; ++i) dot_operands(in, kDotSeed, begin + i, a[i], b[i], c[i]);
-      d.run(a.data(), b.data(), c.data(), out.data(), m);
-      for (uint64_t i = 0; i < m; ++i) visit(t, begin + i, a[i], b[i], c[i], out[i]);
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
+  parallel_chunks_by_part(n, kDotChunk, int(threads), [&](int t, uint64_t begin, uint64_t end) {
+    thread_local std::vector<uint32_t> a, b, c, out;
+    const uint64_t m = end - begin;
+    for (auto* v : {&a, &b, &c, &out}) v->resize(m);
+    for (uint64_t i = 0; i < m; ++i) dot_operands(in, kDotSeed, begin + i, a[i], b[i], c[i]);
+    d.run(a.data(), b.data(), c.data(), out.data(), m);
+    for (uint64_t i = 0; i < m; ++i) visit(unsigned(t), begin + i, a[i], b[i], c[i], out[i]);
+  });
 }
 
 bool any_subnormal(const Format& in, uint32_t a, uint32_t b, uint32_t c) {
@@ -108,12 +99,11 @@ DotReport compare_dot(const DotInstruction& d, uint64_t n, unsigned threads) {
   const auto t0 = std::chrono::steady_clock::now();
   const AccumulationModel model = d.documented();
   const Format in = d.input(), f32 = fmt_fp32();
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   struct Partial {
     CheckStats doc, ieee;
     uint64_t family[kDotFamilies] = {};
   };
-  std::vector<Partial> parts(threads);
+  std::vector<Partial> parts(size_t(chunk_parts(n, kDotChunk, int(threads))));
   for_each_case(d, n, threads, [&](unsigned t, uint64_t idx, uint32_t a, uint32_t b, uint32_t c,
                                    uint32_t hw) {
     Partial& p = parts[t];
@@ -237,21 +227,14 @@ DotSearchResult search_dot(const DotInstruction& d, uint64_t n, unsigned threads
   });
   const auto cands = dot_candidates();
   std::vector<uint64_t> miss(cands.size(), 0);
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (;;) {
-      const size_t k = next.fetch_add(1);
-      if (k >= cands.size()) return;
+  // One candidate model per chunk: each count is written by the part that ran it.
+  parallel_chunks(cands.size(), 1, [&](uint64_t k0, uint64_t k1) {
+    for (uint64_t k = k0; k < k1; ++k) {
       uint64_t m = 0;
       for (uint64_t i = 0; i < n; ++i) m += dot_lane(cands[k], d.input(), a[i], b[i], c[i]) != hw[i];
       miss[k] = m;
     }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  }, int(threads));
   DotSearchResult r;
   r.cases = n;
   for (size_t k = 0; k < cands.size(); ++k) {

@@ -51,15 +51,32 @@ class ThreadPool {
   std::mutex run_mu_;  ///< one run at a time
 };
 
-/// body(lo, hi) over [0, n) in chunks of `chunk`, on `threads` threads of the pool (0: every
-/// hardware thread), each taking the next chunk when it is done with one.
+/// The number of parts parallel_chunks_by_part runs for n values in chunks of `chunk` on
+/// `threads` threads (0: every hardware thread): at least 1, at most one per chunk.
+inline int chunk_parts(uint64_t n, uint64_t chunk, int threads) {
+  if (threads <= 0) threads = ThreadPool::hardware_threads();
+  const uint64_t chunks = chunk ? (n + chunk - 1) / chunk : 0;
+  return int(std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(threads), chunks)));
+}
+
+/// body(part, lo, hi) over [0, n) in chunks of `chunk`, on chunk_parts(n, chunk, threads)
+/// parts of the pool, each taking the next chunk when it is done with one. `part` (0 ..
+/// parts-1) names the part that runs the chunk, for per-part partial results that are merged
+/// afterwards; which chunks a part gets varies from run to run, so the merge must not depend
+/// on it (sums, minima, maxima).
+template <class Body>
+void parallel_chunks_by_part(uint64_t n, uint64_t chunk, int threads, Body&& body) {
+  std::atomic<uint64_t> next{0};
+  ThreadPool::global().run(chunk_parts(n, chunk, threads), [&](int part) {
+    for (uint64_t lo; (lo = next.fetch_add(chunk)) < n;) body(part, lo, std::min(n, lo + chunk));
+  });
+}
+
+/// body(lo, hi) over [0, n) in chunks of `chunk`, as parallel_chunks_by_part.
 template <class Body>
 void parallel_chunks(uint64_t n, uint64_t chunk, Body&& body, int threads = 0) {
-  if (threads <= 0) threads = ThreadPool::hardware_threads();
-  std::atomic<uint64_t> next{0};
-  ThreadPool::global().run(threads, [&](int) {
-    for (uint64_t lo; (lo = next.fetch_add(chunk)) < n;) body(lo, std::min(n, lo + chunk));
-  });
+  parallel_chunks_by_part(n, chunk, threads,
+                          [&](int, uint64_t lo, uint64_t hi) { body(lo, hi); });
 }
 
 }  // namespace halfway
