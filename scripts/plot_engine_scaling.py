@@ -51,9 +51,11 @@ def main():
             ax.set_title("%d thread%s" % (t, "" if t == 1 else "s"))
     fig.subplots_adjust(hspace=0.45, wspace=0.3)
     style.legend_below(fig, [a for r in axes for a in r], ncol=3)
-    refs = sorted({r["reference"] for r in recs if r["reference_us"]})
+    # One line per reference, without the thread count (the panels say it).
+    refs = sorted({re.sub(r", \d+ thread\(s\)", "", r["reference"]) for r in recs
+                   if r["reference_us"]})
     style.caption(fig, docs, text="halfway train --bench --bench-scaling; reference: " +
-                  ("; ".join(refs) if refs else "unavailable"))
+                  ("\n".join(refs) if refs else "unavailable"))
     style.save(fig, docs, "engine_scaling")
 
 
