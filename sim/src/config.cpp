@@ -250,6 +250,267 @@ void parse_text_data(const toml::table& t, const std::string& w, const std::stri
     c.val_windows = in_range(*v, 0, kMaxDataN, w + "val_windows");
 }
 
+/// [model]: the MLP or the transformer and their sizes, the optional init .npz.
+void parse_model_section(const toml::table& root, const std::string& base_dir, TrainConfig& c) {
+  const toml::table& t = *table(root, "model", true);
+  const std::string w = "model.";
+  c.model_kind = *get_str(t, w, "kind", true);
+  if (c.model_kind == "mlp") {
+    check_keys(t, w, {"kind", "layers", "activation", "bias", "init"});
+    const std::vector<double> widths = get_num_array(t, w, "layers", true, true);
+    if (widths.size() < 2) throw InputError("'model.layers' needs at least two widths");
+    if (int64_t(widths.size()) > kMaxMlpLayers)
+      throw InputError("'model.layers' may have at most " + std::to_string(kMaxMlpLayers) +
+                       " widths, got " + std::to_string(widths.size()));
+    for (double v : widths) {  // integers as doubles: compare before converting
+      if (!(v >= 1 && v <= double(kMaxWidth)))
+        throw InputError("'model.layers' widths must be in 1.." + std::to_string(kMaxWidth));
+      c.mlp.layers.push_back(int(v));
+    }
+    if (auto a = get_str(t, w, "activation", false)) c.mlp.activation = *a;
+    if (auto b = get_bool(t, w, "bias")) c.mlp.bias = *b;
+    check_activation(c.mlp.activation);
+  } else if (c.model_kind == "transformer") {
+    check_keys(t, w, {"kind", "vocab", "d_model", "heads", "blocks", "seq_len", "mlp_ratio",
+                      "activation", "causal", "tie_embeddings", "init"});
+    auto& m = c.transformer;
+    // Every size in 64 bits against its limit before it becomes an int; products of sizes
+    // (d_model * mlp_ratio) are bounded too, so nothing downstream wraps.
+    m.vocab = int(in_range(*get_int(t, w, "vocab", true), 2, kMaxWidth, w + "vocab"));
+    m.seq_len = int(in_range(*get_int(t, w, "seq_len", true), 1, kMaxSeqLen, w + "seq_len"));
+    m.d_model = int(in_range(*get_int(t, w, "d_model", true), 1, kMaxDModel, w + "d_model"));
+    if (auto v = get_int(t, w, "heads", false))
+      m.heads = int(in_range(*v, 1, m.d_model, w + "heads"));
+    if (auto v = get_int(t, w, "blocks", false))
+      m.blocks = int(in_range(*v, 1, kMaxBlocks, w + "blocks"));
+    if (auto v = get_int(t, w, "mlp_ratio", false))
+      m.mlp_ratio = int(in_range(*v, 1, kMaxWidth, w + "mlp_ratio"));
+    if (auto a = get_str(t, w, "activation", false)) m.activation = *a;
+    if (auto b = get_bool(t, w, "causal")) m.causal = *b;
+    if (auto b = get_bool(t, w, "tie_embeddings")) m.tie_embeddings = *b;
+    check_activation(m.activation);
+    if (m.heads > m.d_model) throw InputError("'model.heads' must be at most 'model.d_model'");
+    if (m.d_model % m.heads) throw InputError("'model.d_model' must be a multiple of 'model.heads'");
+    if (int64_t(m.d_model) * m.mlp_ratio > kMaxWidth)
+      throw InputError("'model.d_model' * 'model.mlp_ratio' (the MLP width) must be at most " +
+                       std::to_string(kMaxWidth) + ", got " +
+                       std::to_string(int64_t(m.d_model) * m.mlp_ratio));
+  } else {
+    throw InputError("unknown model kind '" + c.model_kind + "' (mlp transformer)");
+  }
+  if (auto p = get_str(t, w, "init", false)) c.init_npz = resolve(base_dir, *p);
+}
+
+/// [data]: synthetic data, an .npz or text, and the batches.
+void parse_data_section(const toml::table& root, const std::string& base_dir, TrainConfig& c) {
+  const toml::table& t = *table(root, "data", true);
+  const std::string w = "data.";
+  check_keys(t, w, {"npz", "synthetic", "text", "val_fraction", "val_every", "val_windows", "n",
+                    "noise", "spread", "batch_size", "shuffle"});
+  auto npz = get_str(t, w, "npz", false);
+  auto syn = get_str(t, w, "synthetic", false);
+  const bool text = t.get("text") != nullptr;
+  if (int(bool(npz)) + int(bool(syn)) + int(text) > 1)
+    throw InputError("'data.npz', 'data.synthetic' and 'data.text' exclude each other");
+  if (!npz && !syn && !text)
+    throw InputError("missing field 'data.npz' (or 'data.synthetic' or 'data.text') in the config");
+  if (npz) c.data_npz = resolve(base_dir, *npz);
+  if (text) parse_text_data(t, w, base_dir, c);
+  else if (t.get("val_fraction") || t.get("val_every") || t.get("val_windows"))
+    throw InputError("'data.val_fraction', 'data.val_every' and 'data.val_windows' need 'data.text'");
+  if (syn) {
+    c.synthetic = *syn;
+    if (c.synthetic != "regression" && c.synthetic != "blobs" && c.synthetic != "copy" &&
+        c.synthetic != "reverse")
+      throw InputError("unknown synthetic data '" + c.synthetic +
+                       "' (regression blobs copy reverse)");
+  }
+  if (auto v = get_int(t, w, "n", false)) c.data_n = *v;
+  if (auto v = get_num(t, w, "noise", false)) c.noise = *v;
+  if (auto v = get_num(t, w, "spread", false)) c.spread = *v;
+  c.batch_size = *get_int(t, w, "batch_size", true);
+  if (auto v = get_bool(t, w, "shuffle")) c.shuffle = *v;
+  in_range(c.batch_size, 1, kMaxBatch, "data.batch_size");
+  in_range(c.data_n, 1, kMaxDataN, "data.n");
+  if (!std::isfinite(c.noise) || !std::isfinite(c.spread))
+    throw InputError("'data.noise' and 'data.spread' must be finite");
+}
+
+/// [loss]: the loss, which the model kind constrains.
+void parse_loss_section(const toml::table& root, TrainConfig& c) {
+  const toml::table& t = *table(root, "loss", true);
+  check_keys(t, "loss.", {"kind"});
+  c.loss = *get_str(t, "loss.", "kind", true);
+  if (c.loss != "mse" && c.loss != "cross_entropy")
+    throw InputError("unknown loss '" + c.loss + "' (mse cross_entropy)");
+  if (c.model_kind == "transformer" && c.loss != "cross_entropy")
+    throw InputError("the transformer needs loss.kind = \"cross_entropy\"");
+}
+
+/// [optimizer]: the optimizer, its hyperparameters and its state dtypes.
+void parse_optimizer_section(const toml::table& root, TrainConfig& c) {
+  const toml::table& t = *table(root, "optimizer", true);
+  const std::string w = "optimizer.";
+  check_keys(t, w, {"kind", "lr", "momentum", "dampening", "nesterov", "weight_decay", "betas",
+                    "eps", "state_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                    "momentum_buffer_dtype"});
+  auto& o = c.optimizer;
+  o.kind = *get_str(t, w, "kind", true);
+  if (o.kind != "sgd" && o.kind != "adam" && o.kind != "adamw")
+    throw InputError("unknown optimizer '" + o.kind + "' (sgd adam adamw)");
+  if (o.kind == "adamw") o.weight_decay = 1e-2;
+  o.lr = *get_num(t, w, "lr", true);
+  if (auto v = get_num(t, w, "momentum", false)) o.momentum = *v;
+  if (auto v = get_num(t, w, "dampening", false)) o.dampening = *v;
+  if (auto v = get_bool(t, w, "nesterov")) o.nesterov = *v;
+  if (auto v = get_num(t, w, "weight_decay", false)) o.weight_decay = *v;
+  if (auto v = get_num(t, w, "eps", false)) o.eps = *v;
+  const auto betas = get_num_array(t, w, "betas", false, false);
+  if (!betas.empty()) {
+    if (betas.size() != 2) throw InputError("'optimizer.betas' needs two numbers");
+    o.beta1 = betas[0];
+    o.beta2 = betas[1];
+  }
+  if (o.kind != "sgd" && (t.get("momentum") || t.get("dampening") || t.get("nesterov")))
+    throw InputError("momentum/dampening/nesterov are SGD options");
+  if (o.kind == "sgd" && (t.get("betas") || t.get("eps")))
+    throw InputError("betas/eps are Adam options");
+  parse_state_dtypes(t, w, o);
+  std::vector<Param> none;
+  Optimizer probe(o, none);  // validates the values
+}
+
+/// [precision]: the policy (a preset or custom) and everything that refines it.
+void parse_precision_section(const toml::table& root, TrainConfig& c) {
+  const toml::table& t = *table(root, "precision", true);
+  const std::string w = "precision.";
+  check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
+                    "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
+                    "amax_compute_algo", "forward_rounding", "backward_rounding",
+                    "update_rounding", "update", "compensation", "sr_random_bits"});
+  const std::string name = *get_str(t, w, "policy", true);
+  if (name == "custom") {
+    c.policy = Policy{};
+    c.policy.name = "custom";
+    if (!t.get("low")) throw InputError("missing field 'precision.low' (needed by a custom policy)");
+  } else {
+    c.policy = preset_policy(name);
+  }
+  if (auto low = get_str(t, w, "low", false)) {
+    const DType d = parse_dtype(*low);
+    if (c.policy.fp8) {
+      throw InputError("'precision.low' does not apply to fp8-hybrid (use fp8_forward/fp8_backward)");
+    }
+    const bool pure = c.policy.param_dtype.is_low();
+    c.policy.low = d;
+    if (pure) c.policy.param_dtype = c.policy.input_dtype = d;
+  }
+  if (auto pd = get_str(t, w, "params", false)) {
+    if (*pd == "low") {
+      c.policy.param_dtype = c.policy.input_dtype = c.policy.low;
+    } else {
+      c.policy.param_dtype = parse_dtype(*pd);
+      if (c.policy.param_dtype.is_f64()) throw InputError("'precision.params' cannot be fp64");
+    }
+  }
+  if (auto a = get_str(t, w, "accumulation", false)) {
+    accumulator_by_name(*a);
+    c.policy.accumulation = *a;
+  }
+  if (auto r = get_str(t, w, "rounding", false)) c.rounding = parse_rounding(*r);
+  if (auto b = get_int(t, w, "sr_random_bits", false)) {
+    if (*b < 1 || *b > 32) throw InputError("'precision.sr_random_bits' must be in 1..32");
+    c.sr_random_bits = int(*b);
+  }
+  if (const toml::node* ops = t.get("ops")) {
+    if (!ops->is_table()) throw InputError("'precision.ops' must be a table");
+    for (auto&& [k, v] : *ops->as_table()) {
+      const OpKind op = parse_op(k.str());
+      if (!v.is_string())
+        throw InputError("'precision.ops." + std::string(k.str()) + "' must be a string");
+      c.policy.set(op, parse_rule(*v.value<std::string_view>()));
+    }
+  }
+  parse_fp8_options(t, w, c.policy);
+  parse_update_options(t, w, c.policy);
+}
+
+/// [scaler]: none, static or dynamic loss scaling (optional section).
+void parse_scaler_section(const toml::table& root, TrainConfig& c) {
+  if (const toml::table* tp = table(root, "scaler", false)) {
+    const toml::table& t = *tp;
+    const std::string w = "scaler.";
+    const std::string kind = *get_str(t, w, "kind", true);
+    auto& s = c.scaler;
+    if (kind == "none") {
+      check_keys(t, w, {"kind"});
+      s.kind = ScalerConfig::Kind::none;
+    } else if (kind == "static") {
+      check_keys(t, w, {"kind", "scale", "mistake"});
+      s.kind = ScalerConfig::Kind::static_scale;
+      s.scale = *get_num(t, w, "scale", true);
+    } else if (kind == "dynamic") {
+      check_keys(t, w, {"kind", "init_scale", "growth_factor", "backoff_factor",
+                        "growth_interval", "mistake"});
+      s.kind = ScalerConfig::Kind::dynamic;
+      if (auto v = get_num(t, w, "init_scale", false)) s.init_scale = *v;
+      if (auto v = get_num(t, w, "growth_factor", false)) s.growth_factor = *v;
+      if (auto v = get_num(t, w, "backoff_factor", false)) s.backoff_factor = *v;
+      if (auto v = get_int(t, w, "growth_interval", false)) s.growth_interval = *v;
+    } else {
+      throw InputError("unknown scaler kind '" + kind + "' (none static dynamic)");
+    }
+    if (auto m = get_bool(t, w, "mistake")) s.mistake = *m;
+    validate(s);
+  }
+}
+
+/// [run]: steps, seed, the reference run.
+void parse_run_section(const toml::table& root, TrainConfig& c) {
+  const toml::table& t = *table(root, "run", true);
+  check_keys(t, "run.", {"steps", "seed", "reference"});
+  if (auto r = get_str(t, "run.", "reference", false)) {
+    if (*r != "fp32")
+      throw InputError("'run.reference' must be \"fp32\" (the only reference run), got '" + *r +
+                       "'");
+    c.reference = *r;
+  }
+  c.steps = *get_int(t, "run.", "steps", true);
+  if (c.steps < 1) throw InputError("'run.steps' must be >= 1");
+  in_range(c.steps, 1, kMaxSteps, "run.steps");
+  if (auto s = get_int(t, "run.", "seed", false)) {
+    if (*s < 0) throw InputError("'run.seed' must be >= 0");
+    c.seed = uint64_t(*s);
+  }
+}
+
+/// [trace]: the tracer's options (optional section).
+void parse_trace_section(const toml::table& root, TrainConfig& c) {
+  if (const toml::table* tp = table(root, "trace", false)) {
+    const std::string w = "trace.";
+    check_keys(*tp, w, {"enabled", "every", "underflow_tolerance", "k_min", "k_max"});
+    if (auto v = get_bool(*tp, w, "enabled")) c.trace = *v;
+    if (auto v = get_int(*tp, w, "every", false)) c.trace_every = *v;
+    if (auto v = get_num(*tp, w, "underflow_tolerance", false)) c.tracer.underflow_tolerance = *v;
+    if (auto v = get_int(*tp, w, "k_min", false)) c.tracer.k_min = to_int(*v, w + "k_min");
+    if (auto v = get_int(*tp, w, "k_max", false)) c.tracer.k_max = to_int(*v, w + "k_max");
+    if (c.trace_every < 1) throw InputError("'trace.every' must be >= 1");
+    if (c.tracer.k_min > c.tracer.k_max || c.tracer.k_min < -200 || c.tracer.k_max > 200)
+      throw InputError("'trace.k_min'..'trace.k_max' must be an increasing range within ±200");
+    if (!(c.tracer.underflow_tolerance >= 0 && c.tracer.underflow_tolerance <= 1))
+      throw InputError("'trace.underflow_tolerance' must be in [0, 1]");
+  }
+}
+
+/// [output]: extra files of a run (optional section).
+void parse_output_section(const toml::table& root, TrainConfig& c) {
+  if (const toml::table* tp = table(root, "output", false)) {
+    check_keys(*tp, "output.", {"weights", "grads"});
+    if (auto v = get_bool(*tp, "output.", "weights")) c.save_weights = *v;
+    if (auto v = get_bool(*tp, "output.", "grads")) c.save_grads = *v;
+  }
+}
+
 }  // namespace
 
 TrainConfig parse_config(const std::string& text, const std::string& base_dir,
@@ -278,260 +539,15 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
   check_keys(root, "", {"model", "data", "loss", "optimizer", "precision", "scaler", "run",
                         "trace", "output"});
 
-  // [model]
-  {
-    const toml::table& t = *table(root, "model", true);
-    const std::string w = "model.";
-    c.model_kind = *get_str(t, w, "kind", true);
-    if (c.model_kind == "mlp") {
-      check_keys(t, w, {"kind", "layers", "activation", "bias", "init"});
-      const std::vector<double> widths = get_num_array(t, w, "layers", true, true);
-      if (widths.size() < 2) throw InputError("'model.layers' needs at least two widths");
-      if (int64_t(widths.size()) > kMaxMlpLayers)
-        throw InputError("'model.layers' may have at most " + std::to_string(kMaxMlpLayers) +
-                         " widths, got " + std::to_string(widths.size()));
-      for (double v : widths) {  // integers as doubles: compare before converting
-        if (!(v >= 1 && v <= double(kMaxWidth)))
-          throw InputError("'model.layers' widths must be in 1.." + std::to_string(kMaxWidth));
-        c.mlp.layers.push_back(int(v));
-      }
-      if (auto a = get_str(t, w, "activation", false)) c.mlp.activation = *a;
-      if (auto b = get_bool(t, w, "bias")) c.mlp.bias = *b;
-      check_activation(c.mlp.activation);
-    } else if (c.model_kind == "transformer") {
-      check_keys(t, w, {"kind", "vocab", "d_model", "heads", "blocks", "seq_len", "mlp_ratio",
-                        "activation", "causal", "tie_embeddings", "init"});
-      auto& m = c.transformer;
-      // Every size in 64 bits against its limit before it becomes an int; products of sizes
-      // (d_model * mlp_ratio) are bounded too, so nothing downstream wraps.
-      m.vocab = int(in_range(*get_int(t, w, "vocab", true), 2, kMaxWidth, w + "vocab"));
-      m.seq_len = int(in_range(*get_int(t, w, "seq_len", true), 1, kMaxSeqLen, w + "seq_len"));
-      m.d_model = int(in_range(*get_int(t, w, "d_model", true), 1, kMaxDModel, w + "d_model"));
-      if (auto v = get_int(t, w, "heads", false))
-        m.heads = int(in_range(*v, 1, m.d_model, w + "heads"));
-      if (auto v = get_int(t, w, "blocks", false))
-        m.blocks = int(in_range(*v, 1, kMaxBlocks, w + "blocks"));
-      if (auto v = get_int(t, w, "mlp_ratio", false))
-        m.mlp_ratio = int(in_range(*v, 1, kMaxWidth, w + "mlp_ratio"));
-      if (auto a = get_str(t, w, "activation", false)) m.activation = *a;
-      if (auto b = get_bool(t, w, "causal")) m.causal = *b;
-      if (auto b = get_bool(t, w, "tie_embeddings")) m.tie_embeddings = *b;
-      check_activation(m.activation);
-      if (m.heads > m.d_model) throw InputError("'model.heads' must be at most 'model.d_model'");
-      if (m.d_model % m.heads) throw InputError("'model.d_model' must be a multiple of 'model.heads'");
-      if (int64_t(m.d_model) * m.mlp_ratio > kMaxWidth)
-        throw InputError("'model.d_model' * 'model.mlp_ratio' (the MLP width) must be at most " +
-                         std::to_string(kMaxWidth) + ", got " +
-                         std::to_string(int64_t(m.d_model) * m.mlp_ratio));
-    } else {
-      throw InputError("unknown model kind '" + c.model_kind + "' (mlp transformer)");
-    }
-    if (auto p = get_str(t, w, "init", false)) c.init_npz = resolve(base_dir, *p);
-  }
-
-  // [data]
-  {
-    const toml::table& t = *table(root, "data", true);
-    const std::string w = "data.";
-    check_keys(t, w, {"npz", "synthetic", "text", "val_fraction", "val_every", "val_windows", "n",
-                      "noise", "spread", "batch_size", "shuffle"});
-    auto npz = get_str(t, w, "npz", false);
-    auto syn = get_str(t, w, "synthetic", false);
-    const bool text = t.get("text") != nullptr;
-    if (int(bool(npz)) + int(bool(syn)) + int(text) > 1)
-      throw InputError("'data.npz', 'data.synthetic' and 'data.text' exclude each other");
-    if (!npz && !syn && !text)
-      throw InputError("missing field 'data.npz' (or 'data.synthetic' or 'data.text') in the config");
-    if (npz) c.data_npz = resolve(base_dir, *npz);
-    if (text) parse_text_data(t, w, base_dir, c);
-    else if (t.get("val_fraction") || t.get("val_every") || t.get("val_windows"))
-      throw InputError("'data.val_fraction', 'data.val_every' and 'data.val_windows' need 'data.text'");
-    if (syn) {
-      c.synthetic = *syn;
-      if (c.synthetic != "regression" && c.synthetic != "blobs" && c.synthetic != "copy" &&
-          c.synthetic != "reverse")
-        throw InputError("unknown synthetic data '" + c.synthetic +
-                         "' (regression blobs copy reverse)");
-    }
-    if (auto v = get_int(t, w, "n", false)) c.data_n = *v;
-    if (auto v = get_num(t, w, "noise", false)) c.noise = *v;
-    if (auto v = get_num(t, w, "spread", false)) c.spread = *v;
-    c.batch_size = *get_int(t, w, "batch_size", true);
-    if (auto v = get_bool(t, w, "shuffle")) c.shuffle = *v;
-    in_range(c.batch_size, 1, kMaxBatch, "data.batch_size");
-    in_range(c.data_n, 1, kMaxDataN, "data.n");
-    if (!std::isfinite(c.noise) || !std::isfinite(c.spread))
-      throw InputError("'data.noise' and 'data.spread' must be finite");
-  }
-
-  // [loss]
-  {
-    const toml::table& t = *table(root, "loss", true);
-    check_keys(t, "loss.", {"kind"});
-    c.loss = *get_str(t, "loss.", "kind", true);
-    if (c.loss != "mse" && c.loss != "cross_entropy")
-      throw InputError("unknown loss '" + c.loss + "' (mse cross_entropy)");
-    if (c.model_kind == "transformer" && c.loss != "cross_entropy")
-      throw InputError("the transformer needs loss.kind = \"cross_entropy\"");
-  }
-
-  // [optimizer]
-  {
-    const toml::table& t = *table(root, "optimizer", true);
-    const std::string w = "optimizer.";
-    check_keys(t, w, {"kind", "lr", "momentum", "dampening", "nesterov", "weight_decay", "betas",
-                      "eps", "state_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                      "momentum_buffer_dtype"});
-    auto& o = c.optimizer;
-    o.kind = *get_str(t, w, "kind", true);
-    if (o.kind != "sgd" && o.kind != "adam" && o.kind != "adamw")
-      throw InputError("unknown optimizer '" + o.kind + "' (sgd adam adamw)");
-    if (o.kind == "adamw") o.weight_decay = 1e-2;
-    o.lr = *get_num(t, w, "lr", true);
-    if (auto v = get_num(t, w, "momentum", false)) o.momentum = *v;
-    if (auto v = get_num(t, w, "dampening", false)) o.dampening = *v;
-    if (auto v = get_bool(t, w, "nesterov")) o.nesterov = *v;
-    if (auto v = get_num(t, w, "weight_decay", false)) o.weight_decay = *v;
-    if (auto v = get_num(t, w, "eps", false)) o.eps = *v;
-    const auto betas = get_num_array(t, w, "betas", false, false);
-    if (!betas.empty()) {
-      if (betas.size() != 2) throw InputError("'optimizer.betas' needs two numbers");
-      o.beta1 = betas[0];
-      o.beta2 = betas[1];
-    }
-    if (o.kind != "sgd" && (t.get("momentum") || t.get("dampening") || t.get("nesterov")))
-      throw InputError("momentum/dampening/nesterov are SGD options");
-    if (o.kind == "sgd" && (t.get("betas") || t.get("eps")))
-      throw InputError("betas/eps are Adam options");
-    parse_state_dtypes(t, w, o);
-    std::vector<Param> none;
-    Optimizer probe(o, none);  // validates the values
-  }
-
-  // [precision]
-  {
-    const toml::table& t = *table(root, "precision", true);
-    const std::string w = "precision.";
-    check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
-                      "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
-                      "amax_compute_algo", "forward_rounding", "backward_rounding",
-                      "update_rounding", "update", "compensation", "sr_random_bits"});
-    const std::string name = *get_str(t, w, "policy", true);
-    if (name == "custom") {
-      c.policy = Policy{};
-      c.policy.name = "custom";
-      if (!t.get("low")) throw InputError("missing field 'precision.low' (needed by a custom policy)");
-    } else {
-      c.policy = preset_policy(name);
-    }
-    if (auto low = get_str(t, w, "low", false)) {
-      const DType d = parse_dtype(*low);
-      if (c.policy.fp8) {
-        throw InputError("'precision.low' does not apply to fp8-hybrid (use fp8_forward/fp8_backward)");
-      }
-      const bool pure = c.policy.param_dtype.is_low();
-      c.policy.low = d;
-      if (pure) c.policy.param_dtype = c.policy.input_dtype = d;
-    }
-    if (auto pd = get_str(t, w, "params", false)) {
-      if (*pd == "low") {
-        c.policy.param_dtype = c.policy.input_dtype = c.policy.low;
-      } else {
-        c.policy.param_dtype = parse_dtype(*pd);
-        if (c.policy.param_dtype.is_f64()) throw InputError("'precision.params' cannot be fp64");
-      }
-    }
-    if (auto a = get_str(t, w, "accumulation", false)) {
-      accumulator_by_name(*a);
-      c.policy.accumulation = *a;
-    }
-    if (auto r = get_str(t, w, "rounding", false)) c.rounding = parse_rounding(*r);
-    if (auto b = get_int(t, w, "sr_random_bits", false)) {
-      if (*b < 1 || *b > 32) throw InputError("'precision.sr_random_bits' must be in 1..32");
-      c.sr_random_bits = int(*b);
-    }
-    if (const toml::node* ops = t.get("ops")) {
-      if (!ops->is_table()) throw InputError("'precision.ops' must be a table");
-      for (auto&& [k, v] : *ops->as_table()) {
-        const OpKind op = parse_op(k.str());
-        if (!v.is_string())
-          throw InputError("'precision.ops." + std::string(k.str()) + "' must be a string");
-        c.policy.set(op, parse_rule(*v.value<std::string_view>()));
-      }
-    }
-    parse_fp8_options(t, w, c.policy);
-    parse_update_options(t, w, c.policy);
-  }
-
-  // [scaler]
-  if (const toml::table* tp = table(root, "scaler", false)) {
-    const toml::table& t = *tp;
-    const std::string w = "scaler.";
-    const std::string kind = *get_str(t, w, "kind", true);
-    auto& s = c.scaler;
-    if (kind == "none") {
-      check_keys(t, w, {"kind"});
-      s.kind = ScalerConfig::Kind::none;
-    } else if (kind == "static") {
-      check_keys(t, w, {"kind", "scale", "mistake"});
-      s.kind = ScalerConfig::Kind::static_scale;
-      s.scale = *get_num(t, w, "scale", true);
-    } else if (kind == "dynamic") {
-      check_keys(t, w, {"kind", "init_scale", "growth_factor", "backoff_factor",
-                        "growth_interval", "mistake"});
-      s.kind = ScalerConfig::Kind::dynamic;
-      if (auto v = get_num(t, w, "init_scale", false)) s.init_scale = *v;
-      if (auto v = get_num(t, w, "growth_factor", false)) s.growth_factor = *v;
-      if (auto v = get_num(t, w, "backoff_factor", false)) s.backoff_factor = *v;
-      if (auto v = get_int(t, w, "growth_interval", false)) s.growth_interval = *v;
-    } else {
-      throw InputError("unknown scaler kind '" + kind + "' (none static dynamic)");
-    }
-    if (auto m = get_bool(t, w, "mistake")) s.mistake = *m;
-    validate(s);
-  }
-
-  // [run]
-  {
-    const toml::table& t = *table(root, "run", true);
-    check_keys(t, "run.", {"steps", "seed", "reference"});
-    if (auto r = get_str(t, "run.", "reference", false)) {
-      if (*r != "fp32")
-        throw InputError("'run.reference' must be \"fp32\" (the only reference run), got '" + *r +
-                         "'");
-      c.reference = *r;
-    }
-    c.steps = *get_int(t, "run.", "steps", true);
-    if (c.steps < 1) throw InputError("'run.steps' must be >= 1");
-    in_range(c.steps, 1, kMaxSteps, "run.steps");
-    if (auto s = get_int(t, "run.", "seed", false)) {
-      if (*s < 0) throw InputError("'run.seed' must be >= 0");
-      c.seed = uint64_t(*s);
-    }
-  }
-
-  // [trace]
-  if (const toml::table* tp = table(root, "trace", false)) {
-    const std::string w = "trace.";
-    check_keys(*tp, w, {"enabled", "every", "underflow_tolerance", "k_min", "k_max"});
-    if (auto v = get_bool(*tp, w, "enabled")) c.trace = *v;
-    if (auto v = get_int(*tp, w, "every", false)) c.trace_every = *v;
-    if (auto v = get_num(*tp, w, "underflow_tolerance", false)) c.tracer.underflow_tolerance = *v;
-    if (auto v = get_int(*tp, w, "k_min", false)) c.tracer.k_min = to_int(*v, w + "k_min");
-    if (auto v = get_int(*tp, w, "k_max", false)) c.tracer.k_max = to_int(*v, w + "k_max");
-    if (c.trace_every < 1) throw InputError("'trace.every' must be >= 1");
-    if (c.tracer.k_min > c.tracer.k_max || c.tracer.k_min < -200 || c.tracer.k_max > 200)
-      throw InputError("'trace.k_min'..'trace.k_max' must be an increasing range within ±200");
-    if (!(c.tracer.underflow_tolerance >= 0 && c.tracer.underflow_tolerance <= 1))
-      throw InputError("'trace.underflow_tolerance' must be in [0, 1]");
-  }
-
-  // [output]
-  if (const toml::table* tp = table(root, "output", false)) {
-    check_keys(*tp, "output.", {"weights", "grads"});
-    if (auto v = get_bool(*tp, "output.", "weights")) c.save_weights = *v;
-    if (auto v = get_bool(*tp, "output.", "grads")) c.save_grads = *v;
-  }
+  parse_model_section(root, base_dir, c);
+  parse_data_section(root, base_dir, c);
+  parse_loss_section(root, c);
+  parse_optimizer_section(root, c);
+  parse_precision_section(root, c);
+  parse_scaler_section(root, c);
+  parse_run_section(root, c);
+  parse_trace_section(root, c);
+  parse_output_section(root, c);
   return c;
 }
 
