@@ -412,130 +412,10 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
 
 namespace {
 
-TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
-                            const TrainOptions& o) {
-  const std::string d = out_dir + "/";
-  AtomicFile steps(d + "steps.csv"), trace(d + "trace.csv"), window(d + "scale_window.csv"),
-      updates(d + "updates.csv");
-  updates.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
-  steps.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,grad_values,"
-                 "grad_underflow,grad_overflow,k_low,k_high,val_loss\n";
-  trace.out() << kTraceCsvHeader;
-  window.out() << kWindowCsvHeader;
-  // Each step's gradients go to disk as the run goes (grads.npz is built from them at the end).
-  std::unique_ptr<NpzWriter> grads_out;
-  if (c.save_grads) grads_out = std::make_unique<NpzWriter>(d + "grads.npz");
-  // Rows are assembled with std::to_chars (locale-free, shortest round-trip text) and written
-  // with one call per step and file.
-  std::string line;
-  auto num = [&line](auto v) {
-    char b[64];
-    line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-  };
-  auto sep = [&line]() { line += ','; };
-  // Optimizer state rounded into a low-precision dtype: values that underflowed or
-  // overflowed, summed over the traced steps (manifest summary).
-  uint64_t state_values = 0, state_underflow = 0, state_overflow = 0;
-  auto on_step = [&](const StepRow& r, const StepTrace* st, const std::vector<Param>& params,
-                     const std::vector<std::vector<float>>& grads) {
-    line.clear();
-    num(r.step), sep(), num(float(r.loss)), sep(), num(r.loss_scale), sep(), num(int(r.found_inf));
-    sep(), num(int(r.skipped)), sep(), num(r.growth_tracker), sep(), num(r.next_scale), sep();
-    if (st) {
-      const GradCounts g = grad_counts(*st);
-      num(g.values), sep(), num(g.underflow), sep(), num(g.overflow), sep();
-      line += k_str(st->k_low) + ',' + k_str(st->k_high);
-    } else {
-      line += ",,,,";
-    }
-    sep();
-    if (!std::isnan(r.val_loss)) num(float(r.val_loss));
-    line += '\n';
-    steps.out() << line;
-    if (st) {
-      line.clear();
-      for (const TraceRecord& t : st->records) {
-        const EventCounts& e = t.events;
-        if (t.kind == TraceKind::optimizer_state) {
-          state_values += e.total;
-          state_underflow += e.underflow;
-          state_overflow += e.overflow;
-        }
-        append_trace_columns(line, st->step, t);
-        line += '\n';
-      }
-      trace.out() << line;
-      // Scales are predicted from low-precision gradient roundings; with none there is nothing
-      // to predict (fp32) and no rows are written.
-      line.clear();
-      for (const WindowRow& w : st->window) {
-        if (w.values == 0) continue;
-        append_window_columns(line, st->step, st->loss_scale, w, c.tracer.underflow_tolerance);
-        line += '\n';
-      }
-      window.out() << line;
-      line.clear();
-      for (const UpdateRow& u : r.updates) {
-        num(r.step), sep();
-        line += u.name + ',' + u.dtype + ',';
-        num(u.elements), sep(), num(u.nonzero), sep(), num(u.vanished), sep();
-        if (!std::isnan(u.drift)) num(u.drift);
-        line += '\n';
-      }
-      updates.out() << line;
-    }
-    if (grads_out)
-      for (size_t i = 0; i < params.size(); ++i)
-        grads_out->add_f4("step" + std::to_string(r.step) + "." + params[i].name,
-                          params[i].t.shape(), grads[i].data(), grads[i].size());
-  };
-  TrainSummary sum = train(c, o, on_step);
-
-  {
-    AtomicFile mem(d + "memory.csv");
-    mem.out() << "category,dtype,elements,bytes\n";
-    for (const MemoryRow& m : sum.memory)
-      mem.out() << m.category << ',' << m.dtype << ',' << m.elements << ',' << m.bytes << '\n';
-    mem.commit();
-  }
-  steps.commit();
-  trace.commit();
-  window.commit();
-  updates.commit();
-  std::vector<std::string> outputs{"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
-                                   "updates.csv"};
-  if (c.save_weights) {
-    std::vector<std::pair<std::string, NpyArray>> arrays;
-    for (const Param& p : sum.final_params) {
-      NpyArray a;
-      a.dtype = "f4";
-      a.shape = p.t.shape();
-      a.values = p.t.data();
-      arrays.emplace_back(p.name, a);
-    }
-    write_npz(d + "weights.npz", arrays);
-    outputs.push_back("weights.npz");
-  }
-  if (c.save_grads) {
-    grads_out->commit();
-    outputs.push_back("grads.npz");
-  }
-
-  using nlohmann::json;
-  json m;
-  m["halfway_version"] = sim_version();
-  m["git_revision"] = git_revision();
-  m["seed"] = c.seed;
-  m["config_file"] = c.source_name;
-  // A run stopped by SIGINT/SIGTERM holds the files of its finished steps only.
-  m["complete"] = sum.complete();
-  m["steps_done"] = sum.steps_done;
-  try {
-    m["config"] = json::parse(c.config_json);
-  } catch (const json::exception&) {
-    m["config"] = c.config_json;  // TOML values JSON cannot hold (inf, nan): keep the text
-  }
-  json pol;
+/// The manifest's "policy": the resolved policy, its per-role roundings and update, fp8 recipe
+/// and the rule of every op.
+nlohmann::json policy_json(const TrainConfig& c) {
+  nlohmann::json pol;
   pol["name"] = c.policy.name;
   pol["low"] = c.policy.low.name();
   pol["params"] = c.policy.param_dtype.name();
@@ -544,7 +424,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   pol["accumulation"] = c.policy.accumulation;
   pol["rounding"] = rounding_name(c.rounding);
   if (c.policy.role_rounding != decltype(c.policy.role_rounding){}) {
-    json roles = json::object();
+    nlohmann::json roles = nlohmann::json::object();
     for (int r = 0; r < kRoleCount; ++r)
       roles[role_name(Role(r))] = rounding_name(c.policy.rounding(Role(r), c.rounding));
     pol["role_rounding"] = roles;
@@ -563,22 +443,199 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
     }
     pol["margin"] = c.policy.fp8_config.margin;
   }
-  json rules = json::object();
+  nlohmann::json rules = nlohmann::json::object();
   for (int i = 0; i < kOpCount; ++i)
     rules[op_name(OpKind(i))] = rule_name(c.policy.rule(OpKind(i)));
   pol["rules"] = rules;
-  m["policy"] = pol;
-  {
-    const OptimizerConfig& oc = c.optimizer;
-    json st = json::object();
-    if (oc.kind == "sgd") {
-      if (oc.momentum != 0) st["momentum_buffer"] = oc.momentum_buffer_dtype.name();
-    } else {
-      st["exp_avg"] = oc.exp_avg_dtype.name();
-      st["exp_avg_sq"] = oc.exp_avg_sq_dtype.name();
-    }
-    m["optimizer_state"] = st;
+  return pol;
+}
+
+/// The manifest's "optimizer_state": each state's dtype.
+nlohmann::json optimizer_state_json(const OptimizerConfig& oc) {
+  nlohmann::json st = nlohmann::json::object();
+  if (oc.kind == "sgd") {
+    if (oc.momentum != 0) st["momentum_buffer"] = oc.momentum_buffer_dtype.name();
+  } else {
+    st["exp_avg"] = oc.exp_avg_dtype.name();
+    st["exp_avg_sq"] = oc.exp_avg_sq_dtype.name();
   }
+  return st;
+}
+
+void write_memory_csv(const std::string& path, const std::vector<MemoryRow>& rows) {
+  AtomicFile mem(path);
+  mem.out() << "category,dtype,elements,bytes\n";
+  for (const MemoryRow& m : rows)
+    mem.out() << m.category << ',' << m.dtype << ',' << m.elements << ',' << m.bytes << '\n';
+  mem.commit();
+}
+
+/// The final parameters as float32 arrays, by name.
+void write_weights_npz(const std::string& path, const std::vector<Param>& params) {
+  std::vector<std::pair<std::string, NpyArray>> arrays;
+  for (const Param& p : params) {
+    NpyArray a;
+    a.dtype = "f4";
+    a.shape = p.t.shape();
+    a.values = p.t.data();
+    arrays.emplace_back(p.name, a);
+  }
+  write_npz(path, arrays);
+}
+
+/// The files a run writes as it goes: steps.csv, trace.csv, scale_window.csv and updates.csv
+/// (committed at the end) and grads.npz's gradients. Rows are assembled with std::to_chars
+/// (locale-free, shortest round-trip text) and written with one call per step and file.
+class RunFiles {
+ public:
+  RunFiles(const TrainConfig& c, const std::string& d)
+      : c_(c),
+        steps_(d + "steps.csv"),
+        trace_(d + "trace.csv"),
+        window_(d + "scale_window.csv"),
+        updates_(d + "updates.csv") {
+    updates_.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
+    steps_.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
+                    "grad_values,grad_underflow,grad_overflow,k_low,k_high,val_loss\n";
+    trace_.out() << kTraceCsvHeader;
+    window_.out() << kWindowCsvHeader;
+    // Each step's gradients go to disk as the run goes (grads.npz is built at the end).
+    if (c.save_grads) grads_ = std::make_unique<NpzWriter>(d + "grads.npz");
+  }
+
+  void add_step(const StepRow& r, const StepTrace* st, const std::vector<Param>& params,
+                const std::vector<std::vector<float>>& grads) {
+    step_row(r, st);
+    if (st) {
+      trace_rows(*st);
+      window_rows(*st);
+      update_rows(r);
+    }
+    if (grads_)
+      for (size_t i = 0; i < params.size(); ++i)
+        grads_->add_f4("step" + std::to_string(r.step) + "." + params[i].name,
+                       params[i].t.shape(), grads[i].data(), grads[i].size());
+  }
+
+  void commit() {
+    steps_.commit();
+    trace_.commit();
+    window_.commit();
+    updates_.commit();
+    if (grads_) grads_->commit();
+  }
+
+  /// Optimizer state rounded into a low-precision dtype: values that underflowed or
+  /// overflowed, summed over the traced steps (manifest summary).
+  uint64_t state_values = 0, state_underflow = 0, state_overflow = 0;
+
+ private:
+  template <class T>
+  void num(T v) {
+    char b[64];
+    line_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+  }
+  void sep() { line_ += ','; }
+
+  void step_row(const StepRow& r, const StepTrace* st) {
+    line_.clear();
+    num(r.step), sep(), num(float(r.loss)), sep(), num(r.loss_scale), sep();
+    num(int(r.found_inf)), sep(), num(int(r.skipped)), sep(), num(r.growth_tracker), sep();
+    num(r.next_scale), sep();
+    if (st) {
+      const GradCounts g = grad_counts(*st);
+      num(g.values), sep(), num(g.underflow), sep(), num(g.overflow), sep();
+      line_ += k_str(st->k_low) + ',' + k_str(st->k_high);
+    } else {
+      line_ += ",,,,";
+    }
+    sep();
+    if (!std::isnan(r.val_loss)) num(float(r.val_loss));
+    line_ += '\n';
+    steps_.out() << line_;
+  }
+
+  void trace_rows(const StepTrace& st) {
+    line_.clear();
+    for (const TraceRecord& t : st.records) {
+      if (t.kind == TraceKind::optimizer_state) {
+        state_values += t.events.total;
+        state_underflow += t.events.underflow;
+        state_overflow += t.events.overflow;
+      }
+      append_trace_columns(line_, st.step, t);
+      line_ += '\n';
+    }
+    trace_.out() << line_;
+  }
+
+  /// Scales are predicted from low-precision gradient roundings; with none there is nothing to
+  /// predict (fp32) and no rows are written.
+  void window_rows(const StepTrace& st) {
+    line_.clear();
+    for (const WindowRow& w : st.window) {
+      if (w.values == 0) continue;
+      append_window_columns(line_, st.step, st.loss_scale, w, c_.tracer.underflow_tolerance);
+      line_ += '\n';
+    }
+    window_.out() << line_;
+  }
+
+  void update_rows(const StepRow& r) {
+    line_.clear();
+    for (const UpdateRow& u : r.updates) {
+      num(r.step), sep();
+      line_ += u.name + ',' + u.dtype + ',';
+      num(u.elements), sep(), num(u.nonzero), sep(), num(u.vanished), sep();
+      if (!std::isnan(u.drift)) num(u.drift);
+      line_ += '\n';
+    }
+    updates_.out() << line_;
+  }
+
+  const TrainConfig& c_;
+  AtomicFile steps_, trace_, window_, updates_;
+  std::unique_ptr<NpzWriter> grads_;
+  std::string line_;
+};
+
+TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
+                            const TrainOptions& o) {
+  const std::string d = out_dir + "/";
+  RunFiles files(c, d);
+  TrainSummary sum = train(c, o, [&](const StepRow& r, const StepTrace* st,
+                                     const std::vector<Param>& params,
+                                     const std::vector<std::vector<float>>& grads) {
+    files.add_step(r, st, params, grads);
+  });
+
+
+  write_memory_csv(d + "memory.csv", sum.memory);
+  files.commit();
+  std::vector<std::string> outputs{"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
+                                   "updates.csv"};
+  if (c.save_weights) {
+    write_weights_npz(d + "weights.npz", sum.final_params);
+    outputs.push_back("weights.npz");
+  }
+  if (c.save_grads) outputs.push_back("grads.npz");
+
+  using nlohmann::json;
+  json m;
+  m["halfway_version"] = sim_version();
+  m["git_revision"] = git_revision();
+  m["seed"] = c.seed;
+  m["config_file"] = c.source_name;
+  // A run stopped by SIGINT/SIGTERM holds the files of its finished steps only.
+  m["complete"] = sum.complete();
+  m["steps_done"] = sum.steps_done;
+  try {
+    m["config"] = json::parse(c.config_json);
+  } catch (const json::exception&) {
+    m["config"] = c.config_json;  // TOML values JSON cannot hold (inf, nan): keep the text
+  }
+  m["policy"] = policy_json(c);
+  m["optimizer_state"] = optimizer_state_json(c.optimizer);
   m["reference"] = c.reference.empty() ? json(nullptr) : json(c.reference);
   m["outputs"] = outputs;
   json s;
@@ -588,9 +645,10 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   s["found_inf_steps"] = sum.found_inf;
   s["skipped_steps"] = sum.skipped;
   s["memory_bytes"] = total_bytes(sum.memory);
-  if (state_values)
-    s["optimizer_state"] = {{"values", state_values}, {"underflow", state_underflow},
-                            {"overflow", state_overflow}};
+  if (files.state_values)
+    s["optimizer_state"] = {{"values", files.state_values},
+                            {"underflow", files.state_underflow},
+                            {"overflow", files.state_overflow}};
   if (sum.window_known && sum.k_low != INT_MIN)
     s["safe_window"] = {{"k_low", sum.k_low}, {"k_high", sum.k_high}};
   else
