@@ -366,79 +366,74 @@ std::string run_dir_name(int i) {
   return buf;
 }
 
-SweepDef load_sweep(const std::string& path) {
-  SweepDef d;
-  d.path = path;
-  d.base_dir = fs::path(path).parent_path().string();
-  if (d.base_dir.empty()) d.base_dir = ".";
-  const std::string text = sim::read_text_file(path);  // regular, at most 1 MiB
-  toml::table root;
+/// A TOML file parsed, its errors as "FILE:LINE: description" input errors.
+toml::table parse_toml_file(const std::string& text, const std::string& path) {
   try {
-    root = toml::parse(text, path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw InputError(path + ":" + std::to_string(e.source().begin.line) + ": " +
                      one_line(std::string(e.description())));
   }
-  for (auto&& [k, v] : root) {
-    const std::string key(k.str());
-    if (key != "base" && key != "axes" && key != "case" && key != "name")
-      throw InputError(path + ": unknown top-level key '" + key +
-                       "' (expected base, axes, case, name)");
+}
+
+/// The sweep's base config: a table, or a config file named relative to the sweep.
+toml::table sweep_base(const toml::table& root, const std::string& path,
+                       const std::string& base_dir) {
+  const toml::node* b = root.get("base");
+  if (!b) return {};
+  if (auto s = b->as_string()) {
+    const std::string bp = (fs::path(base_dir) / s->get()).string();
+    return parse_toml_file(sim::read_text_file(bp), bp);
   }
-  toml::table base;
-  if (const toml::node* b = root.get("base")) {
-    if (auto s = b->as_string()) {
-      const std::string bp = (fs::path(d.base_dir) / s->get()).string();
-      try {
-        base = toml::parse(sim::read_text_file(bp), bp);
-      } catch (const toml::parse_error& e) {
-        throw InputError(bp + ":" + std::to_string(e.source().begin.line) + ": " +
-                         one_line(std::string(e.description())));
-      }
-    } else if (auto t = b->as_table()) {
-      base = *t;
-    } else {
-      throw InputError(path + ": 'base' must be a config file name or a table");
-    }
-  }
-  // Axes in file order.
-  std::vector<std::pair<std::string, std::vector<std::shared_ptr<toml::node>>>> axes;
-  if (const toml::node* a = root.get("axes")) {
-    const toml::table* t = a->as_table();
-    if (!t) throw InputError(path + ": [axes] must be a table of KEY = [values]");
-    std::vector<std::tuple<uint32_t, uint32_t, std::string>> order;
-    for (auto&& [k, v] : *t) {
-      order.emplace_back(v.source().begin.line, v.source().begin.column, std::string(k.str()));
-    }
-    std::sort(order.begin(), order.end());
-    for (const auto& [line, col, key] : order) {
-      if (key.find('.') == std::string::npos) {
-        // A bundle axis: each value is { name = "...", "TABLE.OPTION" = value, ... }.
-        const toml::array* arr = t->get(key)->as_array();
-        if (!arr || arr->empty())
-          throw InputError("axis '" + key + "' must name a config key as TABLE.OPTION (e.g. "
+  if (auto t = b->as_table()) return *t;
+  throw InputError(path + ": 'base' must be a config file name or a table");
+}
+
+using Axis = std::pair<std::string, std::vector<std::shared_ptr<toml::node>>>;
+
+/// A bundle axis (a key without a dot): each value is { name = "...", "TABLE.OPTION" = ... }.
+void check_bundle_axis(const std::string& key, const toml::node* values) {
+  const toml::array* arr = values->as_array();
+  const std::string what = "axis '" + key + "' must name a config key as TABLE.OPTION (e.g. "
                            "scaler.scale), or be a list of { name = ..., \"TABLE.OPTION\" = "
-                           "... } bundles");
-        for (const toml::node& v : *arr) {
-          const toml::table* b = v.as_table();
-          if (!b || !b->get_as<std::string>("name"))
-            throw InputError("axis '" + key + "' must name a config key as TABLE.OPTION (e.g. "
-                             "scaler.scale), or be a list of { name = ..., \"TABLE.OPTION\" = "
-                             "... } bundles");
-          for (auto&& [bk, bv] : *b)
-            if (bk.str() != "name")
-              check_key_syntax(std::string(bk.str()), "axis '" + key + "' key");
-        }
-      }
-      axes.emplace_back(key, axis_values(key, *t->get(key)));
-      d.axis_keys.push_back(key);
-    }
+                           "... } bundles";
+  if (!arr || arr->empty()) throw InputError(what);
+  for (const toml::node& v : *arr) {
+    const toml::table* b = v.as_table();
+    if (!b || !b->get_as<std::string>("name")) throw InputError(what);
+    for (auto&& [bk, bv] : *b)
+      if (bk.str() != "name") check_key_syntax(std::string(bk.str()), "axis '" + key + "' key");
   }
-  struct Case {
-    std::string name;
-    std::vector<std::pair<std::string, const toml::node*>> set;
-  };
-  std::vector<Case> cases;
+}
+
+/// [axes], in file order (their keys also go to d.axis_keys).
+std::vector<Axis> sweep_axes(const toml::table& root, const std::string& path, SweepDef& d) {
+  std::vector<Axis> axes;
+  const toml::node* a = root.get("axes");
+  if (!a) return axes;
+  const toml::table* t = a->as_table();
+  if (!t) throw InputError(path + ": [axes] must be a table of KEY = [values]");
+  std::vector<std::tuple<uint32_t, uint32_t, std::string>> order;
+  for (auto&& [k, v] : *t)
+    order.emplace_back(v.source().begin.line, v.source().begin.column, std::string(k.str()));
+  std::sort(order.begin(), order.end());
+  for (const auto& [line, col, key] : order) {
+    if (key.find('.') == std::string::npos) check_bundle_axis(key, t->get(key));
+    axes.emplace_back(key, axis_values(key, *t->get(key)));
+    d.axis_keys.push_back(key);
+  }
+  return axes;
+}
+
+struct SweepCase {
+  std::string name;
+  std::vector<std::pair<std::string, const toml::node*>> set;
+};
+
+/// The [[case]] tables (one unnamed case without them).
+std::vector<SweepCase> sweep_cases(const toml::table& root, const std::string& path,
+                                   SweepDef& d) {
+  std::vector<SweepCase> cases;
   if (const toml::node* c = root.get("case")) {
     const toml::array* arr = c->as_array();
     if (!arr || !arr->is_array_of_tables())
@@ -446,11 +441,11 @@ SweepDef load_sweep(const std::string& path) {
     d.has_cases = true;
     for (const toml::node& n : *arr) {
       const toml::table& t = *n.as_table();
-      Case cs;
+      SweepCase cs;
       const auto* nm = t.get_as<std::string>("name");
       if (!nm) throw InputError(path + ": every [[case]] needs name = \"...\"");
       cs.name = nm->get();
-      for (const Case& o : cases)
+      for (const SweepCase& o : cases)
         if (o.name == cs.name) throw InputError(path + ": duplicate case name '" + cs.name + "'");
       for (auto&& [k, v] : t) {
         const std::string key(k.str());
@@ -464,7 +459,71 @@ SweepDef load_sweep(const std::string& path) {
       cases.push_back(std::move(cs));
     }
   }
-  if (cases.empty()) cases.push_back(Case{});
+  if (cases.empty()) cases.push_back(SweepCase{});
+  return cases;
+}
+
+/// Sets one axis value in cfg (a bundle sets each of its keys); returns the value's text.
+std::string apply_axis(toml::table& cfg, const std::string& key, const toml::node& v) {
+  if (key.find('.') != std::string::npos) {
+    set_key(cfg, key, v);
+    return value_text(v);
+  }
+  for (auto&& [bk, bv] : *v.as_table())
+    if (bk.str() != "name") set_key(cfg, std::string(bk.str()), bv);
+  return v.as_table()->get_as<std::string>("name")->get();
+}
+
+/// A run's config that does not parse: names the axis whose setting breaks it (the config
+/// parses without that axis) when there is one.
+[[noreturn]] void blame_axis(const std::string& path, const SweepDef& d, const toml::table& base,
+                             const SweepCase& cs, const std::vector<Axis>& axes,
+                             const std::vector<size_t>& idx, const std::string& where,
+                             const InputError& e) {
+  for (size_t a = 0; a < axes.size(); ++a) {
+    if (axes[a].first.find('.') == std::string::npos) continue;
+    toml::table alt = base;
+    for (const auto& [k, v] : cs.set) set_key(alt, k, *v);
+    for (size_t b = 0; b < axes.size(); ++b)
+      if (b != a) apply_axis(alt, axes[b].first, *axes[b].second[idx[b]]);
+    std::ostringstream ao;
+    ao << toml::toml_formatter{alt};
+    try {
+      (void)sim::parse_config(ao.str(), d.base_dir, "config.toml");
+    } catch (const InputError&) {
+      continue;
+    }
+    throw InputError(path + ": axis '" + axes[a].first + "' (" + where + ") names no "
+                     "valid setting of this config: " + e.what());
+  }
+  throw InputError(path + ": " + where + ": " + e.what());
+}
+
+/// The next combination of axis values (the last axis fastest); false after the last one.
+bool next_combination(std::vector<size_t>& idx, const std::vector<Axis>& axes) {
+  for (size_t a = axes.size(); a-- > 0;) {
+    if (++idx[a] < axes[a].second.size()) return true;
+    idx[a] = 0;
+  }
+  return false;
+}
+
+SweepDef load_sweep(const std::string& path) {
+  SweepDef d;
+  d.path = path;
+  d.base_dir = fs::path(path).parent_path().string();
+  if (d.base_dir.empty()) d.base_dir = ".";
+  // A regular file of at most 1 MiB.
+  const toml::table root = parse_toml_file(sim::read_text_file(path), path);
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    if (key != "base" && key != "axes" && key != "case" && key != "name")
+      throw InputError(path + ": unknown top-level key '" + key +
+                       "' (expected base, axes, case, name)");
+  }
+  const toml::table base = sweep_base(root, path, d.base_dir);
+  const std::vector<Axis> axes = sweep_axes(root, path, d);
+  const std::vector<SweepCase> cases = sweep_cases(root, path, d);
   // The number of runs, before expanding them (each factor is at most kMaxAxisValues, so a
   // product that is still <= kMaxRuns never overflows).
   uint64_t total = cases.size();
@@ -477,11 +536,10 @@ SweepDef load_sweep(const std::string& path) {
                      " runs (cases x axis values)");
 
   // Expand: case slowest, then the axes in file order (the last varies fastest).
-  std::vector<size_t> idx(axes.size(), 0);
   std::string hash_text;
-  for (const Case& cs : cases) {
-    std::fill(idx.begin(), idx.end(), 0);
-    for (;;) {
+  for (const SweepCase& cs : cases) {
+    std::vector<size_t> idx(axes.size(), 0);
+    do {
       SweepRun r;
       r.index = int(d.runs.size());
       r.case_name = cs.name;
@@ -490,16 +548,7 @@ SweepDef load_sweep(const std::string& path) {
       if (d.has_cases) where += "case " + cs.name;
       for (const auto& [k, v] : cs.set) set_key(cfg, k, *v);
       for (size_t a = 0; a < axes.size(); ++a) {
-        const toml::node& v = *axes[a].second[idx[a]];
-        std::string text;
-        if (axes[a].first.find('.') == std::string::npos) {
-          for (auto&& [bk, bv] : *v.as_table())
-            if (bk.str() != "name") set_key(cfg, std::string(bk.str()), bv);
-          text = v.as_table()->get_as<std::string>("name")->get();
-        } else {
-          set_key(cfg, axes[a].first, v);
-          text = value_text(v);
-        }
+        const std::string text = apply_axis(cfg, axes[a].first, *axes[a].second[idx[a]]);
         r.values.emplace_back(axes[a].first, text);
         where += (where.back() == '(' ? "" : ", ") + axes[a].first + " = " + text;
       }
@@ -510,46 +559,13 @@ SweepDef load_sweep(const std::string& path) {
       try {
         (void)sim::parse_config(r.config_toml, d.base_dir, "config.toml");
       } catch (const InputError& e) {
-        // Name the axis whose setting breaks the config: without it, the config parses.
-        for (size_t a = 0; a < axes.size(); ++a) {
-          if (axes[a].first.find('.') == std::string::npos) continue;
-          toml::table alt = base;
-          for (const auto& [k, v] : cs.set) set_key(alt, k, *v);
-          for (size_t b = 0; b < axes.size(); ++b) {
-            if (b == a) continue;
-            const toml::node& v = *axes[b].second[idx[b]];
-            if (axes[b].first.find('.') == std::string::npos) {
-              for (auto&& [bk, bv] : *v.as_table())
-                if (bk.str() != "name") set_key(alt, std::string(bk.str()), bv);
-            } else {
-              set_key(alt, axes[b].first, v);
-            }
-          }
-          std::ostringstream ao;
-          ao << toml::toml_formatter{alt};
-          try {
-            (void)sim::parse_config(ao.str(), d.base_dir, "config.toml");
-          } catch (const InputError&) {
-            continue;
-          }
-          throw InputError(path + ": axis '" + axes[a].first + "' (" + where + ") names no "
-                           "valid setting of this config: " + e.what());
-        }
-        throw InputError(path + ": " + where + ": " + e.what());
+        blame_axis(path, d, base, cs, axes, idx, where, e);
       }
       hash_text += "run " + std::to_string(r.index) + "\ncase " + r.case_name + "\n";
       for (const auto& [k, v] : r.values) hash_text += k + " = " + v + "\n";
       hash_text += r.config_toml + "\n";
       d.runs.push_back(std::move(r));
-      size_t a = axes.size();
-      while (a > 0) {
-        --a;
-        if (++idx[a] < axes[a].second.size()) break;
-        idx[a] = 0;
-        if (a == 0) { a = size_t(-1); break; }
-      }
-      if (axes.empty() || a == size_t(-1)) break;
-    }
+    } while (next_combination(idx, axes));
   }
   // Data files named by relative paths are part of the definition through their names only.
   d.hash = hex64(fnv1a(hash_text));
