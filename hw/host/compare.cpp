@@ -161,8 +161,21 @@ OpReport compare_op(const Backend& backend, Op op, Coverage coverage, unsigned t
   r.mismatches = all.mismatches;
   r.hw_hash = all.hw_hash;
   r.ref_hash = all.ref_hash;
+  r.classes = class_reports(all, info, [&](Example& e) {
+    operands(e.index, e.a, e.b, e.c);
+    backend.run(op, &e.a, &e.b, &e.c, &e.hw, 1);
+    e.hw &= info.out.enc_mask();
+    e.ref = reference(op, e.a, e.b, e.c);
+  });
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<ClassReport> class_reports(const CheckStats& st, const OpInfo& info,
+                                       const std::function<void(Example&)>& complete) {
+  std::vector<ClassReport> out;
   for (int d = 0; d < kDiffCount; ++d) {
-    const DiffStats& s = all.cls[d];
+    const DiffStats& s = st.cls[d];
     if (s.count == 0) continue;
     ClassReport c;
     c.diff = static_cast<Diff>(d);
@@ -170,16 +183,11 @@ OpReport compare_op(const Backend& backend, Op op, Coverage coverage, unsigned t
     c.hw_and = s.hw_and;
     c.hw_or = s.hw_or;
     c.description = describe(c.diff, info, s);
-    Example& e = c.example;
-    e.index = s.first_index;
-    operands(e.index, e.a, e.b, e.c);
-    backend.run(op, &e.a, &e.b, &e.c, &e.hw, 1);
-    e.hw &= info.out.enc_mask();
-    e.ref = reference(op, e.a, e.b, e.c);
-    r.classes.push_back(std::move(c));
+    c.example.index = s.first_index;
+    complete(c.example);
+    out.push_back(std::move(c));
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  return out;
 }
 
 }  // namespace halfway::hw

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,11 @@ struct ClassReport {
   Example example;          ///< the smallest input index in the class
   std::string description;  ///< e.g. "NaN payload canonicalized to 0x7FFF"
 };
+
+/// One ClassReport per difference class that occurred in `st`, in Diff order. Each example is
+/// the class's smallest input index; `complete(e)` fills in its operands and both results.
+std::vector<ClassReport> class_reports(const CheckStats& st, const OpInfo& info,
+                                       const std::function<void(Example&)>& complete);
 
 struct OpReport {
   Op op = Op::count;

@@ -64,8 +64,8 @@ uint32_t flush2(const Format& in, uint32_t x) {
   return flush_subnormal(in, x & 0xFFFF) | (flush_subnormal(in, x >> 16) << 16);
 }
 
-std::vector<ClassReport> class_reports(const CheckStats& st, const DotInstruction& d,
-                                       const AccumulationModel& ref_model) {
+std::vector<ClassReport> dot_class_reports(const CheckStats& st, const DotInstruction& d,
+                                           const AccumulationModel& ref_model) {
   OpInfo info;
   info.name = d.name();
   info.arity = 3;
@@ -73,24 +73,11 @@ std::vector<ClassReport> class_reports(const CheckStats& st, const DotInstructio
   info.out = fmt_fp32();
   info.in_name = d.input().frac_bits == 7 ? "bf16/fp32" : "fp16/fp32";
   info.out_name = "fp32";
-  std::vector<ClassReport> out;
-  for (int k = 0; k < kDiffCount; ++k) {
-    const DiffStats& s = st.cls[k];
-    if (s.count == 0) continue;
-    ClassReport c;
-    c.diff = static_cast<Diff>(k);
-    c.count = s.count;
-    c.hw_and = s.hw_and;
-    c.hw_or = s.hw_or;
-    c.description = describe(c.diff, info, s);
-    Example& e = c.example;
-    e.index = s.first_index;
+  return hw::class_reports(st, info, [&](Example& e) {
     dot_operands(d.input(), kDotSeed, e.index, e.a, e.b, e.c);
     d.run(&e.a, &e.b, &e.c, &e.hw, 1);
     e.ref = dot_lane(ref_model, d.input(), e.a, e.b, e.c);
-    out.push_back(std::move(c));
-  }
-  return out;
+  });
 }
 
 }  // namespace
@@ -137,9 +124,9 @@ DotReport compare_dot(const DotInstruction& d, uint64_t n, unsigned threads) {
   r.mismatches = all.doc.mismatches;
   r.hw_hash = all.doc.hw_hash;
   r.ref_hash = all.doc.ref_hash;
-  r.classes = class_reports(all.doc, d, model);
+  r.classes = dot_class_reports(all.doc, d, model);
   r.ieee_mismatches = all.ieee.mismatches;
-  r.ieee_classes = class_reports(all.ieee, d, kIeee);
+  r.ieee_classes = dot_class_reports(all.ieee, d, kIeee);
   for (int f = 0; f < kDotFamilies; ++f) r.family_mismatches[f] = all.family[f];
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
