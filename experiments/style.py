@@ -55,9 +55,23 @@ def color(i):
     return PALETTE[i % len(PALETTE)]
 
 
+# Columns renamed since older result folders were written (halfway.columns has the same table
+# for the Python package; plots run without importing it): the count of values flushed to zero
+# was called underflow.
+RENAMED = {"underflow": "flushed", "underflow_fraction": "flushed_fraction",
+           "grad_underflow": "grad_flushed", "grad_underflow_fraction": "grad_flushed_fraction"}
+
+
+def read_csv(path):
+    """A result CSV, old column names replaced by their new ones."""
+    df = pd.read_csv(path)
+    return df.rename(columns={k: v for k, v in RENAMED.items()
+                              if k in df.columns and v not in df.columns})
+
+
 def load(results):
     """The sweep's index (a DataFrame, one row per run) and its definition (a dict)."""
-    df = pd.read_csv(os.path.join(results, "sweep.csv"))
+    df = read_csv(os.path.join(results, "sweep.csv"))
     with open(os.path.join(results, "sweep.json")) as f:
         definition = json.load(f)
     return df, definition
@@ -69,7 +83,7 @@ def run_file(results, row, name):
 
 
 def read_run_csv(results, row, name):
-    return pd.read_csv(run_file(results, row, name))
+    return read_csv(run_file(results, row, name))
 
 
 def run_config(results, row):

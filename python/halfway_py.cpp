@@ -669,7 +669,7 @@ void bind_analysis_run(py::module_& m) {
              sim::AnalyzeOptions o;
              std::tie(o.k_min, o.k_max) =
                  sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
-             o.underflow_tolerance = tolerance;
+             o.flush_tolerance = tolerance;
              return std::make_unique<AnalysisRun>(dir, sim::parse_format_list(formats), o,
                                                   steps_csv, tensor_windows);
            }),
@@ -749,7 +749,7 @@ PYBIND11_MODULE(_halfway, m) {
       .def_readonly("total", &EventCounts::total)
       .def_readonly("inexact", &EventCounts::inexact)
       .def_readonly("zero", &EventCounts::zero)
-      .def_readonly("underflow", &EventCounts::underflow)
+      .def_readonly("flushed", &EventCounts::flushed)
       .def_readonly("subnormal", &EventCounts::subnormal)
       .def_readonly("overflow", &EventCounts::overflow)
       .def_readonly("nan", &EventCounts::nan)
@@ -762,7 +762,7 @@ PYBIND11_MODULE(_halfway, m) {
              d["total"] = c.total;
              d["inexact"] = c.inexact;
              d["zero"] = c.zero;
-             d["underflow"] = c.underflow;
+             d["flushed"] = c.flushed;
              d["subnormal"] = c.subnormal;
              d["overflow"] = c.overflow;
              d["nan"] = c.nan;
@@ -778,8 +778,8 @@ PYBIND11_MODULE(_halfway, m) {
            })
       .def("__repr__", [](const EventCounts& c) {
         return "Counts(total=" + std::to_string(c.total) + ", inexact=" +
-               std::to_string(c.inexact) + ", zero=" + std::to_string(c.zero) + ", underflow=" +
-               std::to_string(c.underflow) + ", subnormal=" + std::to_string(c.subnormal) +
+               std::to_string(c.inexact) + ", zero=" + std::to_string(c.zero) + ", flushed=" +
+               std::to_string(c.flushed) + ", subnormal=" + std::to_string(c.subnormal) +
                ", overflow=" + std::to_string(c.overflow) + ", nan=" + std::to_string(c.nan) +
                ", flags='" + flags_name(c.flags) + "')";
       });

@@ -59,7 +59,7 @@ void require_same(const FormatAnalysis& a, const FormatAnalysis& b) {
   REQUIRE(a.k_high == b.k_high);
   REQUIRE(a.window.size() == b.window.size());
   for (size_t i = 0; i < a.window.size(); ++i) {
-    REQUIRE(a.window[i].underflow == b.window[i].underflow);
+    REQUIRE(a.window[i].flushed == b.window[i].flushed);
     REQUIRE(a.window[i].overflow == b.window[i].overflow);
   }
 }
@@ -123,7 +123,7 @@ TEST_CASE("analyze gives the tracer's record for the same values", "[sim][analyz
     REQUIRE(f.k_low == st.k_low);
     REQUIRE(f.k_high == st.k_high);
     for (size_t i = 0; i < st.window.size(); ++i) {
-      REQUIRE(f.window[i].underflow == st.window[i].underflow);
+      REQUIRE(f.window[i].flushed == st.window[i].flushed);
       REQUIRE(f.window[i].overflow == st.window[i].overflow);
     }
   }
@@ -186,7 +186,7 @@ TEST_CASE("SNR and the norm lost to flushing, by hand", "[sim][analyze]") {
   TensorAnalyzer a("x", TraceKind::tensor, {parse_dtype("fp16")});
   a.add(v.data(), v.size());
   const FormatAnalysis f = a.finish({}).formats[0];
-  REQUIRE(f.record.events.underflow == 1);
+  REQUIRE(f.record.events.flushed == 1);
   REQUIRE(f.record.events.overflow == 1);
   const double x0 = std::ldexp(1.0, -26), x1 = 1.0 + std::ldexp(1.0, -12);
   const double signal = x0 * x0 + x1 * x1 + 9.0;    // exact in double

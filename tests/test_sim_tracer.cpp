@@ -40,7 +40,7 @@ TEST_CASE("counts and histogram of one rounding into fp16", "[sim][tracer]") {
   CHECK(st.step == 3);
   CHECK(r.events.total == 9);
   CHECK(r.events.zero == 2);
-  CHECK(r.events.underflow == 1);
+  CHECK(r.events.flushed == 1);
   CHECK(r.events.subnormal == 2);
   CHECK(r.events.overflow == 2);
   CHECK(r.events.nan == 1);
@@ -90,7 +90,7 @@ TEST_CASE("a rounding split over threads gives the values, events and histogram 
     CHECK(std::memcmp(wt.data(), w1.data(), w1.size() * sizeof(double)) == 0);
     CHECK(rt.events.total == r1.events.total);
     CHECK(rt.events.zero == r1.events.zero);
-    CHECK(rt.events.underflow == r1.events.underflow);
+    CHECK(rt.events.flushed == r1.events.flushed);
     CHECK(rt.events.subnormal == r1.events.subnormal);
     CHECK(rt.events.overflow == r1.events.overflow);
     CHECK(rt.events.nan == r1.events.nan);
@@ -138,19 +138,19 @@ TEST_CASE("scale window from a histogram, worked by hand", "[sim][tracer]") {
   r.min_abs = std::ldexp(1.0, -30);
   const auto rows = predict_window({r}, 1.0, -20, 40);
   auto at = [&](int k) { return rows[size_t(k + 20)]; };
-  CHECK(at(-20).underflow == 3);   // 2^-50, 2^-40, 2^-30 underflow
-  CHECK(at(-16).underflow == 3);   // 2^-26 underflows
+  CHECK(at(-20).flushed == 3);   // 2^-50, 2^-40, 2^-30 underflow
+  CHECK(at(-16).flushed == 3);   // 2^-26 underflows
   // At k = -15 the value 2^-25 lands exactly on the threshold: a tie that RNE sends to zero.
   // The rest of its bin, (2^-25, 2^-24), rounds up to 2^-24; the count of exact powers of two
   // tells the tie apart.
-  CHECK(at(-15).underflow == 2);
+  CHECK(at(-15).flushed == 2);
   r.pow2 = r.hist;  // all four values are exact powers of two
-  CHECK(predict_window({r}, 1.0, -20, 40)[size_t(-15 + 20)].underflow == 3);
+  CHECK(predict_window({r}, 1.0, -20, 40)[size_t(-15 + 20)].flushed == 3);
   r.pow2 = {};
-  CHECK(at(-6).underflow == 2);    // 2^-26
-  CHECK(at(-5).underflow == 1);
-  CHECK(at(4).underflow == 1);     // 2^-26
-  CHECK(at(5).underflow == 0);
+  CHECK(at(-6).flushed == 2);    // 2^-26
+  CHECK(at(-5).flushed == 1);
+  CHECK(at(4).flushed == 1);     // 2^-26
+  CHECK(at(5).flushed == 0);
   CHECK(!at(5).overflow);
   CHECK(at(6).overflow);
   const auto [lo, hi] = safe_window(rows, 0.0);
@@ -166,7 +166,7 @@ TEST_CASE("scale window from a histogram, worked by hand", "[sim][tracer]") {
   r8.max_abs = std::ldexp(1.0, 18);
   const auto rows8 = predict_window({r8}, 256.0, -20, 40);
   for (size_t i = 0; i < rows.size(); ++i) {
-    CHECK(rows8[i].underflow == rows[i].underflow);
+    CHECK(rows8[i].flushed == rows[i].flushed);
     CHECK(rows8[i].overflow == rows[i].overflow);
   }
 }
@@ -224,19 +224,19 @@ TEST_CASE("same values: the prediction is exact at every power-of-two scale", "[
         const EventCounts e = trace_rounding(v, std::ldexp(1.0, k), dt).records[0].events;
         const WindowRow& p = ref.window[size_t(k + 20)];
         INFO(dt.name() << ", reference 2^" << j << ", k = " << k << ": predicted "
-                       << p.underflow << " underflows, real " << e.underflow);
+                       << p.flushed << " underflows, real " << e.flushed);
         CHECK(p.values == e.total);
-        CHECK(p.underflow == e.underflow);
+        CHECK(p.flushed == e.flushed);
         CHECK(p.overflow == (e.overflow > 0));
-        differ_no_ties += rows_no_ties[size_t(k + 20)].underflow != e.underflow;
+        differ_no_ties += rows_no_ties[size_t(k + 20)].flushed != e.flushed;
         overflows += p.overflow;
         // Negative control: the prediction for the neighbouring scale is told apart wherever
         // between 1% and 99% of the non-zero values underflow.
-        const double frac = double(e.underflow) / double(nonzero);
+        const double frac = double(e.flushed) / double(nonzero);
         if (frac > 0.01 && frac < 0.99 && k > -20 && k < 40) {
           ++middle;
-          shift_caught += ref.window[size_t(k + 19)].underflow != e.underflow &&
-                          ref.window[size_t(k + 21)].underflow != e.underflow;
+          shift_caught += ref.window[size_t(k + 19)].flushed != e.flushed &&
+                          ref.window[size_t(k + 21)].flushed != e.flushed;
         }
       }
       CHECK(differ_no_ties > 0);
@@ -277,7 +277,7 @@ seed = 3
 
 // Sums over the steps of a run: the real counts and the run's own prediction for every k.
 struct Observed {
-  uint64_t underflow = 0, zeros = 0, values = 0;
+  uint64_t flushed = 0, zeros = 0, values = 0;
   bool overflow = false;
   std::vector<WindowRow> window;  // underflow and values summed over steps, overflow or-ed
   const WindowRow& at(int k) const { return window[size_t(k + 20)]; }
@@ -300,14 +300,14 @@ Observed run_static(int k, bool whole_run) {
     if (o.window.empty()) o.window = st->window;
     else
       for (size_t i = 0; i < o.window.size(); ++i) {
-        o.window[i].underflow += st->window[i].underflow;
+        o.window[i].flushed += st->window[i].flushed;
         o.window[i].values += st->window[i].values;
         o.window[i].overflow = o.window[i].overflow || st->window[i].overflow;
       }
     o.overflow = o.overflow || row.found_inf;
     for (const TraceRecord& r : st->records)
       if (r.is_grad()) {
-        o.underflow += r.events.underflow;
+        o.flushed += r.events.flushed;
         o.zeros += r.events.zero;
         o.values += r.events.total;
         o.overflow = o.overflow || r.events.overflow > 0;
@@ -331,18 +331,18 @@ struct Tolerances {
 void compare(bool whole_run, const Tolerances& tol) {
   const int k_clean = 10, k_low = -8;
   const Observed clean = run_static(k_clean, whole_run), low = run_static(k_low, whole_run);
-  REQUIRE(clean.underflow == 0);
-  REQUIRE(low.underflow > low.values / 50);  // 2% or more: the reference itself loses values
+  REQUIRE(clean.flushed == 0);
+  REQUIRE(low.flushed > low.values / 50);  // 2% or more: the reference itself loses values
   const std::vector<int> down{-14, -12, -10, -8, -6, -4, -2, 0}, shift{-12, -10, -8, -6, -4, -2};
   for (int k : down) {
     const Observed real = run_static(k, whole_run);
     REQUIRE(real.zeros >= clean.zeros);
     const uint64_t lost = real.zeros - clean.zeros;
     const double slack = tol.rel * double(lost) + 10;
-    auto off = [&](int kp) { return std::fabs(double(clean.at(kp).underflow) - double(lost)); };
+    auto off = [&](int kp) { return std::fabs(double(clean.at(kp).flushed) - double(lost)); };
     INFO((whole_run ? "whole run" : "first step") << ", k = " << k << ": predicted from 2^"
-         << k_clean << " " << clean.at(k).underflow << " of " << clean.at(k).values
-         << ", real " << lost << " lost (" << real.underflow << " underflows)");
+         << k_clean << " " << clean.at(k).flushed << " of " << clean.at(k).values
+         << ", real " << lost << " lost (" << real.flushed << " underflows)");
     CHECK(clean.at(k).values == real.values);
     CHECK(off(k) <= slack);
     if (std::find(shift.begin(), shift.end(), k) != shift.end()) {
@@ -352,9 +352,9 @@ void compare(bool whole_run, const Tolerances& tol) {
   }
   for (int k = k_low + 1; k <= k_low + 6; ++k) {
     const Observed real = run_static(k, whole_run);
-    const double ratio = double(real.underflow) / double(low.at(k).underflow);
+    const double ratio = double(real.flushed) / double(low.at(k).flushed);
     INFO((whole_run ? "whole run" : "first step") << ", k = " << k << ": predicted from 2^"
-         << k_low << " " << low.at(k).underflow << ", real " << real.underflow
+         << k_low << " " << low.at(k).flushed << ", real " << real.flushed
          << " underflows, ratio " << ratio);
     CHECK(ratio >= tol.up_lo);
     CHECK(ratio <= tol.up_hi);

@@ -107,6 +107,9 @@ TEST_CASE("config errors are one-line input errors", "[sim][train]") {
                "unknown cast rule 'lowest'");
   expect_error(replace(kMlp, "lr = 0.01", "lr = 0.01\nmomentun = 0.9"), "unknown option 'optimizer.momentun'");
   expect_error(replace(kMlp, "[run]", "[runn]"), "unknown option 'runn'");
+  // The count of values flushed to zero was called underflow; the old key says its new name.
+  expect_error(kMlp + "\n[trace]\nunderflow_tolerance = 0.01\n",
+               "'trace.underflow_tolerance' is now 'trace.flush_tolerance'");
   expect_error(replace(kMlp, "lr = 0.01", ""), "missing field 'optimizer.lr'");
   expect_error(replace(kMlp, "batch_size = 64", ""), "missing field 'data.batch_size'");
   expect_error(replace(kMlp, "steps = 4", ""), "missing field 'run.steps'");

@@ -275,7 +275,7 @@ TEST_CASE("optimizer state in low precision: underflow, overflow, fp8 scale", "[
     REQUIRE(v);
     CHECK(v->kind == TraceKind::optimizer_state);
     CHECK(v->dtype == F16);
-    CHECK(v->events.underflow == 16);
+    CHECK(v->events.flushed == 16);
     CHECK(find(st, "p.exp_avg") == nullptr);  // fp32: nothing rounded
   }
   SECTION("SGD's momentum buffer in fp16 overflows past 65504") {
@@ -290,7 +290,7 @@ TEST_CASE("optimizer state in low precision: underflow, overflow, fp8 scale", "[
     const TraceRecord* m = find(st, "p.momentum_buffer");
     REQUIRE(m);
     CHECK(m->events.overflow == 1);
-    CHECK(m->events.underflow == 0);
+    CHECK(m->events.flushed == 0);
   }
   SECTION("an fp8 state gets a power-of-two per-tensor scale") {
     // Momentum buffer on the first step = g. amax 3 → scale 2^7 (3·2^7 = 384 <= 448 < 768):
@@ -307,7 +307,7 @@ TEST_CASE("optimizer state in low precision: underflow, overflow, fp8 scale", "[
     const StepTrace st = tr.end_step();
     const TraceRecord* m = find(st, "p.momentum_buffer");
     REQUIRE(m);
-    CHECK(m->events.underflow == 1);
+    CHECK(m->events.flushed == 1);
     CHECK(m->max_abs == 384.0);
     // The next step reads the stored buffer: with g = 0, buf = 0.5·stored, and lr = 0 keeps
     // the weights, so the stored values show through the next rounding's magnitudes.

@@ -54,7 +54,7 @@ def main(results):
     for c in cases:
         for s in seeds:
             r = run_of(df, c, s)
-            gv, gu = int(r["grad_values"]), int(r["grad_underflow"])
+            gv, gu = int(r["grad_values"]), int(r["grad_flushed"])
             print("%-6s %4d %12.6g %14.4g %14d %18d" % (
                 c, s, r["final_loss"], r["final_loss"] / run_of(df, REF, s)["final_loss"], gv, gu))
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))

@@ -45,7 +45,7 @@ def draw(results, df, cases, seeds):
             ax[0].plot(s["step"], s["loss"], color=colors[c], lw=1.0, alpha=0.85,
                        label="%s (%d seeds)" % (c, len(seeds)) if j == 0 else None)
             if s["grad_values"].sum() and seed == seeds[0]:
-                frac = 100.0 * s["grad_underflow"] / s["grad_values"].where(s["grad_values"] > 0)
+                frac = 100.0 * s["grad_flushed"] / s["grad_values"].where(s["grad_values"] > 0)
                 ax[1].plot(s["step"], frac, color=colors[c], lw=1.0)
     ax[0].set_yscale("log")
     ax[0].set_xlabel("step")
@@ -85,7 +85,7 @@ def table(results, df, cases, seeds):
     for c in cases:
         for seed in seeds:
             r = run_of(df, c, seed)
-            gv, gu = int(r["grad_values"]), int(r["grad_underflow"])
+            gv, gu = int(r["grad_values"]), int(r["grad_flushed"])
             lost = "%d (%.3g%%)" % (gu, 100.0 * gu / gv) if gv else "- (fp32)"
             z = first_layer_zeros(results, r)
             print("%-14s %4d %12.6g %14d %22s %9d %12.6g %18s" % (

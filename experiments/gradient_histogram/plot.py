@@ -5,9 +5,9 @@ et al. 2018, Fig. 3 style). Right: the same histogram per step.
 
 Counting (trace.csv, docs/sim.md): `hist` holds the magnitudes before rounding of the finite
 non-zero values, including those that then underflowed; `zeros` counts the results that are
-zero, which are the exact zeros and the underflows (`underflow`); `nonfinite_in` the inf/NaN
-inputs. So the exact zeros are `zeros - underflow`, and every value is counted once:
-`total = sum(hist) + (zeros - underflow) + nonfinite_in`. Percentages are of `total`.
+zero, which are the exact zeros and the values flushed to zero (`flushed`); `nonfinite_in` the inf/NaN
+inputs. So the exact zeros are `zeros - flushed`, and every value is counted once:
+`total = sum(hist) + (zeros - flushed) + nonfinite_in`. Percentages are of `total`.
 
 usage: plot.py RESULTS_DIR [--shift K|safe ...]
   --shift K     draw the histogram shifted by the loss scale 2^K (repeatable); `safe` is the
@@ -87,8 +87,8 @@ def main(argv):
             per_step.setdefault(step, {})
             per_step[step][e] = per_step[step].get(e, 0) + c
     n = int(t["total"].sum())
-    exact_zeros = int(t["zeros"].sum() - t["underflow"].sum())
-    flushed = int(t["underflow"].sum())
+    exact_zeros = int(t["zeros"].sum() - t["flushed"].sum())
+    flushed = int(t["flushed"].sum())
     nonfinite = int(t["nonfinite_in"].sum())
     pct_zero = 100.0 * exact_zeros / n
     es = np.arange(min(total) - 2, max(total) + 3) if total else np.arange(-30, 0)

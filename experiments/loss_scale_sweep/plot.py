@@ -27,7 +27,7 @@ def main(results):
     for _, row in df.iterrows():
         t = style.read_run_csv(results, row, "trace.csv")
         t = t[t["kind"].isin(GRAD_KINDS)]
-        g = t.groupby("name", sort=False)[["underflow", "total"]].sum()
+        g = t.groupby("name", sort=False)[["flushed", "total"]].sum()
         for n in g.index:
             if n not in names:
                 names.append(n)
@@ -36,14 +36,14 @@ def main(results):
     for j, g in enumerate(cols):
         for i, n in enumerate(names):
             if n in g.index and g.loc[n, "total"] > 0:
-                heat[i, j] = 100.0 * g.loc[n, "underflow"] / g.loc[n, "total"]
+                heat[i, j] = 100.0 * g.loc[n, "flushed"] / g.loc[n, "total"]
 
     # The prediction of the single run at the smallest scale.
     ref = df.iloc[0]
     k_lo, k_hi = ref["k_low"], ref["k_high"]
     sw = style.read_run_csv(results, ref, "scale_window.csv")
-    pred = sw.groupby("k")[["underflow", "values"]].sum()
-    pred_frac = 100.0 * pred["underflow"] / pred["values"]
+    pred = sw.groupby("k")[["flushed", "values"]].sum()
+    pred_frac = 100.0 * pred["flushed"] / pred["values"]
     pred_over = sw[sw["overflow"] != 0].groupby("k")["step"].nunique()
 
     fig = plt.figure(figsize=(12, 4.2))
@@ -68,7 +68,7 @@ def main(results):
 
     ax3 = fig.add_subplot(gs[2])
     floor = 1e-5  # zero is drawn on the axis floor of the log scale
-    ax3.plot(ks, np.maximum(100.0 * df["grad_underflow_fraction"], floor), "o",
+    ax3.plot(ks, np.maximum(100.0 * df["grad_flushed_fraction"], floor), "o",
              color=style.color(0), ms=4, label="right: underflow measured in each run")
     ax3.plot(pred_frac.index, np.maximum(pred_frac.values, floor), "-", color=style.color(1),
              label="right: underflow predicted from the run at 2^%d" % ks[0])
@@ -101,18 +101,18 @@ def main(results):
     if k_lo == k_lo:
         print("loss_scale_sweep: predicted safe window 2^%d..2^%d; measured: %d of %d scales "
               "without underflow or overflow" % (k_lo, k_hi,
-                                                  int(((df["grad_underflow"] == 0) &
+                                                  int(((df["grad_flushed"] == 0) &
                                                        (df["found_inf_steps"] == 0)).sum()),
                                                   len(df)))
     else:
         print("loss_scale_sweep: the run at 2^%d predicts no safe window; measured: %d of %d "
               "scales without underflow or overflow"
-              % (ks[0], int(((df["grad_underflow"] == 0) & (df["found_inf_steps"] == 0)).sum()),
+              % (ks[0], int(((df["grad_flushed"] == 0) & (df["found_inf_steps"] == 0)).sum()),
                  len(df)))
     # Above the reference scale the prediction is low: values that are exact zeros there,
     # computed from an upstream gradient that underflowed, may still underflow at a larger scale
     # (docs/sim.md, "Scale window"). Each scale with at least 100 measured underflows:
-    rows = [(k, int(m), int(pred["underflow"].get(k, 0))) for k, m in zip(ks, df["grad_underflow"])]
+    rows = [(k, int(m), int(pred["flushed"].get(k, 0))) for k, m in zip(ks, df["grad_flushed"])]
     rows = [r for r in rows if r[0] > ks[0] and r[1] >= 100 and r[2] > 0]
     if rows:
         print("loss_scale_sweep: underflow above 2^%d, measured and predicted from the run at "

@@ -26,7 +26,7 @@ def main(results):
                                                  else "> 1e6", bad["step"].iloc[0])
         ax[0].plot(s["step"], loss, color=style.color(i), lw=1.1, label=label,
                    ls=("-", "--", ":", "-.")[i % 4])
-        frac = 100.0 * s["grad_underflow"] / s["grad_values"].where(s["grad_values"] > 0)
+        frac = 100.0 * s["grad_flushed"] / s["grad_values"].where(s["grad_values"] > 0)
         ax[1].plot(s["step"], frac, color=style.color(i), lw=1.1, label=label,
                    ls=("-", "--", ":", "-.")[i % 4])
     ax[0].set_yscale("log")
@@ -42,7 +42,7 @@ def main(results):
     style.caption(fig, results, "SGD momentum %g, lr %g; the bug: optimizer.step() before "
                                 "scaler.unscale_()" % (opt.get("momentum", 0), opt["lr"]))
     style.save(fig, results, "pitfalls")
-    print(df[["case", "final_loss", "skipped_steps", "grad_underflow"]].to_string(index=False))
+    print(df[["case", "final_loss", "skipped_steps", "grad_flushed"]].to_string(index=False))
 
 
 if __name__ == "__main__":

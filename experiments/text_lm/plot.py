@@ -29,9 +29,9 @@ def main(results):
         ax[0].plot(v["step"], v["val_loss"], "o-", color=style.color(i), lw=1.2, ms=2.5,
                    label=case)
         t = s[s["grad_values"] > 0]
-        t = t[t["grad_underflow"] > 0]
+        t = t[t["grad_flushed"] > 0]
         if len(t):
-            ax[1].plot(t["step"], 100.0 * t["grad_underflow"] / t["grad_values"], ".-", lw=0.7,
+            ax[1].plot(t["step"], 100.0 * t["grad_flushed"] / t["grad_values"], ".-", lw=0.7,
                        color=style.color(i), ms=3)
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("validation loss (nats per byte)")
@@ -47,13 +47,13 @@ def main(results):
     paths = style.save(fig, results, "text_lm")
 
     print("%-22s %14s %8s %14s %14s %12s %8s" % ("recipe", "final_val_loss", "at_step",
-                                                 "best_val_loss", "grad_values", "underflow",
+                                                 "best_val_loss", "grad_values", "flushed",
                                                  "skipped"))
     for case, s in steps.items():
         v = s.dropna(subset=["val_loss"])
         print("%-22s %14.5g %8d %14.5g %14d %12d %8d" % (
             case, v["val_loss"].iloc[-1], v["step"].iloc[-1], v["val_loss"].min(),
-            s["grad_values"].sum(), s["grad_underflow"].sum(), (s["skipped"] != 0).sum()))
+            s["grad_values"].sum(), s["grad_flushed"].sum(), (s["skipped"] != 0).sum()))
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
 
 

@@ -18,7 +18,7 @@ void count_event(const Format& f, uint32_t result, bool exact_nonzero_finite, ui
   if ((flags & flag::inexact) && !is_nan) c.inexact++;
   if (u.cls == Class::zero) {
     c.zero++;
-    if (exact_nonzero_finite) c.underflow++;
+    if (exact_nonzero_finite) c.flushed++;
   }
   const uint32_t mag = result & f.mag_mask();
   if (f.has_zero && u.cls == Class::finite && (mag >> f.frac_bits) == 0) c.subnormal++;

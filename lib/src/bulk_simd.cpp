@@ -230,7 +230,7 @@ struct BlockCounts {
 void add_block(EventCounts& e, const BlockCounts& b) {
   e.inexact += b.c1 & 0xFFFF;
   e.zero += b.c1 >> 16;
-  e.underflow += b.c2 & 0xFFFF;
+  e.flushed += b.c2 & 0xFFFF;
   e.subnormal += b.c2 >> 16;
   e.overflow += b.c3 & 0xFFFF;
   e.nan += b.c3 >> 16;

@@ -48,7 +48,7 @@ _COMMON = """
     tininess: 'after' (x86, default) or 'before' (ARM) rounding, for the underflow flag.
     flags: also return the IEEE flags of every element as a uint8 array of the result's shape
         (bits INEXACT=0x01, UNDERFLOW=0x02, OVERFLOW=0x04, INFINITE=0x08, INVALID=0x10).
-    counts: also return a halfway.Counts (total, inexact, zero, underflow, subnormal,
+    counts: also return a halfway.Counts (total, inexact, zero, flushed, subnormal,
         overflow, nan, and flags = the OR of all elements' flags).
 
     Returns the result alone, or a tuple (result, flags), (result, counts) or
@@ -265,7 +265,7 @@ class TrainResult:
     """What halfway.train returns: the run's result files as pandas DataFrames.
 
     steps: one row per step (loss, loss_scale, found_inf, skipped, growth_tracker,
-        next_scale, grad_values, grad_underflow, grad_overflow, k_low, k_high, val_loss: the
+        next_scale, grad_values, grad_flushed, grad_overflow, k_low, k_high, val_loss: the
         validation loss of [data] text runs on the steps that measure it, else NaN).
     trace: the tracer's records, one row per (step, tensor): event counts of every rounding.
     scale_window: predicted gradient underflow/overflow per step for loss scales 2^k.

@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 
 from . import _halfway
+from .columns import upgrade
 
 DEFAULT_FORMATS = ("fp16", "bf16", "e4m3", "e5m2")
 DEFAULT_SCALES = (-20, 40)
@@ -85,13 +86,13 @@ def read_result(directory, keep):
         path = os.path.join(directory, name)
         if not os.path.exists(path):
             return None
-        return pd.read_csv(path, dtype={"hist": str, "name": str}, keep_default_na=False,
-                           float_precision="round_trip",
-                           na_values={"snr_db": [""], "flushed_l2_fraction": [""],
-                                      "min_exp": [""], "max_exp": [""], "loss": [""],
-                                      "k_low": [""], "k_high": [""],
-                                      "found_inf": [""], "skipped": [""],
-                                      "growth_tracker": [""], "next_scale": [""]})
+        return upgrade(pd.read_csv(
+            path, dtype={"hist": str, "name": str}, keep_default_na=False,
+            float_precision="round_trip",
+            na_values={"snr_db": [""], "flushed_l2_fraction": [""], "min_exp": [""],
+                       "max_exp": [""], "loss": [""], "k_low": [""], "k_high": [""],
+                       "found_inf": [""], "skipped": [""], "growth_tracker": [""],
+                       "next_scale": [""]}))
 
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
@@ -100,7 +101,7 @@ def read_result(directory, keep):
 
 
 def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=None,
-            underflow_tolerance=0.0):
+            flush_tolerance=0.0):
     """What rounding each array into each format would do: the same numbers and columns as
     `halfway analyze` on an .npz holding the same arrays.
 
@@ -110,7 +111,7 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
         halfway knows.
     scales: (k_min, k_max), the loss scales 2^k of the safe window (or 'K_MIN..K_MAX').
     out_dir: also keep the files (trace.csv, scale_window.csv, manifest.json) there.
-    underflow_tolerance: a scale is safe when at most this fraction of the values underflow.
+    flush_tolerance: a scale is safe when at most this fraction of the values underflow.
 
     Returns a halfway.AnalysisResult (trace, scale_window, manifest, out_dir). Bad input (an
     unknown format, an unsupported dtype, a bad name) raises ValueError.
@@ -129,7 +130,7 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
         directory = os.fspath(out_dir)
     try:
         run = _halfway._AnalysisRun(directory, format_list(formats), k_min, k_max,
-                                    float(underflow_tolerance), False)
+                                    float(flush_tolerance), False)
         tensors = []
         for name, a in arrays.items():
             a = np.asarray(a)

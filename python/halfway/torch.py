@@ -54,7 +54,7 @@ class trace:
     """
 
     def __init__(self, model, optimizer=None, *, formats=DEFAULT_FORMATS, every=1, out="trace",
-                 scaler=None, save_tensors=False, scales=DEFAULT_SCALES, underflow_tolerance=0.0,
+                 scaler=None, save_tensors=False, scales=DEFAULT_SCALES, flush_tolerance=0.0,
                  tensor_windows=False, chunk=CHUNK):
         import torch
         if not isinstance(model, torch.nn.Module):
@@ -71,7 +71,7 @@ class trace:
         self.save_tensors = save_tensors
         k_min, k_max = scale_range(scales)
         self._run = _halfway._AnalysisRun(self.out, format_list(formats), k_min, k_max,
-                                          float(underflow_tolerance), True,
+                                          float(flush_tolerance), True,
                                           bool(tensor_windows))
         self._formats = format_list(formats).split(",")
         self._handles, self._restore = [], []

@@ -140,7 +140,7 @@ TensorAnalysis TensorAnalyzer::finish(const AnalyzeOptions& o, double loss_scale
     f.flushed = per_[j].flushed;
     f.window = empty_window(o.k_min, o.k_max);
     add_to_window(f.window, f.record, loss_scale);
-    std::tie(f.k_low, f.k_high) = safe_window(f.window, o.underflow_tolerance);
+    std::tie(f.k_low, f.k_high) = safe_window(f.window, o.flush_tolerance);
     t.formats.push_back(std::move(f));
   }
   return t;
@@ -229,7 +229,7 @@ AnalysisRun::AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOpt
   if (steps_csv) {
     steps_ = std::make_unique<AtomicFile>(d + "steps.csv");
     steps_->out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
-                     "grad_values,grad_underflow,grad_overflow,k_low,k_high\n";
+                     "grad_values,grad_flushed,grad_overflow,k_low,k_high\n";
   }
 }
 
@@ -286,13 +286,13 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
     const std::string dtype = formats_[j].name();
     for (const WindowRow& w : rows) {
       if (w.values == 0) continue;
-      append_window_columns(line, step, info.loss_scale, w, opt_.underflow_tolerance);
+      append_window_columns(line, step, info.loss_scale, w, opt_.flush_tolerance);
       line += ',' + dtype + ",\n";
     }
     for (const TensorAnalysis& t : done)
       for (const WindowRow& w : t.formats[j].window) {
         if (w.values == 0 || !tensor_windows_) continue;
-        append_window_columns(line, step, t.loss_scale, w, opt_.underflow_tolerance);
+        append_window_columns(line, step, t.loss_scale, w, opt_.flush_tolerance);
         line += ',' + dtype + ',' + t.name + '\n';
       }
     combined.push_back(std::move(rows));
@@ -312,9 +312,9 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
     for (const TensorAnalysis& t : done) {
       const TraceRecord& r = t.formats[0].record;
       if (!r.is_grad()) continue;
-      values += r.events.total, under += r.events.underflow, over += r.events.overflow;
+      values += r.events.total, under += r.events.flushed, over += r.events.overflow;
     }
-    const auto [lo, hi] = safe_window(combined[0], opt_.underflow_tolerance);
+    const auto [lo, hi] = safe_window(combined[0], opt_.flush_tolerance);
     line += std::to_string(values) + ',' + std::to_string(under) + ',' + std::to_string(over) +
             ',' + k_str(lo) + ',' + k_str(hi) + '\n';
     steps_->out() << line;
@@ -333,7 +333,7 @@ void AnalysisRun::commit(const std::string& fields_json) {
   for (const DType& d : formats_) fs.push_back(d.name());
   m["formats"] = fs;
   m["scales"] = {{"k_min", opt_.k_min}, {"k_max", opt_.k_max}};
-  m["underflow_tolerance"] = opt_.underflow_tolerance;
+  m["flush_tolerance"] = opt_.flush_tolerance;
   m["tensor_windows"] = tensor_windows_;
   json outputs = {"trace.csv", "scale_window.csv"};
   if (steps_) outputs.push_back("steps.csv");

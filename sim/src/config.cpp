@@ -488,17 +488,20 @@ void parse_run_section(const toml::table& root, TrainConfig& c) {
 void parse_trace_section(const toml::table& root, TrainConfig& c) {
   if (const toml::table* tp = table(root, "trace", false)) {
     const std::string w = "trace.";
-    check_keys(*tp, w, {"enabled", "every", "underflow_tolerance", "k_min", "k_max"});
+    if (tp->contains("underflow_tolerance"))
+      throw InputError("'trace.underflow_tolerance' is now 'trace.flush_tolerance' (the fraction of "
+                       "values flushed to zero; same meaning)");
+    check_keys(*tp, w, {"enabled", "every", "flush_tolerance", "k_min", "k_max"});
     if (auto v = get_bool(*tp, w, "enabled")) c.trace = *v;
     if (auto v = get_int(*tp, w, "every", false)) c.trace_every = *v;
-    if (auto v = get_num(*tp, w, "underflow_tolerance", false)) c.tracer.underflow_tolerance = *v;
+    if (auto v = get_num(*tp, w, "flush_tolerance", false)) c.tracer.flush_tolerance = *v;
     if (auto v = get_int(*tp, w, "k_min", false)) c.tracer.k_min = to_int(*v, w + "k_min");
     if (auto v = get_int(*tp, w, "k_max", false)) c.tracer.k_max = to_int(*v, w + "k_max");
     if (c.trace_every < 1) throw InputError("'trace.every' must be >= 1");
     if (c.tracer.k_min > c.tracer.k_max || c.tracer.k_min < -200 || c.tracer.k_max > 200)
       throw InputError("'trace.k_min'..'trace.k_max' must be an increasing range within ±200");
-    if (!(c.tracer.underflow_tolerance >= 0 && c.tracer.underflow_tolerance <= 1))
-      throw InputError("'trace.underflow_tolerance' must be in [0, 1]");
+    if (!(c.tracer.flush_tolerance >= 0 && c.tracer.flush_tolerance <= 1))
+      throw InputError("'trace.flush_tolerance' must be in [0, 1]");
   }
 }
 

@@ -118,7 +118,7 @@ void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint6
 const StepTrace& Tracer::end_step() {
   active_ = false;
   current_.window = predict_window(current_.records, current_.loss_scale, opt_.k_min, opt_.k_max);
-  auto [lo, hi] = safe_window(current_.window, opt_.underflow_tolerance);
+  auto [lo, hi] = safe_window(current_.window, opt_.flush_tolerance);
   current_.k_low = lo;
   current_.k_high = hi;
   index_.clear();
@@ -161,13 +161,13 @@ void add_to_window(std::vector<WindowRow>& rows, const TraceRecord& r, double lo
       const int u = f.ftz ? f.emin() : f.emin() - f.frac_bits - 1;
       const double last = std::floor(double(u) - 1.0 - t + 1e-9);  // highest such e
       const double idx = last - double(TraceRecord::kMinExp) + 1.0;  // bins below e + 1
-      if (idx > 0) row.underflow += cum[size_t(std::min(idx, double(TraceRecord::kBins)))];
+      if (idx > 0) row.flushed += cum[size_t(std::min(idx, double(TraceRecord::kBins)))];
       // The tie itself: a value exactly 2^(u - t), which needs an integer t. (Flushing keeps
       // 2^emin, a normal number.)
       const double ti = std::round(t);
       if (!f.ftz && std::fabs(t - ti) < 1e-9) {
         const double e = double(u) - ti - double(TraceRecord::kMinExp);
-        if (e >= 0 && e < double(TraceRecord::kBins)) row.underflow += r.pow2[size_t(e)];
+        if (e >= 0 && e < double(TraceRecord::kBins)) row.flushed += r.pow2[size_t(e)];
       }
     }
     if (r.max_abs > 0 && !row.overflow) {
@@ -199,10 +199,10 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
 }
 
 const char* const kTraceCsvHeader =
-    "step,name,op,kind,dtype,total,zeros,underflow,subnormal,overflow,nan,inexact,nonfinite_in,"
+    "step,name,op,kind,dtype,total,zeros,flushed,subnormal,overflow,nan,inexact,nonfinite_in,"
     "vanished,small_update,min_exp,max_exp,max_abs,hist\n";
 const char* const kWindowCsvHeader =
-    "step,loss_scale,k,values,underflow,underflow_fraction,overflow,safe\n";
+    "step,loss_scale,k,values,flushed,flushed_fraction,overflow,safe\n";
 
 std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
 
@@ -220,7 +220,7 @@ void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
   const EventCounts& e = t.events;
   put_num(line, step);
   line += ',' + t.name + ',' + t.op + ',' + kind_name(t.kind) + ',' + t.dtype.name() + ',';
-  for (uint64_t v : {e.total, e.zero, e.underflow, e.subnormal, e.overflow, e.nan, e.inexact,
+  for (uint64_t v : {e.total, e.zero, e.flushed, e.subnormal, e.overflow, e.nan, e.inexact,
                      t.nonfinite_in, t.vanished, t.small_update})
     put_num(line, v), line += ',';
   line += k_str(t.min_exp()) + ',' + k_str(t.max_exp()) + ',';
@@ -240,7 +240,7 @@ void append_window_columns(std::string& line, int step, double loss_scale, const
   const bool safe = !w.overflow && w.fraction() <= tolerance;
   put_num(line, step), line += ',', put_num(line, float(loss_scale)), line += ',';
   put_num(line, w.k), line += ',', put_num(line, w.values), line += ',';
-  put_num(line, w.underflow), line += ',', put_num(line, w.fraction()), line += ',';
+  put_num(line, w.flushed), line += ',', put_num(line, w.fraction()), line += ',';
   put_num(line, int(w.overflow)), line += ',', put_num(line, int(safe));
 }
 

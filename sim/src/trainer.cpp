@@ -157,14 +157,14 @@ double validation_loss(Model& model, const Dataset& val, const TrainConfig& c,
 }
 
 struct GradCounts {
-  uint64_t values = 0, underflow = 0, overflow = 0;
+  uint64_t values = 0, flushed = 0, overflow = 0;
 };
 GradCounts grad_counts(const StepTrace& st) {
   GradCounts g;
   for (const auto& r : st.records)
     if (r.is_grad() && r.dtype.is_low()) {
       g.values += r.events.total;
-      g.underflow += r.events.underflow;
+      g.flushed += r.events.flushed;
       g.overflow += r.events.overflow;
     }
   return g;
@@ -496,7 +496,7 @@ class RunFiles {
         updates_(d + "updates.csv") {
     updates_.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
     steps_.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
-                    "grad_values,grad_underflow,grad_overflow,k_low,k_high,val_loss\n";
+                    "grad_values,grad_flushed,grad_overflow,k_low,k_high,val_loss\n";
     trace_.out() << kTraceCsvHeader;
     window_.out() << kWindowCsvHeader;
     // Each step's gradients go to disk as the run goes (grads.npz is built at the end).
@@ -527,7 +527,7 @@ class RunFiles {
 
   /// Optimizer state rounded into a low-precision dtype: values that underflowed or
   /// overflowed, summed over the traced steps (manifest summary).
-  uint64_t state_values = 0, state_underflow = 0, state_overflow = 0;
+  uint64_t state_values = 0, state_flushed = 0, state_overflow = 0;
 
  private:
   template <class T>
@@ -544,7 +544,7 @@ class RunFiles {
     num(r.next_scale), sep();
     if (st) {
       const GradCounts g = grad_counts(*st);
-      num(g.values), sep(), num(g.underflow), sep(), num(g.overflow), sep();
+      num(g.values), sep(), num(g.flushed), sep(), num(g.overflow), sep();
       line_ += k_str(st->k_low) + ',' + k_str(st->k_high);
     } else {
       line_ += ",,,,";
@@ -560,7 +560,7 @@ class RunFiles {
     for (const TraceRecord& t : st.records) {
       if (t.kind == TraceKind::optimizer_state) {
         state_values += t.events.total;
-        state_underflow += t.events.underflow;
+        state_flushed += t.events.flushed;
         state_overflow += t.events.overflow;
       }
       append_trace_columns(line_, st.step, t);
@@ -575,7 +575,7 @@ class RunFiles {
     line_.clear();
     for (const WindowRow& w : st.window) {
       if (w.values == 0) continue;
-      append_window_columns(line_, st.step, st.loss_scale, w, c_.tracer.underflow_tolerance);
+      append_window_columns(line_, st.step, st.loss_scale, w, c_.tracer.flush_tolerance);
       line_ += '\n';
     }
     window_.out() << line_;
@@ -647,7 +647,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   s["memory_bytes"] = total_bytes(sum.memory);
   if (files.state_values)
     s["optimizer_state"] = {{"values", files.state_values},
-                            {"underflow", files.state_underflow},
+                            {"flushed", files.state_flushed},
                             {"overflow", files.state_overflow}};
   if (sum.window_known && sum.k_low != INT_MIN)
     s["safe_window"] = {{"k_low", sum.k_low}, {"k_high", sum.k_high}};

@@ -197,7 +197,7 @@ def steps_summary(s):
     return {"final_loss": float(s["loss"].iloc[-1]),
             "final_scale": float(s["next_scale"].iloc[-1]),
             "grad_values": int(s["grad_values"].sum()),
-            "grad_underflow": int(s["grad_underflow"].sum()),
+            "grad_flushed": int(s["grad_flushed"].sum()),
             "skipped": int((s["skipped"] != 0).sum()),
             "found_inf": int((s["found_inf"] != 0).sum())}
 
@@ -207,14 +207,14 @@ def safe_ks(sw, tol):
     `tol` and no overflow on every step."""
     if not len(sw):
         return []
-    bad = (sw["underflow_fraction"] > tol) | (sw["overflow"] != 0)
+    bad = (sw["flushed_fraction"] > tol) | (sw["overflow"] != 0)
     per_k = bad.groupby(sw["k"]).any()
     return sorted(int(k) for k, b in per_k.items() if not b)
 
 
 def window(res, row):
     """(k_low, k_high) of the run from scale_window.csv, or None; the window must be all safe."""
-    tol = manifest(res, row)["config"].get("trace", {}).get("underflow_tolerance", 0.0)
+    tol = manifest(res, row)["config"].get("trace", {}).get("flush_tolerance", 0.0)
     ks = safe_ks(run_csv(res, row, "scale_window.csv"), tol)
     if not ks:
         return None
@@ -313,7 +313,7 @@ def check_accumulation_training(res, figs, con):
         for seed in seeds:
             s = final[c, seed]
             con.row(c, [seed, s["final_loss"], s["final_loss"] / final["fp32", seed]["final_loss"],
-                        s["grad_values"], s["grad_underflow"]])
+                        s["grad_values"], s["grad_flushed"]])
 
 
 def check_demo(res, figs, con):
@@ -338,7 +338,7 @@ def check_demo(res, figs, con):
             r = df[(df["case"] == c) & (df["run.seed"] == seed)].iloc[0]
             s = steps_summary(run_csv(res, r, "steps.csv"))
             final[c, seed] = s["final_loss"]
-            gv, gu = s["grad_values"], s["grad_underflow"]
+            gv, gu = s["grad_values"], s["grad_flushed"]
             t = run_csv(res, r, "trace.csv")
             t = t[t["name"] == "0.weight.grad"]      # the first layer's fp16/bf16 weight gradient
             z = [100.0 * t["zeros"].sum() / t["total"].sum()] if t["total"].sum() else []
@@ -421,7 +421,7 @@ def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
             hist[e] = hist.get(e, 0) + c
     n = int(t["total"].sum())
     in_hist = sum(hist.values())
-    zeros, underflow = int(t["zeros"].sum()), int(t["underflow"].sum())
+    zeros, underflow = int(t["zeros"].sum()), int(t["flushed"].sum())
     nonfinite = int(t["nonfinite_in"].sum())
     exact = zeros - underflow
     # docs/sim.md: hist holds the finite non-zero values before rounding (those that underflow
@@ -497,7 +497,7 @@ def check_loss_scale_sweep(res, figs, con):
                    full=True)
     doc.expect("(%; {I} at the floor)", 0)
     provenance(doc, res)
-    clean = sum(1 for s in ss if s["grad_underflow"] == 0 and s["found_inf"] == 0)
+    clean = sum(1 for s in ss if s["grad_flushed"] == 0 and s["found_inf"] == 0)
     if w:
         con.expect("loss_scale_sweep: predicted safe window {P}..{P}; measured: {I} of {I} "
                    "scales without underflow or overflow", *w, clean, len(df), full=True)
@@ -506,8 +506,8 @@ def check_loss_scale_sweep(res, figs, con):
                    "{I} scales without underflow or overflow", ks[0], clean, len(df), full=True)
     # Above the reference scale, each scale with at least 100 measured underflows (steps.csv)
     # against the reference's prediction summed over its steps.
-    pred = sw.groupby("k")["underflow"].sum()
-    rows = [(k, s["grad_underflow"], int(pred.get(k, 0))) for k, s in zip(ks, ss)]
+    pred = sw.groupby("k")["flushed"].sum()
+    rows = [(k, s["grad_flushed"], int(pred.get(k, 0))) for k, s in zip(ks, ss)]
     rows = [r for r in rows if r[0] > ks[0] and r[1] >= 100 and r[2] > 0]
     if rows:
         con.expect("loss_scale_sweep: underflow above {P}, measured and predicted from the run at "
@@ -582,7 +582,7 @@ def check_pitfalls(res, figs, con):
         else:
             doc.expect(r["case"] + ": loss inf/NaN from step {I}", int(bad["step"].iloc[0]),
                        full=True)
-        con.row(r["case"], [s["final_loss"], s["skipped"], s["grad_underflow"]])
+        con.row(r["case"], [s["final_loss"], s["skipped"], s["grad_flushed"]])
     opts = [manifest(res, r)["config"]["optimizer"] for _, r in df.iterrows()]
     if any(o != opts[0] for o in opts) or opts[0]["kind"] != "sgd":
         doc.errors.append("pitfalls: the caption names one SGD setting, the runs have %s" % opts)
@@ -654,7 +654,7 @@ def check_text_lm(res, figs, con):
         doc.text(t)
     provenance(doc, res)
     con.header("recipe", ["final_val_loss", "at_step", "best_val_loss", "grad_values",
-                          "underflow", "skipped"])
+                          "flushed", "skipped"])
     for _, r in df.iterrows():
         doc.text(r["case"])
         s = run_csv(res, r, "steps.csv")
@@ -668,7 +668,7 @@ def check_text_lm(res, figs, con):
         last = max(val)
         ss = steps_summary(s)
         con.row(r["case"], [val[last], last, min(val.values()), ss["grad_values"],
-                            ss["grad_underflow"], ss["skipped"]])
+                            ss["grad_flushed"], ss["skipped"]])
 
 
 CHECKERS = {"accumulation": check_accumulation,
@@ -792,7 +792,7 @@ def main(halfway):
         row = df[df["case"] == "fp16-noscale"].iloc[0]
         p = os.path.join(bad, row["dir"], "steps.csv")
         s = pd.read_csv(p, dtype=str, keep_default_na=False)
-        s.loc[0, "grad_underflow"] = str(int(s.loc[0, "grad_underflow"]) + 7)
+        s.loc[0, "grad_flushed"] = str(int(s.loc[0, "grad_flushed"]) + 7)
         s.to_csv(p, index=False)
         errors = check("demo", bad, texts, out)
         ok(any("fp16-noscale" in e for e in errors),
@@ -823,7 +823,7 @@ def main(halfway):
                     for k, v in texts.items()}
         changed = doctored != texts
         errors = check("gradient_histogram", res, doctored, out)
-        ok(int(t["underflow"].sum()) > 0 and changed and
+        ok(int(t["flushed"].sum()) > 0 and changed and
            any("exact zeros" in e for e in errors),
            "negative control: the old count of exact zeros (%.2f%%, zeros after rounding over "
            "hist + zeros) is caught" % old)

@@ -97,17 +97,17 @@ try:
     check(list(df["precision.policy"]) == ["fp32"] * 3 + ["torch-cuda-fp16"] * 3 and
           list(df["run.seed"]) == [0, 1, 2] * 2, "sweep.csv: cartesian product, last axis fastest")
     check(df["final_loss"].dtype.kind == "f" and df["run.seed"].dtype.kind == "i" and
-          df["grad_underflow"].dtype.kind == "i", "sweep.csv: numeric columns parse as numbers")
+          df["grad_flushed"].dtype.kind == "i", "sweep.csv: numeric columns parse as numbers")
     check((df.loc[df["precision.policy"] == "fp32", "grad_values"] == 0).all() and
           (df.loc[df["precision.policy"] != "fp32", "grad_values"] > 0).all() and
-          df["grad_underflow_fraction"].isna().tolist() == [True] * 3 + [False] * 3,
+          df["grad_flushed_fraction"].isna().tolist() == [True] * 3 + [False] * 3,
           "sweep.csv: fp32 rounds no gradient (fraction empty -> NaN), fp16 does")
     for _, row in df.iterrows():
         steps = pd.read_csv(os.path.join(TMP, "j1", row["dir"], "steps.csv"))
         if float(steps["loss"].iloc[-1]) != float(row["final_loss"]) and len(steps) != 4:
             check(False, "final loss of run %d" % row["run"])
-        check(int(steps["grad_underflow"].sum()) == int(row["grad_underflow"]),
-              "run %d: grad_underflow is the sum of steps.csv" % row["run"])
+        check(int(steps["grad_flushed"].sum()) == int(row["grad_flushed"]),
+              "run %d: grad_flushed is the sum of steps.csv" % row["run"])
 except ImportError:
     print("skip pandas checks (pandas not installed)")
 

@@ -79,7 +79,7 @@ class NumpyFp16(hwtest.unittest.TestCase):
                 self.assertEqual(
                     counts.as_dict(),
                     {"total": a.size, "inexact": int(((r != ex) & fin & ~rnan).sum()),
-                     "zero": int((r == 0).sum()), "underflow": int(((r == 0) & (ex != 0)).sum()),
+                     "zero": int((r == 0).sum()), "flushed": int(((r == 0) & (ex != 0)).sum()),
                      "subnormal": int(((r != 0) & (np.abs(r) < 2.0**-14)).sum()),
                      "overflow": int((np.isinf(r) & fin).sum()), "nan": int(rnan.sum()),
                      "flags": counts.flags}, name)

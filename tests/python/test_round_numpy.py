@@ -145,7 +145,7 @@ class RoundFp16AgainstNumpy(hwtest.unittest.TestCase):
         self.assertEqual(c.total, x.size)
         self.assertEqual(c.nan, int(nan_out.sum()))
         self.assertEqual(c.zero, int((ref == 0).sum()))
-        self.assertEqual(c.underflow, int(((ref == 0) & (x != 0) & finite_in).sum()))
+        self.assertEqual(c.flushed, int(((ref == 0) & (x != 0) & finite_in).sum()))
         self.assertEqual(c.overflow, int((np.isinf(ref) & finite_in).sum()))
         self.assertEqual(c.subnormal, int(((np.abs(ref) < 2.0**-14) & (ref != 0)).sum()))
         self.assertEqual(c.inexact, int(((ref != x) & ~nan_out & finite_in).sum()))

@@ -110,7 +110,7 @@ def brute(x, fmt):
         min_normal = 2.0 ** -126
     fin = np.isfinite(x)
     return {"total": x.size, "zeros": int(np.sum(q == 0)),
-            "underflow": int(np.sum(fin & (x != 0) & (q == 0))),
+            "flushed": int(np.sum(fin & (x != 0) & (q == 0))),
             "subnormal": int(np.sum(np.isfinite(q) & (q != 0) & (np.abs(q) < min_normal))),
             "overflow": int(np.sum(fin & np.isinf(q))), "nonfinite_in": int(np.sum(~fin))}
 

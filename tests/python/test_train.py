@@ -61,7 +61,7 @@ class Train(hwtest.unittest.TestCase):
         self.assertEqual(list(a.steps.step), [0, 1, 2])
         self.assertEqual(float(a.steps.loss_scale[0]), 65536.0)  # GradScaler's initial scale
         self.assertGreater(len(a.trace), 0)
-        self.assertTrue({"name", "dtype", "underflow", "subnormal"} <= set(a.trace.columns))
+        self.assertTrue({"name", "dtype", "flushed", "subnormal"} <= set(a.trace.columns))
         self.assertEqual(set(a.scale_window.step), {0, 1, 2})
         self.assertIsNone(a.out_dir)
         with tempfile.TemporaryDirectory() as d:

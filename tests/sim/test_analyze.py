@@ -47,7 +47,7 @@ def brute_counts(x, q, min_normal):
     return {
         "total": x.size,
         "zeros": int(np.sum(q == 0)),
-        "underflow": int(np.sum(fin & (x != 0) & (q == 0))),
+        "flushed": int(np.sum(fin & (x != 0) & (q == 0))),
         "subnormal": int(np.sum(np.isfinite(q) & (q != 0) & (np.abs(q) < min_normal))),
         "overflow": int(np.sum(fin & np.isinf(q))),
         "nan": int(np.sum(np.isnan(q))),
@@ -171,7 +171,7 @@ def check_against_train(halfway, w):
     traced = [x for x in read_rows(w.file(f"r{steps + 1}/trace.csv"))
               if int(x["step"]) == steps and x["kind"] == "weight" and x["dtype"] == "fp16"]
     check(len(traced) >= 2, f"the tracer recorded {len(traced)} weight casts")
-    cols = ["total", "zeros", "underflow", "subnormal", "overflow", "nan", "inexact",
+    cols = ["total", "zeros", "flushed", "subnormal", "overflow", "nan", "inexact",
             "nonfinite_in", "min_exp", "max_exp", "max_abs", "hist"]
     for t in traced:
         # The tracer names the rounding of parameter P "P" or "P.<something>".

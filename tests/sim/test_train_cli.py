@@ -99,7 +99,7 @@ def main(halfway):
               f"optimizer_state rows: {sorted({t['name'] for t in tr})}")
         ms = json.load(open(os.path.join(out_s, "manifest.json")))["summary"]["optimizer_state"]
         check(ms == {"values": sum(int(t["total"]) for t in tr),
-                     "underflow": sum(int(t["underflow"]) for t in tr),
+                     "flushed": sum(int(t["flushed"]) for t in tr),
                      "overflow": sum(int(t["overflow"]) for t in tr)}, f"summary {ms}")
         check(ms["values"] == 5 * (32 * 10 + 32 + 32 + 1), f"state values {ms}")
         up = read_csv(os.path.join(out_s, "updates.csv"))

@@ -198,7 +198,8 @@ void grad_sums(const std::string& steps_csv, int64_t& values, int64_t& under, in
   int iv = -1, iu = -1, io = -1;
   for (size_t i = 0; i < head.size(); ++i) {
     if (head[i] == "grad_values") iv = int(i);
-    if (head[i] == "grad_underflow") iu = int(i);
+    // Run folders written before the count was renamed call it grad_underflow.
+    if (head[i] == "grad_flushed" || head[i] == "grad_underflow") iu = int(i);
     if (head[i] == "grad_overflow") io = int(i);
   }
   while (std::getline(in, line)) {
@@ -214,7 +215,7 @@ void grad_sums(const std::string& steps_csv, int64_t& values, int64_t& under, in
 
 const char* kSummaryHeader =
     "steps,final_loss,final_scale,found_inf_steps,skipped_steps,memory_bytes,k_low,k_high,"
-    "grad_values,grad_underflow,grad_overflow,grad_underflow_fraction";
+    "grad_values,grad_flushed,grad_overflow,grad_flushed_fraction";
 
 std::string index_header(const nlohmann::json& def) {
   std::string h = "run,dir";

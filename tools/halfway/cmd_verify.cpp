@@ -215,9 +215,9 @@ const FormatInfo& f32_info() {
 }
 
 std::string counts_text(const EventCounts& c) {
-  return fmt::format("total {} inexact {} zero {} underflow {} subnormal {} overflow {} nan {} "
+  return fmt::format("total {} inexact {} zero {} flushed {} subnormal {} overflow {} nan {} "
                      "flags {}",
-                     c.total, c.inexact, c.zero, c.underflow, c.subnormal, c.overflow, c.nan,
+                     c.total, c.inexact, c.zero, c.flushed, c.subnormal, c.overflow, c.nan,
                      flags_name(c.flags));
 }
 

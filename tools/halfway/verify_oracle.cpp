@@ -57,14 +57,14 @@ inline int sign_of(double r) { return (r > 0) - (r < 0); }
 constexpr uint8_t kExactNonzero = 8;
 
 /// Event counts by their definitions in bulk.hpp: inexact (NaN results excluded), zero results,
-/// underflow (a non-zero finite exact value gave zero), subnormal results, overflow (the overflow
+/// flushed (a non-zero finite exact value gave zero), subnormal results, overflow (the overflow
 /// flag), NaN results, and the OR of the flags.
 void tally(const uint8_t* fl, const uint8_t* meta, size_t n, EventCounts* c) {
   static_assert(kInexact == 1 && FormatInfo::kNan == 1 && FormatInfo::kZero == 2 &&
                 FormatInfo::kSubnormal == 4 && kOverflow == 4 && kExactNonzero == 8);
   if (!c) return;
   // Bit arithmetic on bytes with 32-bit partial sums, so that the compiler vectorises it.
-  uint64_t inexact = 0, zero = 0, underflow = 0, subnormal = 0, overflow = 0, nan = 0;
+  uint64_t inexact = 0, zero = 0, flushed = 0, subnormal = 0, overflow = 0, nan = 0;
   uint32_t flags = 0;
   for (size_t start = 0; start < n; start += 4096) {
     const size_t end = std::min(n, start + 4096);
@@ -81,7 +81,7 @@ void tally(const uint8_t* fl, const uint8_t* meta, size_t n, EventCounts* c) {
     }
     inexact += in;
     zero += ze;
-    underflow += un;
+    flushed += un;
     subnormal += su;
     overflow += ov;
     nan += na;
@@ -90,7 +90,7 @@ void tally(const uint8_t* fl, const uint8_t* meta, size_t n, EventCounts* c) {
   c->total += n;
   c->inexact += inexact;
   c->zero += zero;
-  c->underflow += underflow;
+  c->flushed += flushed;
   c->subnormal += subnormal;
   c->overflow += overflow;
   c->nan += nan;

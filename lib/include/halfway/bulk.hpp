@@ -10,7 +10,7 @@
 ///     std::vector<float> x = ...;  std::vector<uint16_t> h(x.size());
 ///     halfway::EventCounts ev;
 ///     halfway::round_f32(halfway::formats::fp16, x.data(), h.data(), x.size(), {}, &ev);
-///     // ev.underflow: how many non-zero inputs became zero
+///     // ev.flushed: how many non-zero inputs became zero
 #pragma once
 
 #include <cstddef>
@@ -25,8 +25,8 @@ namespace halfway {
 struct EventCounts {
   uint64_t total = 0;      ///< elements processed
   uint64_t inexact = 0;    ///< result differs from the exact value (NaN results excluded)
-  uint64_t zero = 0;       ///< result is ±0 (exact zeros and underflows alike)
-  uint64_t underflow = 0;  ///< non-zero finite exact value, zero result
+  uint64_t zero = 0;       ///< result is ±0 (exact zeros and flushed values alike)
+  uint64_t flushed = 0;    ///< non-zero finite exact value, zero result (was `underflow`)
   uint64_t subnormal = 0;  ///< result is a non-zero subnormal of the target format
   uint64_t overflow = 0;   ///< finite exact value, result ±inf / saturated / NaN by overflow
   uint64_t nan = 0;        ///< result is NaN (NaN inputs and invalid operations)
@@ -36,7 +36,7 @@ struct EventCounts {
     total += o.total;
     inexact += o.inexact;
     zero += o.zero;
-    underflow += o.underflow;
+    flushed += o.flushed;
     subnormal += o.subnormal;
     overflow += o.overflow;
     nan += o.nan;

@@ -7,7 +7,7 @@
 ///
 ///     TensorAnalyzer a("0.weight", TraceKind::tensor, {parse_dtype("fp16"), parse_dtype("e4m3")});
 ///     a.add(chunk1, n1);  a.add(chunk2, n2);        // any split gives the same result
-///     TensorAnalysis r = a.finish({}, 1.0);          // r.formats[0].record.events.underflow, ...
+///     TensorAnalysis r = a.finish({}, 1.0);          // r.formats[0].record.events.flushed, ...
 ///
 /// Every result is independent of how the values are split into chunks: the counts are
 /// integers, the extremes are extremes, and the sums of squares are exact (SquareSum), so
@@ -45,13 +45,13 @@ class SquareSum {
 
 struct AnalyzeOptions {
   int k_min = -20, k_max = 40;       ///< the loss scales 2^k of the window
-  double underflow_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
+  double flush_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
 };
 
 /// One tensor rounded into one format.
 struct FormatAnalysis {
-  /// The tracer's record: name, op, kind, dtype (the format), events (total, zero, underflow =
-  /// flushed to zero, subnormal, overflow = overflowed or saturated, nan, inexact),
+  /// The tracer's record: name, op, kind, dtype (the format), events (total, zero, flushed =
+  /// non-zero values rounded to zero, subnormal, overflow = overflowed or saturated, nan, inexact),
   /// nonfinite_in, histogram, extremes.
   TraceRecord record;
   /// Over the finite values within the format's range (|x| <= largest finite value): the

@@ -33,7 +33,7 @@ struct TraceRecord {
   std::string op;
   TraceKind kind = TraceKind::activation;
   DType dtype;
-  EventCounts events;         ///< from quantize_f32: total, zero, underflow, subnormal, ...
+  EventCounts events;         ///< from quantize_f32: total, zero, flushed, subnormal, ...
   uint64_t nonfinite_in = 0;  ///< inf/NaN before rounding
   uint64_t vanished = 0;      ///< updates: w + Δw != w in fp32 but rounds back to w
   uint64_t small_update = 0;  ///< updates: Δw != 0 and |w| >= 2^p·|Δw| (p: precision)
@@ -57,10 +57,10 @@ struct TraceRecord {
 /// Prediction for one power-of-two loss scale.
 struct WindowRow {
   int k = 0;
-  uint64_t underflow = 0;  ///< gradient values predicted to become zero
+  uint64_t flushed = 0;  ///< gradient values predicted to become zero
   uint64_t values = 0;     ///< gradient values rounded into low precision
   bool overflow = false;   ///< some gradient value predicted to overflow
-  double fraction() const { return values ? double(underflow) / double(values) : 0.0; }
+  double fraction() const { return values ? double(flushed) / double(values) : 0.0; }
 };
 
 struct StepTrace {
@@ -73,7 +73,7 @@ struct StepTrace {
 
 struct TracerOptions {
   int k_min = -20, k_max = 40;
-  double underflow_tolerance = 0.0;  ///< a scale is safe when the fraction is at most this
+  double flush_tolerance = 0.0;  ///< a scale is safe when the fraction is at most this
 };
 
 /// Add binary32 values (before rounding) to `r`: the histogram, the powers of two, the extremes
