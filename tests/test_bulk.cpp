@@ -27,6 +27,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/thread_pool.hpp"
 #include "test_support.hpp"
 
 #if defined(__x86_64__)
@@ -101,8 +102,8 @@ std::string f32_fields(uint32_t b) { return fields(formats::fp32, b); }
 
 std::string counts_str(const EventCounts& c) {
   std::ostringstream o;
-  o << "{total " << c.total << " inexact " << c.inexact << " zero " << c.zero << " underflow "
-    << c.underflow << " subnormal " << c.subnormal << " overflow " << c.overflow << " nan " << c.nan
+  o << "{total " << c.total << " inexact " << c.inexact << " zero " << c.zero << " flushed "
+    << c.flushed << " subnormal " << c.subnormal << " overflow " << c.overflow << " nan " << c.nan
     << " flags " << flags_name(c.flags) << "}";
   return o.str();
 }
@@ -733,7 +734,7 @@ void exhaustive_round(const std::string& fname, bool f16c) {
       if (Rounding(r) != Rounding::stochastic) modes.push_back(Rounding(r));
   }
   constexpr size_t kChunk = 1 << 16;
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = unsigned(ThreadPool::hardware_threads());
   std::atomic<uint64_t> next{0}, bad_chunks{0};
   std::mutex mu;
   std::vector<std::string> reports;
@@ -805,9 +806,7 @@ void exhaustive_round(const std::string& fname, bool f16c) {
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  ThreadPool::global().run(int(threads), [&](int) { worker(); });
   for (const std::string& msg : reports) FAIL_CHECK(msg);
   CHECK(bad_chunks == 0);
 }
@@ -833,7 +832,7 @@ namespace {
 void exhaustive_binary16(const Format& f, BinaryOp op) {
   const std::vector<BulkPath> paths = fast_paths();
   if (paths.empty()) return;  // skipped
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = unsigned(ThreadPool::hardware_threads());
   std::atomic<uint32_t> next{0};
   std::atomic<uint64_t> bad_rows{0};
   std::mutex mu;
@@ -867,9 +866,7 @@ void exhaustive_binary16(const Format& f, BinaryOp op) {
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  ThreadPool::global().run(int(threads), [&](int) { worker(); });
   for (const std::string& msg : reports) FAIL_CHECK(msg);
   CHECK(bad_rows == 0);
 }

@@ -31,6 +31,7 @@
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
 #include "halfway/sim/accumulate.hpp"
+#include "halfway/thread_pool.hpp"
 #include "verify_oracle.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -745,7 +746,7 @@ class Bench {
   void exhaustive_fp16_add() {
     const Format f = formats::fp16;
     const verify::Oracle oracle(f, Rounding::near_even);
-    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned threads = unsigned(ThreadPool::hardware_threads());
     std::atomic<uint32_t> next{0};
     std::atomic<uint64_t> bad{0};
     auto worker = [&] {
@@ -770,9 +771,7 @@ class Bench {
     };
     const auto t0 = Clock::now();
     const std::clock_t cpu0 = std::clock();
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
+    ThreadPool::global().run(int(threads), [&](int) { worker(); });
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double cpu = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
     const double n = 4294967296.0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "halfway/hw/mma_cases.hpp"
+#include "halfway/thread_pool.hpp"
 
 namespace halfway::hw::mma {
 
@@ -64,7 +65,7 @@ inline SearchResult search(const CaseSet& cs, const std::vector<uint32_t>& hw,
   for (Family f : order)
     for (size_t q = 0; q < cs.cases(); ++q)
       if (cs.family[q] == f) case_order.push_back(q);
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = unsigned(ThreadPool::hardware_threads());
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic<size_t> next{0};
   std::atomic<bool> out_of_time{false};
@@ -94,10 +95,7 @@ inline SearchResult search(const CaseSet& cs, const std::vector<uint32_t>& hw,
       done[i] = 1;
     }
   };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  ThreadPool::global().run(int(std::max(1u, threads)), [&](int) { work(); });
 
   SearchResult r;
   r.of = cands.size();
