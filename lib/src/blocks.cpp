@@ -149,24 +149,74 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HALFWAY_BLOCKS_AVX512 1
-/// The AVX-512 kernels serve blocks along a row (a multiple of 16 long) when the calling
-/// thread's bulk path is avx512 (set_bulk_path: tests run both).
-bool use_avx512(const Job& j) {
-  return j.tc > 1 && detail::bulk_path() == detail::BulkPath::avx512;
+#define HALFWAY_BLOCKS_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+/// The AVX-512 kernels serve every block shape when the calling thread's bulk path is avx512
+/// (set_bulk_path: tests run both).
+bool use_avx512() { return detail::bulk_path() == detail::BulkPath::avx512; }
+
+/// Round R of max16: the lane-wise maximum of a and b after a shuffle picks their low (hi =
+/// false) or high halves (R 0: 256-bit halves, 1: 128-bit lanes, 2: 64-bit halves of each
+/// 128-bit lane, 3: 32-bit pairs).
+template <int R>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i max_pair(__m512i a,
+                                                                                  __m512i b) {
+  __m512i lo, hi;
+  if constexpr (R == 0) {
+    lo = _mm512_shuffle_i32x4(a, b, 0x44);
+    hi = _mm512_shuffle_i32x4(a, b, 0xEE);
+  } else if constexpr (R == 1) {
+    lo = _mm512_shuffle_i32x4(a, b, 0x88);
+    hi = _mm512_shuffle_i32x4(a, b, 0xDD);
+  } else if constexpr (R == 2) {
+    lo = _mm512_unpacklo_epi64(a, b);
+    hi = _mm512_unpackhi_epi64(a, b);
+  } else {
+    const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    lo = _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88));
+    hi = _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xDD));
+  }
+  return _mm512_max_epu32(lo, hi);
 }
 
-/// block_amax's rows of blocks along the row (tc a multiple of 16), in AVX-512.
-__attribute__((target("avx512f"))) void block_amax_avx512(const Job& j, uint32_t* amax) {
+/// The maxima of 16 vectors at once: lane p of the result is the largest lane of the vector
+/// in slot kSlot[p] of v. Four rounds each halve the vectors and the lanes each one covers
+/// (45 instructions where 16 separate reductions take about 140). After round 0, 128-bit
+/// lanes 0-1 of v[i] hold v[i], 2-3 v[i + 8]; after round 1 lane L of v[i] holds slot
+/// i + {0, 8, 4, 12}[L]; rounds 2 and 3 leave in 32-bit lane q of each 128-bit lane the
+/// slot offset by {0, 2, 1, 3}[q].
+constexpr int kSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i max16(__m512i* v) {
+  for (int i = 0; i < 8; ++i) v[i] = max_pair<0>(v[i], v[i + 8]);
+  for (int i = 0; i < 4; ++i) v[i] = max_pair<1>(v[i], v[i + 4]);
+  for (int i = 0; i < 2; ++i) v[i] = max_pair<2>(v[i], v[i + 2]);
+  return max_pair<3>(v[0], v[1]);
+}
+
+/// The largest |x| bits of the block of tc lanes at p.
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i block_max(
+    const float* p, size_t tc, __m512i abs) {
+  __m512i m = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p)), abs);
+  for (size_t c = 16; c < tc; c += 16)
+    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p + c)), abs));
+  return m;
+}
+
+/// block_amax for blocks along the row (tc a multiple of 16), in AVX-512: 16 blocks at a time
+/// with one max16, the rest one reduction each.
+HALFWAY_BLOCKS_AVX512_TARGET void block_amax_avx512(const Job& j, uint32_t* amax) {
   const __m512i abs = _mm512_set1_epi32(int32_t(kAbs));
+  const size_t tc = j.tc;
   for (size_t r = 0; r < j.rows; ++r) {
     const float* row = j.x + r * j.cols;
     uint32_t* a = amax + (r / j.tr) * j.sc;
-    for (size_t b = 0; b < j.sc; ++b) {
-      __m512i m = _mm512_setzero_si512();
-      for (size_t c = b * j.tc; c < (b + 1) * j.tc; c += 16)
-        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(row + c)), abs));
-      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(m)));
+    size_t b = 0;
+    for (; b + 16 <= j.sc; b += 16) {
+      __m512i v[16];
+      for (int p = 0; p < 16; ++p) v[kSlot[p]] = block_max(row + (b + size_t(p)) * tc, tc, abs);
+      _mm512_storeu_si512(a + b, _mm512_max_epu32(_mm512_loadu_si512(a + b), max16(v)));
     }
+    for (; b < j.sc; ++b)
+      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(block_max(row + b * tc, tc, abs))));
   }
 }
 #endif
@@ -176,7 +226,7 @@ HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
   amax.assign(j.sr * j.sc, 0);
 #ifdef HALFWAY_BLOCKS_AVX512
-  if (use_avx512(j)) {
+  if (j.tc > 1 && use_avx512()) {
     block_amax_avx512(j, amax.data());
     return amax;
   }
@@ -363,18 +413,23 @@ void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& 
   }
 }
 
-/// The constants of the fused element step: round |y| ≤ max to nearest even on the element
-/// grid by one fp32 addition and subtraction of 2^(E − m + 23), E = max(exponent of |y|, emin)
-/// (the sum's ulp is the grid's quantum 2^(E − m), exactly), then read the code off the bits.
+/// The constants of the fused element step, which rounds |y| ≤ max to nearest even on the
+/// element grid with one fp32 addition and reads the code off the sum's bits. Let
+/// E = max(exponent of |y|, emin), d = (E − emin) << 23 (from |y|'s exponent field by a
+/// subtraction clamped at zero) and c = 2^(E − m + 23). The sum s = |y| + c lies in c's binade
+/// (|y| < 2^(E+1) ≤ c), where the ulp is the grid's quantum 2^(E − m): fp32's own
+/// round-to-nearest-even rounds |y| exactly once, and as c's significand is even, the integer
+/// n = bits(s) − bits(c) is |y| / 2^(E − m) rounded to nearest even (2^m ≤ n ≤ 2^(m+1) for
+/// normal elements, n < 2^m for subnormal ones). The code is n + ((E − emin) << m) = n + (d >> (23 − m)):
+/// for normal elements the implicit bit in n adds one to the exponent field, and a carry
+/// (n = 2^(m+1)) moves to the next binade.
 struct ElementGrid {
   uint32_t lim_bits = 0;       ///< the largest finite element value, as fp32 bits
   uint32_t half_min_bits = 0;  ///< at most this rounds to ±0, as fp32 bits
   uint32_t min_field = 0;   ///< bits of 2^emin
-  uint32_t magic_add = 0;   ///< (23 − m) << 23: from 2^E to 2^(E − m + 23)
-  uint32_t shift = 0;       ///< 23 − m
-  uint32_t normal_bias = 0; ///< (127 + emin − 1) << m: fp32 bits >> shift to the element code
-  float sub_scale = 0;      ///< 2^(m − emin): a subnormal value to its code
-  uint32_t sign_shift = 0;  ///< the element's sign bit position
+  uint32_t c_base = 0;      ///< bits of 2^(emin − m + 23): c = d + c_base
+  uint32_t shift = 0;       ///< 23 − m: d >> shift is (E − emin) << m
+  uint32_t sign_bit = 0;    ///< the element's sign bit
 
   explicit ElementGrid(const BlockScheme& s) {
     const Format& f = s.element;
@@ -382,18 +437,16 @@ struct ElementGrid {
     lim_bits = f32_bits(s.element_max);
     half_min_bits = f32_bits(s.half_min_subnormal);
     min_field = uint32_t(127 + emin) << 23;
-    magic_add = uint32_t(23 - m) << 23;
+    c_base = min_field + (uint32_t(23 - m) << 23);
     shift = uint32_t(23 - m);
-    normal_bias = uint32_t(127 + emin - 1) << m;
-    sub_scale = pow2f(m - emin);
-    sign_shift = uint32_t(f.exp_bits + f.frac_bits);
+    sign_bit = uint32_t(1) << (f.exp_bits + f.frac_bits);
   }
 };
 
 /// One element: y = x · mult (or x / mult), its events, and its code rounded to nearest even
 /// with saturation: exactly what round_f32 gives for y (NVFP4: for y clamped to ±6 plus +0).
-/// |y| is clamped to max first (saturation; rounding is monotone), the rounding is the exact
-/// fp32 sum described at ElementGrid, and the sign is y's.
+/// |y| is clamped to max first (saturation; rounding is monotone), rounded as described at
+/// ElementGrid, and the sign is y's.
 template <bool Divide, bool Clamp>
 inline uint8_t encode_one(const ElementGrid& g, float v, float m, uint32_t& sat, uint32_t& fl) {
   // Comparisons on magnitude bits rather than floats: they cannot trap, so the loop has no
@@ -402,24 +455,17 @@ inline uint8_t encode_one(const ElementGrid& g, float v, float m, uint32_t& sat,
   const uint32_t a = y & kAbs;
   fl += uint32_t((f32_bits(v) & kAbs) != 0) & uint32_t(a <= g.half_min_bits);
   sat += uint32_t(a > g.lim_bits);
-  const uint32_t t_bits = a < g.lim_bits ? a : g.lim_bits;  // saturate; NaN blocks come later
+  const uint32_t t = a < g.lim_bits ? a : g.lim_bits;  // saturate; NaN blocks come later
   // NVFP4: TE clamps to ±6 before the e2m1 cast, and its table gives −0.0 the code of +0
   // (TE's clamp then + 0 in fp32): the sign of a zero is dropped; a negative value that
   // rounds to zero keeps its sign.
-  const uint32_t neg = Clamp ? (y >> 31) & uint32_t(t_bits != 0) : y >> 31;
-  const uint32_t sign = neg << g.sign_shift;
-  const float t = bits_f32(t_bits);
-  const uint32_t field = t_bits & kInfBits;
-  const float c = bits_f32((field > g.min_field ? field : g.min_field) + g.magic_add);
-  const float r = (t + c) - c;
-  const uint32_t rb = f32_bits(r);
-  // Both readings, then a select: the loop stays free of branches and vectorises.
-  const uint32_t normal = (rb >> g.shift) - g.normal_bias;
-  // The subnormal reading of min(r, 2^emin): below 2^m, so the conversion is always defined.
-  const float rs = bits_f32(rb < g.min_field ? rb : g.min_field);
-  const uint32_t sub = uint32_t(int32_t(rs * g.sub_scale));
-  const uint32_t mag = rb >= g.min_field ? normal : sub;
-  return uint8_t(sign | mag);
+  const uint32_t neg = Clamp ? uint32_t(y > 0x80000000u) : y >> 31;
+  const uint32_t field = t & kInfBits;
+  const uint32_t d = field > g.min_field ? field - g.min_field : 0;
+  const uint32_t c = d + g.c_base;
+  const uint32_t s = f32_bits(bits_f32(t) + bits_f32(c));
+  const uint32_t mag = (s - c) + (d >> g.shift);
+  return uint8_t((neg ? g.sign_bit : 0) | mag);
 }
 
 /// 16 elements of one block (restrict parameters: the code stores alias nothing, so the loop
@@ -473,49 +519,112 @@ HALFWAY_BLOCKS_CLONES void encode_row(const Job& j, const ElementGrid& g_, size_
 }
 
 #ifdef HALFWAY_BLOCKS_AVX512
-/// encode_row for blocks along a row, 16 elements a step in AVX-512: the same fp32 operations
-/// and integer readings as encode_one, lane by lane.
+/// ElementGrid's constants in AVX-512 registers.
+struct GridAvx512 {
+  __m512i abs, lim, half_min, inf, min_field, c_base, shift, sign_bit;
+  HALFWAY_BLOCKS_AVX512_TARGET explicit GridAvx512(const ElementGrid& g)
+      : abs(_mm512_set1_epi32(int32_t(kAbs))),
+        lim(_mm512_set1_epi32(int32_t(g.lim_bits))),
+        half_min(_mm512_set1_epi32(int32_t(g.half_min_bits))),
+        inf(_mm512_set1_epi32(int32_t(kInfBits))),
+        min_field(_mm512_set1_epi32(int32_t(g.min_field))),
+        c_base(_mm512_set1_epi32(int32_t(g.c_base))),
+        shift(_mm512_set1_epi32(int32_t(g.shift))),
+        sign_bit(_mm512_set1_epi32(int32_t(g.sign_bit))) {}
+};
+
+/// encode_one for 16 lanes (masked loads: lanes outside `k` read 0 and are not counted): the
+/// same fp32 operations and integer readings, lane by lane. The exponent difference
+/// d = max(field − min_field, 0) is one unsigned saturating subtraction of 16-bit halves (the
+/// low halves of both are zero).
 template <bool Divide, bool Clamp>
-__attribute__((target("avx512f"))) void encode_row_avx512(const Job& j, const ElementGrid& g,
-                                                          size_t r, uint8_t* codes_,
-                                                          uint32_t* sat, uint32_t* flushed) {
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i encode16_avx512(
+    const GridAvx512& g, __m512 v, __m512 m, __mmask16 k, __mmask16& sat, __mmask16& fl) {
+  const __m512i y = _mm512_castps_si512(Divide ? _mm512_div_ps(v, m) : _mm512_mul_ps(v, m));
+  const __m512i a = _mm512_and_si512(y, g.abs);
+  fl = _mm512_mask_cmple_epu32_mask(_mm512_mask_test_epi32_mask(k, _mm512_castps_si512(v), g.abs),
+                                    a, g.half_min);
+  sat = _mm512_mask_cmpgt_epu32_mask(k, a, g.lim);
+  const __m512i t = _mm512_min_epu32(a, g.lim);
+  const __m512i d = _mm512_subs_epu16(_mm512_and_si512(t, g.inf), g.min_field);
+  const __m512i c = _mm512_add_epi32(d, g.c_base);
+  const __m512i s = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
+  const __m512i mag = _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srlv_epi32(d, g.shift));
+  const __mmask16 neg = Clamp ? _mm512_cmpgt_epu32_mask(y, _mm512_set1_epi32(int32_t(0x80000000u)))
+                              : _mm512_movepi32_mask(y);
+  return _mm512_mask_or_epi32(mag, neg, mag, g.sign_bit);
+}
+
+/// One block multiplier per 16 lanes (blocks along a row: `shift` is log2 of the block
+/// length), or one per lane (blocks down the columns: the multipliers of the row's columns).
+template <bool PerLane>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512 lane_mult(
+    const float* mult, size_t c, unsigned shift, __mmask16 k) {
+  return PerLane ? _mm512_maskz_loadu_ps(k, mult + c) : _mm512_set1_ps(mult[c >> shift]);
+}
+
+/// Adds the lanes of `k` to the per-lane counters at p (16 of them).
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_lanes(
+    uint32_t* p, __mmask16 k, __mmask16 valid) {
+  const __m512i n = _mm512_maskz_loadu_epi32(valid, p);
+  _mm512_mask_storeu_epi32(p, valid, _mm512_mask_sub_epi32(n, k, n, _mm512_set1_epi32(-1)));
+}
+
+/// The events of the 16 lanes at column c, into the counters of their block (or, PerLane,
+/// of their columns).
+template <bool PerLane>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count16(
+    uint32_t* sat, uint32_t* fl, size_t c, unsigned shift, __mmask16 k, __mmask16 s,
+    __mmask16 f) {
+  if (PerLane) {
+    count_lanes(sat + c, s, k);
+    count_lanes(fl + c, f, k);
+  } else {
+    sat[c >> shift] += uint32_t(__builtin_popcount(s));
+    fl[c >> shift] += uint32_t(__builtin_popcount(f));
+  }
+}
+
+/// encode_row in AVX-512: blocks along a row (their length a multiple of 16) or, PerLane,
+/// blocks down the columns (any number of columns: the last vector is masked). Four vectors
+/// of codes are packed to bytes together and stored as one 64-byte vector.
+template <bool Divide, bool Clamp, bool PerLane>
+HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementGrid& grid,
+                                                    size_t r, uint8_t* codes_, uint32_t* sat_,
+                                                    uint32_t* flushed_) {
   const float* x = j.x + r * j.cols;
   uint8_t* codes = codes_ + r * j.cols;
-  const size_t base = (r / j.tr) * j.sc, tc = j.tc, sc = j.sc;
-  const __m512i abs = _mm512_set1_epi32(int32_t(kAbs)), inf = _mm512_set1_epi32(int32_t(kInfBits));
-  const __m512i lim = _mm512_set1_epi32(int32_t(g.lim_bits));
-  const __m512i half_min = _mm512_set1_epi32(int32_t(g.half_min_bits));
-  const __m512i min_field = _mm512_set1_epi32(int32_t(g.min_field));
-  const __m512i magic_add = _mm512_set1_epi32(int32_t(g.magic_add));
-  const __m512i normal_bias = _mm512_set1_epi32(int32_t(g.normal_bias));
-  const __m128i shift = _mm_cvtsi32_si128(int(g.shift)), sign_shift = _mm_cvtsi32_si128(int(g.sign_shift));
-  const __m512 sub_scale = _mm512_set1_ps(g.sub_scale);
-  for (size_t b = 0; b < sc; ++b) {
-    const __m512 m = _mm512_set1_ps(j.mult[base + b]);
-    uint32_t n = 0, f = 0;
-    for (size_t c0 = b * tc; c0 < (b + 1) * tc; c0 += 16) {
-      const __m512 v = _mm512_loadu_ps(x + c0);
-      const __m512i y = _mm512_castps_si512(Divide ? _mm512_div_ps(v, m) : _mm512_mul_ps(v, m));
-      const __m512i a = _mm512_and_si512(y, abs);
-      const __mmask16 nonzero = _mm512_test_epi32_mask(_mm512_castps_si512(v), abs);
-      f += uint32_t(__builtin_popcount(nonzero & _mm512_cmple_epu32_mask(a, half_min)));
-      n += uint32_t(__builtin_popcount(_mm512_cmpgt_epu32_mask(a, lim)));
-      const __m512i t = _mm512_min_epu32(a, lim);
-      __m512i neg = _mm512_srli_epi32(y, 31);
-      if (Clamp) neg = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(t, t), neg);
-      const __m512i field = _mm512_and_si512(t, inf);
-      const __m512 c = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_max_epu32(field, min_field), magic_add));
-      const __m512 rv = _mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(t), c), c);
-      const __m512i rb = _mm512_castps_si512(rv);
-      const __m512i normal = _mm512_sub_epi32(_mm512_srl_epi32(rb, shift), normal_bias);
-      // Normal lanes may exceed int32 here (vcvttps2dq gives 0x80000000); the select drops them.
-      const __m512i sub = _mm512_cvttps_epi32(_mm512_mul_ps(rv, sub_scale));
-      const __m512i mag = _mm512_mask_mov_epi32(sub, _mm512_cmpge_epu32_mask(rb, min_field), normal);
-      const __m512i code = _mm512_or_si512(_mm512_sll_epi32(neg, sign_shift), mag);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + c0), _mm512_cvtepi32_epi8(code));
+  const size_t base = (r / j.tr) * j.sc, cols = j.cols;
+  const float* mult = j.mult + base;
+  uint32_t* sat = sat_ + base;
+  uint32_t* fl = flushed_ + base;
+  const unsigned shift = unsigned(__builtin_ctzll(j.tc));  // block lengths are powers of two
+  const GridAvx512 g(grid);
+  // packus_epi32 then packus_epi16 of four vectors leaves, in 128-bit lane k, the 4-byte
+  // groups k of vectors 0..3; this permutation puts them back in order.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __mmask16 all = 0xFFFF;
+  size_t c = 0;
+  for (; c + 64 <= cols; c += 64) {
+    __m512i q[4];
+    for (size_t i = 0; i < 4; ++i) {
+      const size_t ci = c + 16 * i;
+      __mmask16 s, f;
+      q[i] = encode16_avx512<Divide, Clamp>(g, _mm512_loadu_ps(x + ci),
+                                            lane_mult<PerLane>(mult, ci, shift, all), all, s, f);
+      count16<PerLane>(sat, fl, ci, shift, all, s, f);
     }
-    sat[base + b] += n;
-    flushed[base + b] += f;
+    const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]),
+                                          _mm512_packus_epi32(q[2], q[3]));
+    _mm512_storeu_si512(codes + c, _mm512_permutexvar_epi32(order, w));
+  }
+  for (; c < cols; c += 16) {
+    const __mmask16 k = cols - c >= 16 ? all : __mmask16((1u << (cols - c)) - 1);
+    __mmask16 s, f;
+    const __m512i q = encode16_avx512<Divide, Clamp>(
+        g, _mm512_maskz_loadu_ps(k, x + c), lane_mult<PerLane>(mult, c, shift, k), k, s, f);
+    count16<PerLane>(sat, fl, c, shift, k, s, f);
+    _mm_mask_storeu_epi8(codes + c, k, _mm512_cvtepi32_epi8(q));
   }
 }
 #endif
@@ -546,6 +655,20 @@ void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t*
 
 using EncodeRowFn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
                             uint32_t*);
+
+#ifdef HALFWAY_BLOCKS_AVX512
+/// The AVX-512 element kernel for j's scheme and block shape.
+EncodeRowFn encode_row_avx512_for(const Job& j) {
+  const bool nv = j.s.family == BlockFamily::nvfp4;
+  if (j.tc == 1)
+    return nv ? encode_row_avx512<false, true, true>
+           : j.divide ? encode_row_avx512<true, false, true>
+                      : encode_row_avx512<false, false, true>;
+  return nv ? encode_row_avx512<false, true, false>
+         : j.divide ? encode_row_avx512<true, false, false>
+                    : encode_row_avx512<false, false, false>;
+}
+#endif
 
 /// Blocks whose scale is NaN (MX) or zero (NVFP4): codes 0 for NaN blocks, nothing saturated,
 /// every non-zero input flushed for zero scales. Rare, so a second look at those blocks only.
@@ -598,10 +721,8 @@ void encode_elements(const Job& j, BlockEncoding& e) {
                      : j.divide                       ? encode_row<true, false>
                                                       : encode_row<false, false>;
 #ifdef HALFWAY_BLOCKS_AVX512
-    if (use_avx512(j))
-      fn = j.s.family == BlockFamily::nvfp4 ? encode_row_avx512<false, true>
-           : j.divide                       ? encode_row_avx512<true, false>
-                                            : encode_row_avx512<false, false>;
+    if (use_avx512())
+      fn = encode_row_avx512_for(j);
 #endif
     const ElementGrid g(j.s);
     for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
