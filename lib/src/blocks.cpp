@@ -88,6 +88,39 @@ constexpr uint32_t kAbs = 0x7FFFFFFFu;
 #endif
 constexpr uint32_t kInfBits = 0x7F800000u;
 
+// Reductions over the blocks, compiled for AVX-512 and AVX2 too: a tensor has many blocks.
+
+/// The largest of v[0..n) (0 for none).
+HALFWAY_BLOCKS_CLONES uint32_t max_of(const uint32_t* __restrict v, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/// How many of v[0..n) equal `value` (32-bit partial counts, so that the loop vectorises).
+HALFWAY_BLOCKS_CLONES uint64_t count_of(const uint8_t* __restrict v, size_t n, uint8_t value) {
+  uint64_t total = 0;
+  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 24)) {
+    const size_t i1 = std::min(n, i0 + (size_t(1) << 24));
+    uint32_t k = 0;
+    for (size_t i = i0; i < i1; ++i) k += uint32_t(v[i] == value);
+    total += k;
+  }
+  return total;
+}
+
+/// The sum of per-block counts v[0..n) (each at most 2^14: 32-bit partial sums of 2^16).
+HALFWAY_BLOCKS_CLONES uint64_t sum_of(const uint32_t* __restrict v, size_t n) {
+  uint64_t total = 0;
+  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 16)) {
+    const size_t i1 = std::min(n, i0 + (size_t(1) << 16));
+    uint32_t k = 0;
+    for (size_t i = i0; i < i1; ++i) k += v[i];
+    total += k;
+  }
+  return total;
+}
+
 /// 2^k as an fp32 value, k in [−149, 127].
 float pow2f(int k) {
   if (k >= -126) return bits_f32(uint32_t(k + 127) << 23);
@@ -135,10 +168,8 @@ void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) 
 
 /// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
 void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
-                    const std::vector<uint32_t>& amax) {
-  uint32_t a = 0;
-  for (uint32_t v : amax) a = std::max(a, v);
-  if (a < kInfBits) return;
+                    uint32_t amax) {
+  if (amax < kInfBits) return;
   for (size_t i = 0; i < rows * cols; ++i) {
     if ((f32_bits(x[i]) & kInfBits) == kInfBits)
       throw InputError(s.name + ": non-finite value " + std::to_string(x[i]) + " at [" +
@@ -284,11 +315,8 @@ void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil,
                 f32_bits(j.s.element_max) & 0x7FFFFFu, e.scale_codes.data(), e.scales.data(),
                 j.mult, j.special, clamped.data());
-  uint64_t nan = 0, n_clamped = 0;  // locals: no store to e per block
-  for (size_t b = 0; b < nb; ++b) {
-    nan += j.special[b] == kNanScale;  // OCP MX: NaN or ±inf in the block
-    n_clamped += clamped[b];
-  }
+  const uint64_t nan = count_of(j.special, nb, kNanScale);  // OCP MX: NaN or ±inf in the block
+  const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
   j.specials = nan;
   e.events.nan_scales += nan;
   e.events.scales_clamped += n_clamped;
@@ -301,9 +329,7 @@ struct Nvfp4Global {
   float encode, decode, multiplier;
 };
 
-Nvfp4Global nvfp4_global(const std::vector<uint32_t>& amax) {
-  uint32_t a = 0;
-  for (uint32_t v : amax) a = std::max(a, v);
+Nvfp4Global nvfp4_global(uint32_t a) {
   const float fp32_max = FLT_MAX;
   float g = (448.0f * 6.0f) / bits_f32(a);  // amax 0 gives inf, capped below
   g = std::min(g, fp32_max);
@@ -344,32 +370,35 @@ HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
   }
 }
 
-void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
-  const Nvfp4Global g = nvfp4_global(amax);
-  e.global_scale = g.encode;
+/// Each NVFP4 block's decode scale before the e4m3 rounding, amax × multiplier clamped to
+/// fp32 max and then to 448 (clamped: it was above 448).
+HALFWAY_BLOCKS_CLONES void nvfp4_decode_scales(const uint32_t* __restrict amax, size_t nb,
+                                               float multiplier, float* __restrict ds,
+                                               uint8_t* __restrict clamped) {
   const float fp32_max = FLT_MAX;
+  for (size_t b = 0; b < nb; ++b) {
+    float d = bits_f32(amax[b]) * multiplier;
+    d = d < fp32_max ? d : fp32_max;
+    clamped[b] = d > 448.0f;
+    ds[b] = d < 448.0f ? d : 448.0f;
+  }
+}
+
+void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
+                  BlockEncoding& e) {
+  const Nvfp4Global g = nvfp4_global(amax_all);
+  e.global_scale = g.encode;
   const size_t nb = amax.size();
   thread_local std::vector<float> ds;
   thread_local std::vector<uint8_t> clamped;
   ds.resize(nb);
   clamped.resize(nb);
-  float* __restrict dsp = ds.data();  // not the thread_local vectors in the loop: it vectorises
-  uint8_t* __restrict cl = clamped.data();
-  const uint32_t* __restrict am = amax.data();
-  for (size_t b = 0; b < nb; ++b) {
-    float d = bits_f32(am[b]) * g.multiplier;
-    d = d < fp32_max ? d : fp32_max;
-    cl[b] = d > 448.0f;
-    dsp[b] = d < 448.0f ? d : 448.0f;
-  }
+  nvfp4_decode_scales(amax.data(), nb, g.multiplier, ds.data(), clamped.data());
   round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
   nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, e4m3_values(), g.decode,
                     e.scales.data(), j.mult, j.special, clamped.data());
-  uint64_t zero = 0, n_clamped = 0;  // locals: no store to e per block
-  for (size_t b = 0; b < nb; ++b) {
-    zero += j.special[b] == kZeroScale;
-    n_clamped += clamped[b];
-  }
+  const uint64_t zero = count_of(j.special, nb, kZeroScale);
+  const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
   j.specials = zero;
   e.events.scales_clamped += n_clamped;
   for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
@@ -728,13 +757,8 @@ void encode_elements(const Job& j, BlockEncoding& e) {
     for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
   }
   if (j.specials) special_blocks(j, e, sat, flushed);
-  uint64_t saturated = 0, flushed_total = 0;  // locals: no store to e per block
-  for (size_t b = 0; b < nb; ++b) {
-    saturated += sat[b];
-    flushed_total += flushed[b];
-  }
-  e.events.saturated += saturated;
-  e.events.flushed += flushed_total;
+  e.events.saturated += sum_of(sat.data(), nb);
+  e.events.flushed += sum_of(flushed.data(), nb);
   for (size_t b = 0; b < nb && !e.block_events.empty(); ++b) {
     BlockEvents& be = e.block_events[b];
     be.elements = j.tr * j.tc;
@@ -842,10 +866,11 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   e.events.elements = n;
   e.events.blocks = nb;
   const std::vector<uint32_t>& amax = block_amax(j);
-  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax);
+  const uint32_t amax_all = s.family == BlockFamily::mx ? 0 : max_of(amax.data(), nb);
+  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax_all);
   switch (s.family) {
     case BlockFamily::mx: mx_scales(j, amax, e); break;
-    case BlockFamily::nvfp4: nvfp4_scales(j, amax, e); break;
+    case BlockFamily::nvfp4: nvfp4_scales(j, amax, amax_all, e); break;
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);
