@@ -185,69 +185,80 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
 /// (set_bulk_path: tests run both).
 bool use_avx512() { return detail::bulk_path() == detail::BulkPath::avx512; }
 
-/// Round R of max16: the lane-wise maximum of a and b after a shuffle picks their low (hi =
-/// false) or high halves (R 0: 256-bit halves, 1: 128-bit lanes, 2: 64-bit halves of each
-/// 128-bit lane, 3: 32-bit pairs).
-template <int R>
+/// A round of max16: the lane-wise maximum of the two halves a shuffle picks from a and b:
+/// kPairs the even and odd 32-bit lanes (within 128-bit lanes), kHalves the low and high
+/// 256-bit halves, kLanes the even and odd 128-bit lanes.
+enum MaxRound { kPairs, kHalves, kLanes };
+template <MaxRound R>
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i max_pair(__m512i a,
                                                                                   __m512i b) {
   __m512i lo, hi;
-  if constexpr (R == 0) {
-    lo = _mm512_shuffle_i32x4(a, b, 0x44);
-    hi = _mm512_shuffle_i32x4(a, b, 0xEE);
-  } else if constexpr (R == 1) {
-    lo = _mm512_shuffle_i32x4(a, b, 0x88);
-    hi = _mm512_shuffle_i32x4(a, b, 0xDD);
-  } else if constexpr (R == 2) {
-    lo = _mm512_unpacklo_epi64(a, b);
-    hi = _mm512_unpackhi_epi64(a, b);
-  } else {
+  if constexpr (R == kPairs) {
     const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
     lo = _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88));
     hi = _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xDD));
+  } else if constexpr (R == kHalves) {
+    lo = _mm512_shuffle_i32x4(a, b, 0x44);
+    hi = _mm512_shuffle_i32x4(a, b, 0xEE);
+  } else {
+    lo = _mm512_shuffle_i32x4(a, b, 0x88);
+    hi = _mm512_shuffle_i32x4(a, b, 0xDD);
   }
   return _mm512_max_epu32(lo, hi);
 }
 
 /// The maxima of 16 vectors at once: lane p of the result is the largest lane of the vector
 /// in slot kSlot[p] of v. Four rounds each halve the vectors and the lanes each one covers
-/// (45 instructions where 16 separate reductions take about 140). After round 0, 128-bit
-/// lanes 0-1 of v[i] hold v[i], 2-3 v[i + 8]; after round 1 lane L of v[i] holds slot
-/// i + {0, 8, 4, 12}[L]; rounds 2 and 3 leave in 32-bit lane q of each 128-bit lane the
-/// slot offset by {0, 2, 1, 3}[q].
-constexpr int kSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+/// (45 instructions where 16 separate reductions take about 140), the first two within
+/// 128-bit lanes (cheaper shuffles): after them, 32-bit lane q of each 128-bit lane of v[i]
+/// covers that 128-bit lane of slot i + {0, 8, 4, 12}[q]; kHalves then pairs v[i] with
+/// v[i + 2], kLanes v[0] with v[1].
+constexpr int kSlot[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i max16(__m512i* v) {
-  for (int i = 0; i < 8; ++i) v[i] = max_pair<0>(v[i], v[i + 8]);
-  for (int i = 0; i < 4; ++i) v[i] = max_pair<1>(v[i], v[i + 4]);
-  for (int i = 0; i < 2; ++i) v[i] = max_pair<2>(v[i], v[i + 2]);
-  return max_pair<3>(v[0], v[1]);
+  for (int i = 0; i < 8; ++i) v[i] = max_pair<kPairs>(v[i], v[i + 8]);
+  for (int i = 0; i < 4; ++i) v[i] = max_pair<kPairs>(v[i], v[i + 4]);
+  for (int i = 0; i < 2; ++i) v[i] = max_pair<kHalves>(v[i], v[i + 2]);
+  return max_pair<kLanes>(v[0], v[1]);
 }
 
-/// The largest |x| bits of the block of tc lanes at p.
+/// The largest |x| bits of the block of V vectors at p, lane by lane.
+template <int V>
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i block_max(
-    const float* p, size_t tc, __m512i abs) {
+    const float* p, __m512i abs) {
   __m512i m = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p)), abs);
-  for (size_t c = 16; c < tc; c += 16)
-    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p + c)), abs));
+#pragma GCC unroll 8
+  for (int i = 1; i < V; ++i)
+    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p + 16 * i)), abs));
   return m;
 }
 
-/// block_amax for blocks along the row (tc a multiple of 16), in AVX-512: 16 blocks at a time
-/// with one max16, the rest one reduction each.
+/// block_amax for blocks of V vectors along the row, in AVX-512: 16 blocks at a time with one
+/// max16, the rest one reduction each.
+template <int V>
 HALFWAY_BLOCKS_AVX512_TARGET void block_amax_avx512(const Job& j, uint32_t* amax) {
   const __m512i abs = _mm512_set1_epi32(int32_t(kAbs));
-  const size_t tc = j.tc;
+  constexpr size_t tc = 16 * V;
   for (size_t r = 0; r < j.rows; ++r) {
     const float* row = j.x + r * j.cols;
     uint32_t* a = amax + (r / j.tr) * j.sc;
     size_t b = 0;
     for (; b + 16 <= j.sc; b += 16) {
       __m512i v[16];
-      for (int p = 0; p < 16; ++p) v[kSlot[p]] = block_max(row + (b + size_t(p)) * tc, tc, abs);
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) v[kSlot[p]] = block_max<V>(row + (b + size_t(p)) * tc, abs);
       _mm512_storeu_si512(a + b, _mm512_max_epu32(_mm512_loadu_si512(a + b), max16(v)));
     }
     for (; b < j.sc; ++b)
-      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(block_max(row + b * tc, tc, abs))));
+      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(block_max<V>(row + b * tc, abs))));
+  }
+}
+
+/// block_amax for blocks along the row, by block length (16, 32 or 128).
+void block_amax_avx512(const Job& j, uint32_t* amax) {
+  switch (j.tc) {
+    case 16: return block_amax_avx512<1>(j, amax);
+    case 32: return block_amax_avx512<2>(j, amax);
+    default: return block_amax_avx512<8>(j, amax);
   }
 }
 #endif
@@ -584,40 +595,44 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i encod
   return _mm512_mask_or_epi32(mag, neg, mag, g.sign_bit);
 }
 
-/// One block multiplier per 16 lanes (blocks along a row: `shift` is log2 of the block
-/// length), or one per lane (blocks down the columns: the multipliers of the row's columns).
-template <bool PerLane>
+/// The multipliers of the 16 lanes at column c: one per lane for blocks down the columns
+/// (V = 0: the multipliers of the row's columns), else their block's (V vectors a block).
+template <int V>
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512 lane_mult(
-    const float* mult, size_t c, unsigned shift, __mmask16 k) {
-  return PerLane ? _mm512_maskz_loadu_ps(k, mult + c) : _mm512_set1_ps(mult[c >> shift]);
+    const float* mult, size_t c, __mmask16 k) {
+  if constexpr (V == 0) return _mm512_maskz_loadu_ps(k, mult + c);
+  else return _mm512_set1_ps(mult[c / (16 * V)]);
 }
 
-/// Adds the lanes of `k` to the per-lane counters at p (16 of them).
+/// Adds the lanes of `k` to the per-lane counters at p (16 of them, those of `valid`).
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_lanes(
     uint32_t* p, __mmask16 k, __mmask16 valid) {
   const __m512i n = _mm512_maskz_loadu_epi32(valid, p);
   _mm512_mask_storeu_epi32(p, valid, _mm512_mask_sub_epi32(n, k, n, _mm512_set1_epi32(-1)));
 }
 
-/// The events of the 16 lanes at column c, into the counters of their block (or, PerLane,
-/// of their columns).
-template <bool PerLane>
-HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count16(
-    uint32_t* sat, uint32_t* fl, size_t c, unsigned shift, __mmask16 k, __mmask16 s,
-    __mmask16 f) {
-  if (PerLane) {
-    count_lanes(sat + c, s, k);
-    count_lanes(fl + c, f, k);
+/// The events of `count` vectors from column c (their masks in m, lane masks `valid` for
+/// V = 0) into the counters of their blocks, or of their columns: one population count per
+/// block and group.
+template <int V>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_group(
+    uint32_t* counts, size_t c, const __mmask16* m, int count, __mmask16 valid) {
+  if constexpr (V == 0) {
+    for (int i = 0; i < count; ++i) count_lanes(counts + c + 16 * size_t(i), m[i], valid);
   } else {
-    sat[c >> shift] += uint32_t(__builtin_popcount(s));
-    fl[c >> shift] += uint32_t(__builtin_popcount(f));
+    constexpr int per = V < 4 ? V : 4;  // vectors of one block in a group of four
+    for (int i = 0; i < count; i += per) {
+      uint64_t bits = 0;
+      for (int k = 0; k < per && i + k < count; ++k) bits |= uint64_t(m[i + k]) << (16 * k);
+      counts[(c + 16 * size_t(i)) / (16 * V)] += uint32_t(__builtin_popcountll(bits));
+    }
   }
 }
 
-/// encode_row in AVX-512: blocks along a row (their length a multiple of 16) or, PerLane,
-/// blocks down the columns (any number of columns: the last vector is masked). Four vectors
-/// of codes are packed to bytes together and stored as one 64-byte vector.
-template <bool Divide, bool Clamp, bool PerLane>
+/// encode_row in AVX-512: blocks along a row, V (1, 2 or 8) vectors long, or (V = 0) blocks
+/// down the columns (any number of columns: the last vector is masked). Groups of four
+/// vectors: their codes are packed to bytes together and stored as one 64-byte vector.
+template <bool Divide, bool Clamp, int V>
 HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementGrid& grid,
                                                     size_t r, uint8_t* codes_, uint32_t* sat_,
                                                     uint32_t* flushed_) {
@@ -627,7 +642,6 @@ HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementG
   const float* mult = j.mult + base;
   uint32_t* sat = sat_ + base;
   uint32_t* fl = flushed_ + base;
-  const unsigned shift = unsigned(__builtin_ctzll(j.tc));  // block lengths are powers of two
   const GridAvx512 g(grid);
   // packus_epi32 then packus_epi16 of four vectors leaves, in 128-bit lane k, the 4-byte
   // groups k of vectors 0..3; this permutation puts them back in order.
@@ -636,13 +650,15 @@ HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementG
   size_t c = 0;
   for (; c + 64 <= cols; c += 64) {
     __m512i q[4];
-    for (size_t i = 0; i < 4; ++i) {
-      const size_t ci = c + 16 * i;
-      __mmask16 s, f;
+    __mmask16 s[4], f[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const size_t ci = c + 16 * size_t(i);
       q[i] = encode16_avx512<Divide, Clamp>(g, _mm512_loadu_ps(x + ci),
-                                            lane_mult<PerLane>(mult, ci, shift, all), all, s, f);
-      count16<PerLane>(sat, fl, ci, shift, all, s, f);
+                                            lane_mult<V>(mult, ci, all), all, s[i], f[i]);
     }
+    count_group<V>(sat, c, s, 4, all);
+    count_group<V>(fl, c, f, 4, all);
     const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]),
                                           _mm512_packus_epi32(q[2], q[3]));
     _mm512_storeu_si512(codes + c, _mm512_permutexvar_epi32(order, w));
@@ -650,9 +666,10 @@ HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementG
   for (; c < cols; c += 16) {
     const __mmask16 k = cols - c >= 16 ? all : __mmask16((1u << (cols - c)) - 1);
     __mmask16 s, f;
-    const __m512i q = encode16_avx512<Divide, Clamp>(
-        g, _mm512_maskz_loadu_ps(k, x + c), lane_mult<PerLane>(mult, c, shift, k), k, s, f);
-    count16<PerLane>(sat, fl, c, shift, k, s, f);
+    const __m512i q = encode16_avx512<Divide, Clamp>(g, _mm512_maskz_loadu_ps(k, x + c),
+                                                     lane_mult<V>(mult, c, k), k, s, f);
+    count_group<V>(sat, c, &s, 1, k);
+    count_group<V>(fl, c, &f, 1, k);
     _mm_mask_storeu_epi8(codes + c, k, _mm512_cvtepi32_epi8(q));
   }
 }
@@ -687,15 +704,19 @@ using EncodeRowFn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, u
 
 #ifdef HALFWAY_BLOCKS_AVX512
 /// The AVX-512 element kernel for j's scheme and block shape.
+template <int V>
+EncodeRowFn encode_row_avx512_v(const Job& j) {
+  if (j.s.family == BlockFamily::nvfp4) return encode_row_avx512<false, true, V>;
+  return j.divide ? encode_row_avx512<true, false, V> : encode_row_avx512<false, false, V>;
+}
+
 EncodeRowFn encode_row_avx512_for(const Job& j) {
-  const bool nv = j.s.family == BlockFamily::nvfp4;
-  if (j.tc == 1)
-    return nv ? encode_row_avx512<false, true, true>
-           : j.divide ? encode_row_avx512<true, false, true>
-                      : encode_row_avx512<false, false, true>;
-  return nv ? encode_row_avx512<false, true, false>
-         : j.divide ? encode_row_avx512<true, false, false>
-                    : encode_row_avx512<false, false, false>;
+  switch (j.tc) {
+    case 1: return encode_row_avx512_v<0>(j);
+    case 16: return encode_row_avx512_v<1>(j);
+    case 32: return encode_row_avx512_v<2>(j);
+    default: return encode_row_avx512_v<8>(j);  // 128
+  }
 }
 #endif
 
