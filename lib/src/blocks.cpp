@@ -613,11 +613,16 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_la
 
 /// The events of `count` vectors from column c (their masks in m, lane masks `valid` for
 /// V = 0) into the counters of their blocks, or of their columns: one population count per
-/// block and group.
-template <int V>
+/// block and group. Without PerBlock, into `total` only: one population count per group.
+template <int V, bool PerBlock>
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_group(
-    uint32_t* counts, size_t c, const __mmask16* m, int count, __mmask16 valid) {
-  if constexpr (V == 0) {
+    uint32_t* counts, uint64_t& total, size_t c, const __mmask16* m, int count,
+    __mmask16 valid) {
+  if constexpr (!PerBlock) {
+    uint64_t bits = 0;
+    for (int i = 0; i < count; ++i) bits |= uint64_t(m[i]) << (16 * i);
+    total += uint64_t(__builtin_popcountll(bits));
+  } else if constexpr (V == 0) {
     for (int i = 0; i < count; ++i) count_lanes(counts + c + 16 * size_t(i), m[i], valid);
   } else {
     constexpr int per = V < 4 ? V : 4;  // vectors of one block in a group of four
@@ -632,21 +637,23 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_gr
 /// encode_row in AVX-512: blocks along a row, V (1, 2 or 8) vectors long, or (V = 0) blocks
 /// down the columns (any number of columns: the last vector is masked). Groups of four
 /// vectors: their codes are packed to bytes together and stored as one 64-byte vector.
-template <bool Divide, bool Clamp, int V>
+/// Without PerBlock the events are only added to totals[0] (saturated) and [1] (flushed).
+template <bool Divide, bool Clamp, int V, bool PerBlock>
 HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementGrid& grid,
                                                     size_t r, uint8_t* codes_, uint32_t* sat_,
-                                                    uint32_t* flushed_) {
+                                                    uint32_t* flushed_, uint64_t* totals) {
   const float* x = j.x + r * j.cols;
   uint8_t* codes = codes_ + r * j.cols;
   const size_t base = (r / j.tr) * j.sc, cols = j.cols;
   const float* mult = j.mult + base;
-  uint32_t* sat = sat_ + base;
-  uint32_t* fl = flushed_ + base;
+  uint32_t* sat = PerBlock ? sat_ + base : nullptr;
+  uint32_t* fl = PerBlock ? flushed_ + base : nullptr;
   const GridAvx512 g(grid);
   // packus_epi32 then packus_epi16 of four vectors leaves, in 128-bit lane k, the 4-byte
   // groups k of vectors 0..3; this permutation puts them back in order.
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __mmask16 all = 0xFFFF;
+  uint64_t n_sat = 0, n_fl = 0;
   size_t c = 0;
   for (; c + 64 <= cols; c += 64) {
     __m512i q[4];
@@ -657,8 +664,8 @@ HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementG
       q[i] = encode16_avx512<Divide, Clamp>(g, _mm512_loadu_ps(x + ci),
                                             lane_mult<V>(mult, ci, all), all, s[i], f[i]);
     }
-    count_group<V>(sat, c, s, 4, all);
-    count_group<V>(fl, c, f, 4, all);
+    count_group<V, PerBlock>(sat, n_sat, c, s, 4, all);
+    count_group<V, PerBlock>(fl, n_fl, c, f, 4, all);
     const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]),
                                           _mm512_packus_epi32(q[2], q[3]));
     _mm512_storeu_si512(codes + c, _mm512_permutexvar_epi32(order, w));
@@ -668,10 +675,12 @@ HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementG
     __mmask16 s, f;
     const __m512i q = encode16_avx512<Divide, Clamp>(g, _mm512_maskz_loadu_ps(k, x + c),
                                                      lane_mult<V>(mult, c, k), k, s, f);
-    count_group<V>(sat, c, &s, 1, k);
-    count_group<V>(fl, c, &f, 1, k);
+    count_group<V, PerBlock>(sat, n_sat, c, &s, 1, k);
+    count_group<V, PerBlock>(fl, n_fl, c, &f, 1, k);
     _mm_mask_storeu_epi8(codes + c, k, _mm512_cvtepi32_epi8(q));
   }
+  totals[0] += n_sat;
+  totals[1] += n_fl;
 }
 #endif
 
@@ -703,19 +712,24 @@ using EncodeRowFn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, u
                             uint32_t*);
 
 #ifdef HALFWAY_BLOCKS_AVX512
+using EncodeRowAvx512Fn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
+                                   uint32_t*, uint64_t*);
+
 /// The AVX-512 element kernel for j's scheme and block shape.
-template <int V>
-EncodeRowFn encode_row_avx512_v(const Job& j) {
-  if (j.s.family == BlockFamily::nvfp4) return encode_row_avx512<false, true, V>;
-  return j.divide ? encode_row_avx512<true, false, V> : encode_row_avx512<false, false, V>;
+template <int V, bool PerBlock>
+EncodeRowAvx512Fn encode_row_avx512_v(const Job& j) {
+  if (j.s.family == BlockFamily::nvfp4) return encode_row_avx512<false, true, V, PerBlock>;
+  return j.divide ? encode_row_avx512<true, false, V, PerBlock>
+                  : encode_row_avx512<false, false, V, PerBlock>;
 }
 
-EncodeRowFn encode_row_avx512_for(const Job& j) {
+template <bool PerBlock>
+EncodeRowAvx512Fn encode_row_avx512_for(const Job& j) {
   switch (j.tc) {
-    case 1: return encode_row_avx512_v<0>(j);
-    case 16: return encode_row_avx512_v<1>(j);
-    case 32: return encode_row_avx512_v<2>(j);
-    default: return encode_row_avx512_v<8>(j);  // 128
+    case 1: return encode_row_avx512_v<0, PerBlock>(j);
+    case 16: return encode_row_avx512_v<1, PerBlock>(j);
+    case 32: return encode_row_avx512_v<2, PerBlock>(j);
+    default: return encode_row_avx512_v<8, PerBlock>(j);  // 128
   }
 }
 #endif
@@ -761,21 +775,40 @@ void encode_elements_sr(const Job& j, BlockEncoding& e, std::vector<uint32_t>& s
 
 void encode_elements(const Job& j, BlockEncoding& e) {
   const size_t nb = j.sr * j.sc;
+  const ElementGrid g(j.s);
+  const bool near_even = j.o.rounding == Rounding::near_even;
+#ifdef HALFWAY_BLOCKS_AVX512
+  // Only the totals wanted (no per-block events, no block needing a second look): the
+  // kernel counts per group of vectors, not per block.
+  if (near_even && use_avx512() && e.block_events.empty() && j.specials == 0) {
+    const EncodeRowAvx512Fn fn = encode_row_avx512_for<false>(j);
+    uint64_t totals[2] = {0, 0};
+    for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), nullptr, nullptr, totals);
+    e.events.saturated += totals[0];
+    e.events.flushed += totals[1];
+    return;
+  }
+#endif
   thread_local std::vector<uint32_t> sat, flushed;
   sat.assign(nb, 0);
   flushed.assign(nb, 0);
-  if (j.o.rounding == Rounding::stochastic) {
+  if (!near_even) {
     encode_elements_sr(j, e, sat, flushed);
   } else {
-    EncodeRowFn fn = j.s.family == BlockFamily::nvfp4 ? encode_row<false, true>
-                     : j.divide                       ? encode_row<true, false>
-                                                      : encode_row<false, false>;
 #ifdef HALFWAY_BLOCKS_AVX512
-    if (use_avx512())
-      fn = encode_row_avx512_for(j);
+    if (use_avx512()) {
+      const EncodeRowAvx512Fn fn = encode_row_avx512_for<true>(j);
+      uint64_t unused[2] = {0, 0};
+      for (size_t r = 0; r < j.rows; ++r)
+        fn(j, g, r, e.codes.data(), sat.data(), flushed.data(), unused);
+    } else
 #endif
-    const ElementGrid g(j.s);
-    for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
+    {
+      const EncodeRowFn fn = j.s.family == BlockFamily::nvfp4 ? encode_row<false, true>
+                             : j.divide                       ? encode_row<true, false>
+                                                              : encode_row<false, false>;
+      for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
+    }
   }
   if (j.specials) special_blocks(j, e, sat, flushed);
   e.events.saturated += sum_of(sat.data(), nb);
