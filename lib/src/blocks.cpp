@@ -561,7 +561,7 @@ HALFWAY_BLOCKS_CLONES void encode_row(const Job& j, const ElementGrid& g_, size_
 #ifdef HALFWAY_BLOCKS_AVX512
 /// ElementGrid's constants in AVX-512 registers.
 struct GridAvx512 {
-  __m512i abs, lim, half_min, inf, min_field, c_base, shift, sign_bit;
+  __m512i abs, lim, half_min, inf, min_field, c_base, shift, sign_bit, sign_shift;
   HALFWAY_BLOCKS_AVX512_TARGET explicit GridAvx512(const ElementGrid& g)
       : abs(_mm512_set1_epi32(int32_t(kAbs))),
         lim(_mm512_set1_epi32(int32_t(g.lim_bits))),
@@ -570,7 +570,8 @@ struct GridAvx512 {
         min_field(_mm512_set1_epi32(int32_t(g.min_field))),
         c_base(_mm512_set1_epi32(int32_t(g.c_base))),
         shift(_mm512_set1_epi32(int32_t(g.shift))),
-        sign_bit(_mm512_set1_epi32(int32_t(g.sign_bit))) {}
+        sign_bit(_mm512_set1_epi32(int32_t(g.sign_bit))),
+        sign_shift(_mm512_set1_epi32(31 - __builtin_ctz(g.sign_bit))) {}
 };
 
 /// encode_one for 16 lanes (masked loads: lanes outside `k` read 0 and are not counted): the
@@ -590,9 +591,13 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i encod
   const __m512i c = _mm512_add_epi32(d, g.c_base);
   const __m512i s = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
   const __m512i mag = _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srlv_epi32(d, g.shift));
-  const __mmask16 neg = Clamp ? _mm512_cmpgt_epu32_mask(y, _mm512_set1_epi32(int32_t(0x80000000u)))
-                              : _mm512_movepi32_mask(y);
-  return _mm512_mask_or_epi32(mag, neg, mag, g.sign_bit);
+  if constexpr (Clamp) {
+    const __mmask16 neg = _mm512_cmpgt_epu32_mask(y, _mm512_set1_epi32(int32_t(0x80000000u)));
+    return _mm512_mask_or_epi32(mag, neg, mag, g.sign_bit);
+  } else {
+    // y's sign bit moved to the element's sign position, merged into mag: mag | (ys & sign_bit)
+    return _mm512_ternarylogic_epi32(mag, _mm512_srlv_epi32(y, g.sign_shift), g.sign_bit, 0xF8);
+  }
 }
 
 /// The multipliers of the 16 lanes at column c: one per lane for blocks down the columns
