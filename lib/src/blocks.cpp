@@ -349,30 +349,27 @@ Nvfp4Global nvfp4_global(uint32_t a) {
   return {g, 1.0f / g, g * inv6};
 }
 
-/// The fp32 values of the 256 e4m3 encodings.
-const float* e4m3_values() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(256);
-    for (uint32_t c = 0; c < 256; ++c) {
-      Env env;
-      t[c] = to_f32(formats::e4m3, c, env);
-    }
-    return t;
-  }();
-  return table.data();
+/// The fp32 value of a non-negative finite e4m3 code (0..0x7E): 2^(e − 7) · (1 + m/8) for
+/// exponent field e > 0, as fp32 bits the code shifted into place plus the rebias; m · 2^−9
+/// for e = 0 (exact conversions). Arithmetic rather than a table: the loop over the blocks
+/// vectorises without gathers.
+inline float e4m3_value(uint32_t code) {
+  const float normal = bits_f32((code << 20) + (uint32_t(127 - 7) << 23));
+  const float subnormal = float(int32_t(code & 7u)) * 0x1p-9f;
+  return code >= 8 ? normal : subnormal;
 }
 
 /// Each NVFP4 block's scale value, encode multiplier 1 / (scale × global decode) (capped at
 /// fp32 max) and whether its scale underflowed to zero: branch-free, so that it vectorises.
 HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
                                              const uint32_t* __restrict amax, size_t nb,
-                                             const float* __restrict value, float decode,
+                                             float decode,
                                              float* __restrict scales, float* __restrict mult,
                                              uint8_t* __restrict special,
                                              uint8_t* __restrict clamped) {
   const float fp32_max = FLT_MAX;
   for (size_t b = 0; b < nb; ++b) {
-    const float s = value[codes[b]];
+    const float s = e4m3_value(codes[b]);
     const float enc = 1.0f / (s * decode);
     clamped[b] |= uint8_t(s == 0.0f) & uint8_t(amax[b] != 0);  // the scale underflowed to zero
     scales[b] = s;
@@ -406,7 +403,7 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
   clamped.resize(nb);
   nvfp4_decode_scales(amax.data(), nb, g.multiplier, ds.data(), clamped.data());
   round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
-  nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, e4m3_values(), g.decode,
+  nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, g.decode,
                     e.scales.data(), j.mult, j.special, clamped.data());
   const uint64_t zero = count_of(j.special, nb, kZeroScale);
   const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
@@ -914,8 +911,9 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   const size_t nb = j.sr * j.sc;
   thread_local std::vector<float> mult;  // scratch kept between calls
   thread_local std::vector<uint8_t> special;
-  mult.assign(nb, 1.0f);
-  special.assign(nb, kPlainScale);
+  mult.resize(nb);     // every scale rule writes every block's
+  special.resize(nb);  // MX and NVFP4 write every block's; fp8_block has none
+  if (s.family == BlockFamily::fp8_block) std::fill(special.begin(), special.end(), kPlainScale);
   j.mult = mult.data();
   j.special = special.data();
   e.codes.assign(n, 0);
