@@ -319,15 +319,76 @@ HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* __restrict amax, size_t
   }
 }
 
+#ifdef HALFWAY_BLOCKS_AVX512
+/// v in every lane.
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i set(uint32_t v) {
+  return _mm512_set1_epi32(int32_t(v));
+}
+
+/// mx_scale_loop in AVX-512, 16 blocks a step (the last one masked), the same integer steps;
+/// also counts the NaN blocks and the clamped ones.
+HALFWAY_BLOCKS_AVX512_TARGET void mx_scale_avx512(const uint32_t* amax, size_t nb, int emax,
+                                                  bool ceil, uint32_t max_frac, uint8_t* codes,
+                                                  float* scales, float* mult, uint8_t* special,
+                                                  uint8_t* clamped, uint64_t& n_nan,
+                                                  uint64_t& n_clamped) {
+  const __m512i mant = set(0x7FFFFFu), one = set(1);
+  for (size_t b = 0; b < nb; b += 16) {
+    const __mmask16 k = nb - b >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nb - b)) - 1);
+    const __m512i a = _mm512_maskz_loadu_epi32(k, amax + b);
+    // A subnormal amax through its exact conversion to float: mant = 1.f · 2^p.
+    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, set(0x00800000u));
+    const __m512i bits = _mm512_mask_mov_epi32(
+        a, is_sub, _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_and_si512(a, mant))));
+    const __m512i ea = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23),
+                                        _mm512_mask_mov_epi32(set(127), is_sub, set(127 + 149)));
+    __m512i kv = _mm512_sub_epi32(ea, set(uint32_t(emax)));
+    if (ceil) kv = _mm512_mask_add_epi32(kv, _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, mant), set(max_frac)), kv, one);
+    const __mmask16 zero = _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512());
+    const __mmask16 nan = _mm512_mask_cmpge_epu32_mask(k, a, set(kInfBits));
+    const __mmask16 outside = _mm512_cmpgt_epi32_mask(kv, set(127)) |
+                              _mm512_cmplt_epi32_mask(kv, set(uint32_t(-127)));
+    const __mmask16 clamp = __mmask16(outside & ~zero & ~nan & k);
+    // An all-zero block gets the smallest scale by definition (not a clamp).
+    const __m512i kc = _mm512_mask_mov_epi32(
+        _mm512_max_epi32(_mm512_min_epi32(kv, set(127)), set(uint32_t(-127))), zero, set(uint32_t(-127)));
+    const __m512i code = _mm512_mask_mov_epi32(_mm512_add_epi32(kc, set(127)), nan, set(0xFF));
+    const __m512i scale = _mm512_mask_mov_epi32(
+        _mm512_mask_mov_epi32(set(0x00400000u), _mm512_cmpge_epi32_mask(kc, set(uint32_t(-126))),
+                              _mm512_slli_epi32(_mm512_add_epi32(kc, set(127)), 23)),
+        nan, set(0x7FC00000u));
+    // x · 2^−k is exact whenever it matters (docs/blocks.md).
+    const __m512i m = _mm512_mask_mov_epi32(set(0x00400000u), _mm512_cmple_epi32_mask(kc, set(126)),
+                                            _mm512_slli_epi32(_mm512_sub_epi32(set(127), kc), 23));
+    _mm_mask_storeu_epi8(codes + b, k, _mm512_cvtepi32_epi8(code));
+    _mm512_mask_storeu_epi32(scales + b, k, scale);
+    _mm512_mask_storeu_epi32(mult + b, k, m);
+    _mm_mask_storeu_epi8(special + b, k, _mm_maskz_mov_epi8(nan, _mm_set1_epi8(char(kNanScale))));
+    _mm_mask_storeu_epi8(clamped + b, k, _mm_maskz_mov_epi8(clamp, _mm_set1_epi8(1)));
+    n_nan += uint64_t(__builtin_popcount(nan));
+    n_clamped += uint64_t(__builtin_popcount(clamp));
+  }
+}
+#endif
+
 void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   const size_t nb = amax.size();
   thread_local std::vector<uint8_t> clamped;
   clamped.resize(nb);
-  mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil,
-                f32_bits(j.s.element_max) & 0x7FFFFFu, e.scale_codes.data(), e.scales.data(),
-                j.mult, j.special, clamped.data());
-  const uint64_t nan = count_of(j.special, nb, kNanScale);  // OCP MX: NaN or ±inf in the block
-  const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
+  const uint32_t max_frac = f32_bits(j.s.element_max) & 0x7FFFFFu;
+  uint64_t nan = 0, n_clamped = 0;
+#ifdef HALFWAY_BLOCKS_AVX512
+  if (use_avx512()) {
+    mx_scale_avx512(amax.data(), nb, j.s.element_emax, j.s.ceil, max_frac, e.scale_codes.data(),
+                    e.scales.data(), j.mult, j.special, clamped.data(), nan, n_clamped);
+  } else
+#endif
+  {
+    mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil, max_frac, e.scale_codes.data(),
+                  e.scales.data(), j.mult, j.special, clamped.data());
+    nan = count_of(j.special, nb, kNanScale);  // OCP MX: NaN or ±inf in the block
+    n_clamped = count_of(clamped.data(), nb, 1);
+  }
   j.specials = nan;
   e.events.nan_scales += nan;
   e.events.scales_clamped += n_clamped;
