@@ -453,21 +453,36 @@ HALFWAY_BLOCKS_CLONES void nvfp4_decode_scales(const uint32_t* __restrict amax, 
   }
 }
 
+#ifdef HALFWAY_BLOCKS_AVX512
+void nvfp4_scales_avx512(const uint32_t* amax, size_t nb, float multiplier, float decode,
+                         uint8_t* codes, float* scales, float* mult, uint8_t* special,
+                         uint8_t* clamped, uint64_t& n_zero, uint64_t& n_clamped);
+#endif
+
 void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
                   BlockEncoding& e) {
   const Nvfp4Global g = nvfp4_global(amax_all);
   e.global_scale = g.encode;
   const size_t nb = amax.size();
-  thread_local std::vector<float> ds;
   thread_local std::vector<uint8_t> clamped;
-  ds.resize(nb);
   clamped.resize(nb);
-  nvfp4_decode_scales(amax.data(), nb, g.multiplier, ds.data(), clamped.data());
-  round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
-  nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, g.decode,
-                    e.scales.data(), j.mult, j.special, clamped.data());
-  const uint64_t zero = count_of(j.special, nb, kZeroScale);
-  const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
+  uint64_t zero = 0, n_clamped = 0;
+#ifdef HALFWAY_BLOCKS_AVX512
+  if (use_avx512()) {
+    nvfp4_scales_avx512(amax.data(), nb, g.multiplier, g.decode, e.scale_codes.data(),
+                        e.scales.data(), j.mult, j.special, clamped.data(), zero, n_clamped);
+  } else
+#endif
+  {
+    thread_local std::vector<float> ds;
+    ds.resize(nb);
+    nvfp4_decode_scales(amax.data(), nb, g.multiplier, ds.data(), clamped.data());
+    round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
+    nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, g.decode, e.scales.data(), j.mult,
+                      j.special, clamped.data());
+    zero = count_of(j.special, nb, kZeroScale);
+    n_clamped = count_of(clamped.data(), nb, 1);
+  }
   j.specials = zero;
   e.events.scales_clamped += n_clamped;
   for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
@@ -529,11 +544,12 @@ struct ElementGrid {
   uint32_t shift = 0;       ///< 23 − m: d >> shift is (E − emin) << m
   uint32_t sign_bit = 0;    ///< the element's sign bit
 
-  explicit ElementGrid(const BlockScheme& s) {
-    const Format& f = s.element;
+  explicit ElementGrid(const BlockScheme& s)
+      : ElementGrid(s.element, s.element_max, s.half_min_subnormal) {}
+  ElementGrid(const Format& f, float max_value, float half_min_subnormal) {
     const int m = f.frac_bits, emin = f.emin();
-    lim_bits = f32_bits(s.element_max);
-    half_min_bits = f32_bits(s.half_min_subnormal);
+    lim_bits = f32_bits(max_value);
+    half_min_bits = f32_bits(half_min_subnormal);
     min_field = uint32_t(127 + emin) << 23;
     c_base = min_field + (uint32_t(23 - m) << 23);
     shift = uint32_t(23 - m);
@@ -632,10 +648,19 @@ struct GridAvx512 {
         sign_shift(_mm512_set1_epi32(31 - __builtin_ctz(g.sign_bit))) {}
 };
 
+/// The element codes of 16 magnitudes t ≤ max (fp32 bits), rounded to nearest even as
+/// described at ElementGrid. The exponent difference d = max(field − min_field, 0) is one
+/// unsigned saturating subtraction of 16-bit halves (the low halves of both are zero).
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i round_mag16(
+    const GridAvx512& g, __m512i t) {
+  const __m512i d = _mm512_subs_epu16(_mm512_and_si512(t, g.inf), g.min_field);
+  const __m512i c = _mm512_add_epi32(d, g.c_base);
+  const __m512i s = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
+  return _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srlv_epi32(d, g.shift));
+}
+
 /// encode_one for 16 lanes (masked loads: lanes outside `k` read 0 and are not counted): the
-/// same fp32 operations and integer readings, lane by lane. The exponent difference
-/// d = max(field − min_field, 0) is one unsigned saturating subtraction of 16-bit halves (the
-/// low halves of both are zero).
+/// same fp32 operations and integer readings, lane by lane.
 template <bool Divide, bool Clamp>
 HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i encode16_avx512(
     const GridAvx512& g, __m512 v, __m512 m, __mmask16 k, __mmask16& sat, __mmask16& fl) {
@@ -644,11 +669,7 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i encod
   fl = _mm512_mask_cmple_epu32_mask(_mm512_mask_test_epi32_mask(k, _mm512_castps_si512(v), g.abs),
                                     a, g.half_min);
   sat = _mm512_mask_cmpgt_epu32_mask(k, a, g.lim);
-  const __m512i t = _mm512_min_epu32(a, g.lim);
-  const __m512i d = _mm512_subs_epu16(_mm512_and_si512(t, g.inf), g.min_field);
-  const __m512i c = _mm512_add_epi32(d, g.c_base);
-  const __m512i s = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
-  const __m512i mag = _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srlv_epi32(d, g.shift));
+  const __m512i mag = round_mag16(g, _mm512_min_epu32(a, g.lim));
   if constexpr (Clamp) {
     const __mmask16 neg = _mm512_cmpgt_epu32_mask(y, _mm512_set1_epi32(int32_t(0x80000000u)));
     return _mm512_mask_or_epi32(mag, neg, mag, g.sign_bit);
@@ -744,6 +765,43 @@ HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementG
   }
   totals[0] += n_sat;
   totals[1] += n_fl;
+}
+/// nvfp4_decode_scales, the e4m3 rounding and nvfp4_multipliers in AVX-512, 16 blocks a step
+/// (the last one masked): the same fp32 operations in the same order, the e4m3 code by
+/// round_mag16 (d ≤ 448 needs no saturation). Also counts the zero scales and the clamped
+/// ones.
+HALFWAY_BLOCKS_AVX512_TARGET void nvfp4_scales_avx512(const uint32_t* amax, size_t nb,
+                                                      float multiplier, float decode,
+                                                      uint8_t* codes, float* scales, float* mult,
+                                                      uint8_t* special, uint8_t* clamped,
+                                                      uint64_t& n_zero, uint64_t& n_clamped) {
+  static const ElementGrid e4m3(formats::e4m3, 448.0f, 0x1p-10f);
+  const GridAvx512 g(e4m3);
+  const __m512 fp32_max = _mm512_set1_ps(FLT_MAX), v448 = _mm512_set1_ps(448.0f);
+  for (size_t b = 0; b < nb; b += 16) {
+    const __mmask16 k = nb - b >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nb - b)) - 1);
+    const __m512i a = _mm512_maskz_loadu_epi32(k, amax + b);
+    __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(multiplier));
+    d = _mm512_min_ps(d, fp32_max);  // d < max ? d : max
+    __mmask16 clamp = _mm512_mask_cmp_ps_mask(k, d, v448, _CMP_GT_OQ);
+    d = _mm512_min_ps(d, v448);
+    const __m512i code = round_mag16(g, _mm512_castps_si512(d));  // RNE, subnormals kept
+    // The e4m3 value: (code << 20) rebiased for exponent field e > 0, code · 2^−9 for e = 0.
+    const __m512 s = _mm512_mask_mov_ps(
+        _mm512_mul_ps(_mm512_cvtepi32_ps(code), _mm512_set1_ps(0x1p-9f)),
+        _mm512_cmpge_epu32_mask(code, set(8)),
+        _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(code, 20), set(uint32_t(127 - 7) << 23))));
+    const __m512 enc = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(s, _mm512_set1_ps(decode)));
+    const __mmask16 zero = _mm512_mask_cmp_ps_mask(k, s, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    clamp |= __mmask16(zero & _mm512_test_epi32_mask(a, a));  // the scale underflowed to zero
+    _mm_mask_storeu_epi8(codes + b, k, _mm512_cvtepi32_epi8(code));
+    _mm512_mask_storeu_ps(scales + b, k, s);
+    _mm512_mask_storeu_ps(mult + b, k, _mm512_min_ps(enc, fp32_max));
+    _mm_mask_storeu_epi8(special + b, k, _mm_maskz_mov_epi8(zero, _mm_set1_epi8(char(kZeroScale))));
+    _mm_mask_storeu_epi8(clamped + b, k, _mm_maskz_mov_epi8(clamp, _mm_set1_epi8(1)));
+    n_zero += uint64_t(__builtin_popcount(zero));
+    n_clamped += uint64_t(__builtin_popcount(clamp));
+  }
 }
 #endif
 
