@@ -1,9 +1,11 @@
 // Block-scaled quantization (blocks.hpp). Each call makes two passes over a tensor and a
-// short one over its blocks: the block amax (integer max of |x|'s bits), one scale per block
-// (branch-free loops), and the elements: each is scaled, rounded into the element format and
-// its events counted in one fused step (encode_one; AVX-512 for blocks along a row, portable
-// loops cloned for x86-64-v4/v3 otherwise). Stochastic rounding (NVFP4) scales into a buffer
-// and rounds it with the bulk kernels (bulk.hpp).
+// short one over its blocks: the block amax (integer max of |x|'s bits; 16 blocks per
+// reduction, max16), one scale per block, and the elements: each is scaled, rounded into the
+// element format by one fp32 addition and integer steps, and its events counted, in one fused
+// step (encode_one). With the avx512 bulk path every step has an AVX-512 kernel (the element
+// kernel specialised by block length; blocks down the columns take per-lane multipliers);
+// otherwise portable loops cloned for x86-64-v4/v3. Stochastic rounding (NVFP4) scales into
+// a buffer and rounds it with the bulk kernels (bulk.hpp).
 // docs/blocks.md defines every step; the tests compare with an oracle written separately
 // (tests/block_oracle.cpp) and, in Python, with a numpy transcription of the definitions.
 // Compiled with -ffp-contract=off: every fp32 step is its own rounding, as the definitions say.
