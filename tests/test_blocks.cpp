@@ -94,7 +94,8 @@ void check_on_path(const BlockScheme& s, const std::vector<float>& x, size_t row
   const BlockEncoding t = encode_blocks(s, x.data(), rows, cols, o);
   if (!same_codes(t.codes, want.codes, at))
     FAIL("without per-block events: code [" << at / cols << ", " << at % cols << "] got "
-                                              << int(t.codes[at]) << " want " << int(want.codes[at]));
+                                              << int(t.codes[at]) << " want "
+                                              << int(want.codes[at]));
   CHECK(t.scale_codes == e.scale_codes);
   CHECK(describe(t.events) == describe(want.events));
   CHECK(t.block_events.empty());
@@ -276,9 +277,10 @@ TEST_CASE("every lane position of the block maximum, partial vectors and any num
       for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
         const auto [tr, tc] = block_tile(s, axis);
         // Blocks per row (along rows) or columns (down the columns).
-        const std::vector<size_t> widths = tc == 1     ? std::vector<size_t>{1, 3, 15, 16, 17, 63, 64, 65, 100}
-                                           : tc == 128 ? std::vector<size_t>{1, 3, 17}
-                                                       : std::vector<size_t>{1, 2, 3, 5, 16, 17, 33};
+        const std::vector<size_t> widths =
+            tc == 1     ? std::vector<size_t>{1, 3, 15, 16, 17, 63, 64, 65, 100}
+            : tc == 128 ? std::vector<size_t>{1, 3, 17}
+                        : std::vector<size_t>{1, 2, 3, 5, 16, 17, 33};
         for (size_t i = 0; i < widths.size(); ++i) {
           const size_t sc = widths[i];
           const size_t rows = tr * (s.two_d ? 1 : 2), cols = sc * tc;
@@ -286,7 +288,8 @@ TEST_CASE("every lane position of the block maximum, partial vectors and any num
           const size_t sr = rows / tr, len = tr * tc;
           for (size_t b = 0; b < sr * sc; ++b) {
             const size_t p = (5 * b) % len, r = (b / sc) * tr + p / tc, c = (b % sc) * tc + p % tc;
-            x[r * cols + c] = std::ldexp(b % 2 ? -1.0f - float(b % 7) / 8 : 1.0f + float(b % 5) / 8, 9);
+            const float f = b % 2 ? -1.0f - float(b % 7) / 8 : 1.0f + float(b % 5) / 8;
+            x[r * cols + c] = std::ldexp(f, 9);
           }
           BlockOptions o;
           o.axis = axis;

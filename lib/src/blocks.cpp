@@ -230,7 +230,8 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i block
   __m512i m = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p)), abs);
 #pragma GCC unroll 8
   for (int i = 1; i < V; ++i)
-    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p + 16 * i)), abs));
+    m = _mm512_max_epu32(
+        m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p + 16 * i)), abs));
   return m;
 }
 
@@ -323,7 +324,7 @@ HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* __restrict amax, size_t
 
 #ifdef HALFWAY_BLOCKS_AVX512
 /// v in every lane.
-HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i set(uint32_t v) {
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i splat(uint32_t v) {
   return _mm512_set1_epi32(int32_t(v));
 }
 
@@ -334,34 +335,40 @@ HALFWAY_BLOCKS_AVX512_TARGET void mx_scale_avx512(const uint32_t* amax, size_t n
                                                   float* scales, float* mult, uint8_t* special,
                                                   uint8_t* clamped, uint64_t& n_nan,
                                                   uint64_t& n_clamped) {
-  const __m512i mant = set(0x7FFFFFu), one = set(1);
+  const __m512i mant = splat(0x7FFFFFu), one = splat(1);
   for (size_t b = 0; b < nb; b += 16) {
     const __mmask16 k = nb - b >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nb - b)) - 1);
     const __m512i a = _mm512_maskz_loadu_epi32(k, amax + b);
     // A subnormal amax through its exact conversion to float: mant = 1.f · 2^p.
-    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, set(0x00800000u));
+    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, splat(0x00800000u));
     const __m512i bits = _mm512_mask_mov_epi32(
         a, is_sub, _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_and_si512(a, mant))));
-    const __m512i ea = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23),
-                                        _mm512_mask_mov_epi32(set(127), is_sub, set(127 + 149)));
-    __m512i kv = _mm512_sub_epi32(ea, set(uint32_t(emax)));
-    if (ceil) kv = _mm512_mask_add_epi32(kv, _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, mant), set(max_frac)), kv, one);
+    const __m512i bias = _mm512_mask_mov_epi32(splat(127), is_sub, splat(127 + 149));
+    const __m512i ea = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), bias);
+    __m512i kv = _mm512_sub_epi32(ea, splat(uint32_t(emax)));
+    if (ceil) {
+      const __mmask16 above =
+          _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, mant), splat(max_frac));
+      kv = _mm512_mask_add_epi32(kv, above, kv, one);
+    }
     const __mmask16 zero = _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512());
-    const __mmask16 nan = _mm512_mask_cmpge_epu32_mask(k, a, set(kInfBits));
-    const __mmask16 outside = _mm512_cmpgt_epi32_mask(kv, set(127)) |
-                              _mm512_cmplt_epi32_mask(kv, set(uint32_t(-127)));
+    const __mmask16 nan = _mm512_mask_cmpge_epu32_mask(k, a, splat(kInfBits));
+    const __mmask16 outside = _mm512_cmpgt_epi32_mask(kv, splat(127)) |
+                              _mm512_cmplt_epi32_mask(kv, splat(uint32_t(-127)));
     const __mmask16 clamp = __mmask16(outside & ~zero & ~nan & k);
     // An all-zero block gets the smallest scale by definition (not a clamp).
+    const __m512i lowest = splat(uint32_t(-127));
     const __m512i kc = _mm512_mask_mov_epi32(
-        _mm512_max_epi32(_mm512_min_epi32(kv, set(127)), set(uint32_t(-127))), zero, set(uint32_t(-127)));
-    const __m512i code = _mm512_mask_mov_epi32(_mm512_add_epi32(kc, set(127)), nan, set(0xFF));
-    const __m512i scale = _mm512_mask_mov_epi32(
-        _mm512_mask_mov_epi32(set(0x00400000u), _mm512_cmpge_epi32_mask(kc, set(uint32_t(-126))),
-                              _mm512_slli_epi32(_mm512_add_epi32(kc, set(127)), 23)),
-        nan, set(0x7FC00000u));
+        _mm512_max_epi32(_mm512_min_epi32(kv, splat(127)), lowest), zero, lowest);
+    const __m512i code = _mm512_mask_mov_epi32(_mm512_add_epi32(kc, splat(127)), nan, splat(0xFF));
+    const __m512i normal_scale = _mm512_mask_mov_epi32(
+        splat(0x00400000u), _mm512_cmpge_epi32_mask(kc, splat(uint32_t(-126))),
+        _mm512_slli_epi32(_mm512_add_epi32(kc, splat(127)), 23));
+    const __m512i scale = _mm512_mask_mov_epi32(normal_scale, nan, splat(0x7FC00000u));
     // x · 2^−k is exact whenever it matters (docs/blocks.md).
-    const __m512i m = _mm512_mask_mov_epi32(set(0x00400000u), _mm512_cmple_epi32_mask(kc, set(126)),
-                                            _mm512_slli_epi32(_mm512_sub_epi32(set(127), kc), 23));
+    const __m512i m =
+        _mm512_mask_mov_epi32(splat(0x00400000u), _mm512_cmple_epi32_mask(kc, splat(126)),
+                              _mm512_slli_epi32(_mm512_sub_epi32(splat(127), kc), 23));
     _mm_mask_storeu_epi8(codes + b, k, _mm512_cvtepi32_epi8(code));
     _mm512_mask_storeu_epi32(scales + b, k, scale);
     _mm512_mask_storeu_epi32(mult + b, k, m);
@@ -535,9 +542,9 @@ void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& 
 /// (|y| < 2^(E+1) ≤ c), where the ulp is the grid's quantum 2^(E − m): fp32's own
 /// round-to-nearest-even rounds |y| exactly once, and as c's significand is even, the integer
 /// n = bits(s) − bits(c) is |y| / 2^(E − m) rounded to nearest even (2^m ≤ n ≤ 2^(m+1) for
-/// normal elements, n < 2^m for subnormal ones). The code is n + ((E − emin) << m) = n + (d >> (23 − m)):
-/// for normal elements the implicit bit in n adds one to the exponent field, and a carry
-/// (n = 2^(m+1)) moves to the next binade.
+/// normal elements, n < 2^m for subnormal ones). The code is n + ((E − emin) << m) =
+/// n + (d >> (23 − m)): for normal elements the implicit bit in n adds one to the exponent
+/// field, and a carry (n = 2^(m+1)) moves to the next binade.
 struct ElementGrid {
   uint32_t lim_bits = 0;       ///< the largest finite element value, as fp32 bits
   uint32_t half_min_bits = 0;  ///< at most this rounds to ±0, as fp32 bits
@@ -657,7 +664,8 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i round
     const GridAvx512& g, __m512i t) {
   const __m512i d = _mm512_subs_epu16(_mm512_and_si512(t, g.inf), g.min_field);
   const __m512i c = _mm512_add_epi32(d, g.c_base);
-  const __m512i s = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
+  const __m512i s =
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
   return _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srlv_epi32(d, g.shift));
 }
 
@@ -789,11 +797,13 @@ HALFWAY_BLOCKS_AVX512_TARGET void nvfp4_scales_avx512(const uint32_t* amax, size
     d = _mm512_min_ps(d, v448);
     const __m512i code = round_mag16(g, _mm512_castps_si512(d));  // RNE, subnormals kept
     // The e4m3 value: (code << 20) rebiased for exponent field e > 0, code · 2^−9 for e = 0.
-    const __m512 s = _mm512_mask_mov_ps(
-        _mm512_mul_ps(_mm512_cvtepi32_ps(code), _mm512_set1_ps(0x1p-9f)),
-        _mm512_cmpge_epu32_mask(code, set(8)),
-        _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(code, 20), set(uint32_t(127 - 7) << 23))));
-    const __m512 enc = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(s, _mm512_set1_ps(decode)));
+    const __m512i normal =
+        _mm512_add_epi32(_mm512_slli_epi32(code, 20), splat(uint32_t(127 - 7) << 23));
+    const __m512 s =
+        _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(code), _mm512_set1_ps(0x1p-9f)),
+                           _mm512_cmpge_epu32_mask(code, splat(8)), _mm512_castsi512_ps(normal));
+    const __m512 enc =
+        _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(s, _mm512_set1_ps(decode)));
     const __mmask16 zero = _mm512_mask_cmp_ps_mask(k, s, _mm512_setzero_ps(), _CMP_EQ_OQ);
     clamp |= __mmask16(zero & _mm512_test_epi32_mask(a, a));  // the scale underflowed to zero
     _mm_mask_storeu_epi8(codes + b, k, _mm512_cvtepi32_epi8(code));
