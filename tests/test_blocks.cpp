@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -293,6 +294,15 @@ TEST_CASE("every lane position of the block maximum, partial vectors and any num
           }
           BlockOptions o;
           o.axis = axis;
+          check_against_oracle(s, x, rows, cols, o);
+          if (s.family != BlockFamily::mx) continue;
+          // MX: infinities and NaNs in some blocks (NaN scales, and the kernels' per-block
+          // counts that such blocks need), at varying positions.
+          for (size_t b = 5; b < sr * sc; b += 7) {
+            const size_t p = (3 * b) % len, r = (b / sc) * tr + p / tc, c = (b % sc) * tc + p % tc;
+            x[r * cols + c] = b % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                    : -std::numeric_limits<float>::infinity();
+          }
           check_against_oracle(s, x, rows, cols, o);
         }
       }
