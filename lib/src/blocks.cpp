@@ -236,7 +236,8 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i block
 }
 
 /// block_amax for blocks of V vectors along the row, in AVX-512: 16 blocks at a time with one
-/// max16, the rest one reduction each.
+/// max16, the rest one reduction each. The first row of a row of blocks stores its maxima,
+/// the others (2-D tiles) take the larger: amax needs no zeroing.
 template <int V>
 HALFWAY_BLOCKS_AVX512_TARGET void block_amax_avx512(const Job& j, uint32_t* amax) {
   const __m512i abs = _mm512_set1_epi32(int32_t(kAbs));
@@ -244,15 +245,19 @@ HALFWAY_BLOCKS_AVX512_TARGET void block_amax_avx512(const Job& j, uint32_t* amax
   for (size_t r = 0; r < j.rows; ++r) {
     const float* row = j.x + r * j.cols;
     uint32_t* a = amax + (r / j.tr) * j.sc;
+    const bool first = r % j.tr == 0;
     size_t b = 0;
     for (; b + 16 <= j.sc; b += 16) {
       __m512i v[16];
 #pragma GCC unroll 16
       for (int p = 0; p < 16; ++p) v[kSlot[p]] = block_max<V>(row + (b + size_t(p)) * tc, abs);
-      _mm512_storeu_si512(a + b, _mm512_max_epu32(_mm512_loadu_si512(a + b), max16(v)));
+      const __m512i m = max16(v);
+      _mm512_storeu_si512(a + b, first ? m : _mm512_max_epu32(_mm512_loadu_si512(a + b), m));
     }
-    for (; b < j.sc; ++b)
-      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(block_max<V>(row + b * tc, abs))));
+    for (; b < j.sc; ++b) {
+      const uint32_t m = uint32_t(_mm512_reduce_max_epu32(block_max<V>(row + b * tc, abs)));
+      a[b] = first ? m : std::max(a[b], m);
+    }
   }
 }
 
@@ -269,13 +274,14 @@ void block_amax_avx512(const Job& j, uint32_t* amax) {
 /// The bits of max |x| of each block (a NaN's bits exceed infinity's).
 HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
-  amax.assign(j.sr * j.sc, 0);
 #ifdef HALFWAY_BLOCKS_AVX512
   if (j.tc > 1 && use_avx512()) {
+    amax.resize(j.sr * j.sc);
     block_amax_avx512(j, amax.data());
     return amax;
   }
 #endif
+  amax.assign(j.sr * j.sc, 0);
   for (size_t r = 0; r < j.rows; ++r) {
     const uint32_t* row = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
     uint32_t* a = amax.data() + (r / j.tr) * j.sc;
