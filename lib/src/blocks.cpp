@@ -129,20 +129,6 @@ float pow2f(int k) {
   return bits_f32(uint32_t(1) << (k + 149));
 }
 
-/// floor(log2 a) and the 23 fraction bits of a's normalised significand, for finite a > 0
-/// given by its bits.
-void log2_parts(uint32_t a, int& e, uint32_t& frac) {
-  const uint32_t field = a >> 23, mant = a & 0x7FFFFFu;
-  if (field) {
-    e = int(field) - 127;
-    frac = mant;
-    return;
-  }
-  const int p = 31 - __builtin_clz(mant);  // leading bit of a subnormal
-  e = p - 149;
-  frac = (mant << (23 - p)) & 0x7FFFFFu;
-}
-
 /// Blocks whose scale makes the element pass take a second look (special_blocks).
 enum : uint8_t { kPlainScale = 0, kZeroScale = 1, kNanScale = 2 };
 
@@ -504,41 +490,44 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
     e.block_events[b].scales_clamped = clamped[b];
 }
 
-void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
-  const float fp32_max = FLT_MAX;
-  j.divide = !j.o.pow2_scales;
-  for (size_t b = 0; b < amax.size(); ++b) {
+/// Each fp8_block block's scale, element multiplier (the divisor without pow2) and whether the
+/// scale was clamped: branch-free, so that it vectorises.
+HALFWAY_BLOCKS_CLONES void fp8_block_scale_loop(const uint32_t* __restrict amax, size_t nb,
+                                                bool pow2, float* __restrict scales,
+                                                float* __restrict mult,
+                                                uint8_t* __restrict clamped) {
+  const float fp32_max = FLT_MAX, tiniest = std::numeric_limits<float>::denorm_min();
+  for (size_t b = 0; b < nb; ++b) {
     const float a = bits_f32(amax[b]);
-    bool clamped = false;
-    float s = 1.0f, mult = 1.0f;
-    if (a != 0.0f && j.o.pow2_scales) {
-      // TE: scale = 448 / amax in fp32 (inf → fp32 max), rounded down to a power of two;
-      // the decode scale is its reciprocal, exact.
-      float q = 448.0f / a;
-      if (q > fp32_max) {
-        q = fp32_max;
-        clamped = true;
-      }
-      int eq;
-      uint32_t frac;
-      log2_parts(f32_bits(q), eq, frac);
-      mult = pow2f(eq);
-      s = pow2f(-eq);
-    } else if (a != 0.0f) {
-      s = a / 448.0f;
-      if (s == 0.0f) {  // amax below 448 · 2^−150: the smallest positive fp32 instead of 0
-        s = std::numeric_limits<float>::denorm_min();
-        clamped = true;
-      }
-      mult = s;
-    }
-    e.scales[b] = s;
-    j.mult[b] = mult;
-    if (clamped) {
-      e.events.scales_clamped++;
-      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
-    }
+    const bool zero = a == 0.0f;
+    // TE (pow2): q = 448 / amax in fp32 (inf → fp32 max), rounded down to a power of two 2^e
+    // (e from q's exponent: q ≥ 448 / fp32 max is normal, so e ≥ −120); the decode scale is
+    // its reciprocal 2^−e, exact (2^−127 is subnormal).
+    const float q = 448.0f / a;
+    const float qc = q > fp32_max ? fp32_max : q;
+    const int eq = int(f32_bits(qc) >> 23) - 127;
+    const float up = bits_f32(uint32_t(eq + 127) << 23);
+    const float down = bits_f32(eq <= 126 ? uint32_t(127 - eq) << 23 : 0x00400000u);
+    // DeepSeek-V3: s = amax / 448; where that rounds to 0, the smallest positive fp32.
+    const float sd = a / 448.0f;
+    const float sdc = sd == 0.0f ? tiniest : sd;
+    scales[b] = zero ? 1.0f : pow2 ? down : sdc;
+    mult[b] = zero ? 1.0f : pow2 ? up : sdc;
+    clamped[b] = uint8_t(!zero & (pow2 ? q > fp32_max : sd == 0.0f));
   }
+}
+
+void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  j.divide = !j.o.pow2_scales;
+  const size_t nb = amax.size();
+  thread_local std::vector<uint8_t> clamped;
+  clamped.resize(nb);
+  fp8_block_scale_loop(amax.data(), nb, j.o.pow2_scales, e.scales.data(), j.mult,
+                       clamped.data());
+  const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
+  e.events.scales_clamped += n_clamped;
+  for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
+    e.block_events[b].scales_clamped = clamped[b];
 }
 
 /// The constants of the fused element step, which rounds |y| ≤ max to nearest even on the
