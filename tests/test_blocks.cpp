@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,6 +89,17 @@ void check_on_path(const BlockScheme& s, const std::vector<float>& x, size_t row
     sum += e.block_events[b];
   }
   CHECK(describe(sum) == describe(e.events));
+  // Without per-block events the kernels count per group of vectors instead: the same codes
+  // and totals.
+  o.per_block_events = false;
+  const BlockEncoding t = encode_blocks(s, x.data(), rows, cols, o);
+  if (!same_codes(t.codes, want.codes, at))
+    FAIL("without per-block events: code [" << at / cols << ", " << at % cols << "] got "
+                                              << int(t.codes[at]) << " want "
+                                              << int(want.codes[at]));
+  CHECK(t.scale_codes == e.scale_codes);
+  CHECK(describe(t.events) == describe(want.events));
+  CHECK(t.block_events.empty());
   std::vector<float> y(rows * cols);
   decode_blocks(s, e, y.data());
   if (!same_bits(y, want.decoded, at))
@@ -245,6 +257,53 @@ TEST_CASE("MX, NVFP4 and blockwise fp8 on mixed-magnitude tensors along either a
             o.pow2_scales = true;
             check_against_oracle(s, x, rows, cols, o);
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("every lane position of the block maximum, partial vectors and any number of blocks") {
+  // The AVX-512 kernels take the block maxima of 16 blocks at once and encode 64 elements at
+  // a time, with masked vectors down the columns: rows of 1 to 33 blocks (groups of 64 and
+  // remainders of 16 and 32, 16-block groups and remainders), any number of columns for
+  // blocks down the columns, and in block b the largest |x| at position 5·b mod the block
+  // size, so that over the blocks it takes every position of its vector and every slot of
+  // the 16-block reduction.
+  for (const std::string& name : block_scheme_names()) {
+    std::vector<std::string> variants{name};
+    if (name.rfind("mx", 0) == 0) variants.push_back(name + ":ceil");
+    for (const std::string& v : variants) {
+      const BlockScheme s = parse_block_scheme(v);
+      for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+        const auto [tr, tc] = block_tile(s, axis);
+        // Blocks per row (along rows) or columns (down the columns).
+        const std::vector<size_t> widths =
+            tc == 1     ? std::vector<size_t>{1, 3, 15, 16, 17, 63, 64, 65, 100}
+            : tc == 128 ? std::vector<size_t>{1, 3, 17}
+                        : std::vector<size_t>{1, 2, 3, 5, 16, 17, 33};
+        for (size_t i = 0; i < widths.size(); ++i) {
+          const size_t sc = widths[i];
+          const size_t rows = tr * (s.two_d ? 1 : 2), cols = sc * tc;
+          std::vector<float> x = mixed(rows * cols, uint32_t(7 + i), -6, 6);
+          const size_t sr = rows / tr, len = tr * tc;
+          for (size_t b = 0; b < sr * sc; ++b) {
+            const size_t p = (5 * b) % len, r = (b / sc) * tr + p / tc, c = (b % sc) * tc + p % tc;
+            const float f = b % 2 ? -1.0f - float(b % 7) / 8 : 1.0f + float(b % 5) / 8;
+            x[r * cols + c] = std::ldexp(f, 9);
+          }
+          BlockOptions o;
+          o.axis = axis;
+          check_against_oracle(s, x, rows, cols, o);
+          if (s.family != BlockFamily::mx) continue;
+          // MX: infinities and NaNs in some blocks (NaN scales, and the kernels' per-block
+          // counts that such blocks need), at varying positions.
+          for (size_t b = 5; b < sr * sc; b += 7) {
+            const size_t p = (3 * b) % len, r = (b / sc) * tr + p / tc, c = (b % sc) * tc + p % tc;
+            x[r * cols + c] = b % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                    : -std::numeric_limits<float>::infinity();
+          }
+          check_against_oracle(s, x, rows, cols, o);
         }
       }
     }

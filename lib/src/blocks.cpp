@@ -1,9 +1,11 @@
 // Block-scaled quantization (blocks.hpp). Each call makes two passes over a tensor and a
-// short one over its blocks: the block amax (integer max of |x|'s bits), one scale per block
-// (branch-free loops), and the elements: each is scaled, rounded into the element format and
-// its events counted in one fused step (encode_one; AVX-512 for blocks along a row, portable
-// loops cloned for x86-64-v4/v3 otherwise). Stochastic rounding (NVFP4) scales into a buffer
-// and rounds it with the bulk kernels (bulk.hpp).
+// short one over its blocks: the block amax (integer max of |x|'s bits; 16 blocks per
+// reduction, max16), one scale per block, and the elements: each is scaled, rounded into the
+// element format by one fp32 addition and integer steps, and its events counted, in one fused
+// step (encode_one). With the avx512 bulk path every step has an AVX-512 kernel (the element
+// kernel specialised by block length; blocks down the columns take per-lane multipliers);
+// otherwise portable loops cloned for x86-64-v4/v3. Stochastic rounding (NVFP4) scales into
+// a buffer and rounds it with the bulk kernels (bulk.hpp).
 // docs/blocks.md defines every step; the tests compare with an oracle written separately
 // (tests/block_oracle.cpp) and, in Python, with a numpy transcription of the definitions.
 // Compiled with -ffp-contract=off: every fp32 step is its own rounding, as the definitions say.
@@ -88,24 +90,43 @@ constexpr uint32_t kAbs = 0x7FFFFFFFu;
 #endif
 constexpr uint32_t kInfBits = 0x7F800000u;
 
+// Reductions over the blocks, compiled for AVX-512 and AVX2 too: a tensor has many blocks.
+
+/// The largest of v[0..n) (0 for none).
+HALFWAY_BLOCKS_CLONES uint32_t max_of(const uint32_t* __restrict v, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/// How many of v[0..n) equal `value` (32-bit partial counts, so that the loop vectorises).
+HALFWAY_BLOCKS_CLONES uint64_t count_of(const uint8_t* __restrict v, size_t n, uint8_t value) {
+  uint64_t total = 0;
+  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 24)) {
+    const size_t i1 = std::min(n, i0 + (size_t(1) << 24));
+    uint32_t k = 0;
+    for (size_t i = i0; i < i1; ++i) k += uint32_t(v[i] == value);
+    total += k;
+  }
+  return total;
+}
+
+/// The sum of per-block counts v[0..n) (each at most 2^14: 32-bit partial sums of 2^16).
+HALFWAY_BLOCKS_CLONES uint64_t sum_of(const uint32_t* __restrict v, size_t n) {
+  uint64_t total = 0;
+  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 16)) {
+    const size_t i1 = std::min(n, i0 + (size_t(1) << 16));
+    uint32_t k = 0;
+    for (size_t i = i0; i < i1; ++i) k += v[i];
+    total += k;
+  }
+  return total;
+}
+
 /// 2^k as an fp32 value, k in [−149, 127].
 float pow2f(int k) {
   if (k >= -126) return bits_f32(uint32_t(k + 127) << 23);
   return bits_f32(uint32_t(1) << (k + 149));
-}
-
-/// floor(log2 a) and the 23 fraction bits of a's normalised significand, for finite a > 0
-/// given by its bits.
-void log2_parts(uint32_t a, int& e, uint32_t& frac) {
-  const uint32_t field = a >> 23, mant = a & 0x7FFFFFu;
-  if (field) {
-    e = int(field) - 127;
-    frac = mant;
-    return;
-  }
-  const int p = 31 - __builtin_clz(mant);  // leading bit of a subnormal
-  e = p - 149;
-  frac = (mant << (23 - p)) & 0x7FFFFFu;
 }
 
 /// Blocks whose scale makes the element pass take a second look (special_blocks).
@@ -135,10 +156,8 @@ void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) 
 
 /// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
 void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
-                    const std::vector<uint32_t>& amax) {
-  uint32_t a = 0;
-  for (uint32_t v : amax) a = std::max(a, v);
-  if (a < kInfBits) return;
+                    uint32_t amax) {
+  if (amax < kInfBits) return;
   for (size_t i = 0; i < rows * cols; ++i) {
     if ((f32_bits(x[i]) & kInfBits) == kInfBits)
       throw InputError(s.name + ": non-finite value " + std::to_string(x[i]) + " at [" +
@@ -149,24 +168,91 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HALFWAY_BLOCKS_AVX512 1
-/// The AVX-512 kernels serve blocks along a row (a multiple of 16 long) when the calling
-/// thread's bulk path is avx512 (set_bulk_path: tests run both).
-bool use_avx512(const Job& j) {
-  return j.tc > 1 && detail::bulk_path() == detail::BulkPath::avx512;
+#define HALFWAY_BLOCKS_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+/// The AVX-512 kernels serve every block shape when the calling thread's bulk path is avx512
+/// (set_bulk_path: tests run both).
+bool use_avx512() { return detail::bulk_path() == detail::BulkPath::avx512; }
+
+/// A round of max16: the lane-wise maximum of the two halves a shuffle picks from a and b:
+/// kPairs the even and odd 32-bit lanes (within 128-bit lanes), kHalves the low and high
+/// 256-bit halves, kLanes the even and odd 128-bit lanes.
+enum MaxRound { kPairs, kHalves, kLanes };
+template <MaxRound R>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i max_pair(__m512i a,
+                                                                                  __m512i b) {
+  __m512i lo, hi;
+  if constexpr (R == kPairs) {
+    const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    lo = _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88));
+    hi = _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xDD));
+  } else if constexpr (R == kHalves) {
+    lo = _mm512_shuffle_i32x4(a, b, 0x44);
+    hi = _mm512_shuffle_i32x4(a, b, 0xEE);
+  } else {
+    lo = _mm512_shuffle_i32x4(a, b, 0x88);
+    hi = _mm512_shuffle_i32x4(a, b, 0xDD);
+  }
+  return _mm512_max_epu32(lo, hi);
 }
 
-/// block_amax's rows of blocks along the row (tc a multiple of 16), in AVX-512.
-__attribute__((target("avx512f"))) void block_amax_avx512(const Job& j, uint32_t* amax) {
+/// The maxima of 16 vectors at once: lane p of the result is the largest lane of the vector
+/// in slot kSlot[p] of v. Four rounds each halve the vectors and the lanes each one covers
+/// (45 instructions where 16 separate reductions take about 140), the first two within
+/// 128-bit lanes (cheaper shuffles): after them, 32-bit lane q of each 128-bit lane of v[i]
+/// covers that 128-bit lane of slot i + {0, 8, 4, 12}[q]; kHalves then pairs v[i] with
+/// v[i + 2], kLanes v[0] with v[1].
+constexpr int kSlot[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i max16(__m512i* v) {
+  for (int i = 0; i < 8; ++i) v[i] = max_pair<kPairs>(v[i], v[i + 8]);
+  for (int i = 0; i < 4; ++i) v[i] = max_pair<kPairs>(v[i], v[i + 4]);
+  for (int i = 0; i < 2; ++i) v[i] = max_pair<kHalves>(v[i], v[i + 2]);
+  return max_pair<kLanes>(v[0], v[1]);
+}
+
+/// The largest |x| bits of the block of V vectors at p, lane by lane.
+template <int V>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i block_max(
+    const float* p, __m512i abs) {
+  __m512i m = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p)), abs);
+#pragma GCC unroll 8
+  for (int i = 1; i < V; ++i)
+    m = _mm512_max_epu32(
+        m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p + 16 * i)), abs));
+  return m;
+}
+
+/// block_amax for blocks of V vectors along the row, in AVX-512: 16 blocks at a time with one
+/// max16, the rest one reduction each. The first row of a row of blocks stores its maxima,
+/// the others (2-D tiles) take the larger: amax needs no zeroing.
+template <int V>
+HALFWAY_BLOCKS_AVX512_TARGET void block_amax_avx512(const Job& j, uint32_t* amax) {
   const __m512i abs = _mm512_set1_epi32(int32_t(kAbs));
+  constexpr size_t tc = 16 * V;
   for (size_t r = 0; r < j.rows; ++r) {
     const float* row = j.x + r * j.cols;
     uint32_t* a = amax + (r / j.tr) * j.sc;
-    for (size_t b = 0; b < j.sc; ++b) {
-      __m512i m = _mm512_setzero_si512();
-      for (size_t c = b * j.tc; c < (b + 1) * j.tc; c += 16)
-        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(row + c)), abs));
-      a[b] = std::max(a[b], uint32_t(_mm512_reduce_max_epu32(m)));
+    const bool first = r % j.tr == 0;
+    size_t b = 0;
+    for (; b + 16 <= j.sc; b += 16) {
+      __m512i v[16];
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) v[kSlot[p]] = block_max<V>(row + (b + size_t(p)) * tc, abs);
+      const __m512i m = max16(v);
+      _mm512_storeu_si512(a + b, first ? m : _mm512_max_epu32(_mm512_loadu_si512(a + b), m));
     }
+    for (; b < j.sc; ++b) {
+      const uint32_t m = uint32_t(_mm512_reduce_max_epu32(block_max<V>(row + b * tc, abs)));
+      a[b] = first ? m : std::max(a[b], m);
+    }
+  }
+}
+
+/// block_amax for blocks along the row, by block length (16, 32 or 128).
+void block_amax_avx512(const Job& j, uint32_t* amax) {
+  switch (j.tc) {
+    case 16: return block_amax_avx512<1>(j, amax);
+    case 32: return block_amax_avx512<2>(j, amax);
+    default: return block_amax_avx512<8>(j, amax);
   }
 }
 #endif
@@ -174,13 +260,14 @@ __attribute__((target("avx512f"))) void block_amax_avx512(const Job& j, uint32_t
 /// The bits of max |x| of each block (a NaN's bits exceed infinity's).
 HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
-  amax.assign(j.sr * j.sc, 0);
 #ifdef HALFWAY_BLOCKS_AVX512
-  if (use_avx512(j)) {
+  if (j.tc > 1 && use_avx512()) {
+    amax.resize(j.sr * j.sc);
     block_amax_avx512(j, amax.data());
     return amax;
   }
 #endif
+  amax.assign(j.sr * j.sc, 0);
   for (size_t r = 0; r < j.rows; ++r) {
     const uint32_t* row = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
     uint32_t* a = amax.data() + (r / j.tr) * j.sc;
@@ -227,17 +314,81 @@ HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* __restrict amax, size_t
   }
 }
 
+#ifdef HALFWAY_BLOCKS_AVX512
+/// v in every lane.
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i splat(uint32_t v) {
+  return _mm512_set1_epi32(int32_t(v));
+}
+
+/// mx_scale_loop in AVX-512, 16 blocks a step (the last one masked), the same integer steps;
+/// also counts the NaN blocks and the clamped ones.
+HALFWAY_BLOCKS_AVX512_TARGET void mx_scale_avx512(const uint32_t* amax, size_t nb, int emax,
+                                                  bool ceil, uint32_t max_frac, uint8_t* codes,
+                                                  float* scales, float* mult, uint8_t* special,
+                                                  uint8_t* clamped, uint64_t& n_nan,
+                                                  uint64_t& n_clamped) {
+  const __m512i mant = splat(0x7FFFFFu), one = splat(1);
+  for (size_t b = 0; b < nb; b += 16) {
+    const __mmask16 k = nb - b >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nb - b)) - 1);
+    const __m512i a = _mm512_maskz_loadu_epi32(k, amax + b);
+    // A subnormal amax through its exact conversion to float: mant = 1.f · 2^p.
+    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, splat(0x00800000u));
+    const __m512i bits = _mm512_mask_mov_epi32(
+        a, is_sub, _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_and_si512(a, mant))));
+    const __m512i bias = _mm512_mask_mov_epi32(splat(127), is_sub, splat(127 + 149));
+    const __m512i ea = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), bias);
+    __m512i kv = _mm512_sub_epi32(ea, splat(uint32_t(emax)));
+    if (ceil) {
+      const __mmask16 above =
+          _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, mant), splat(max_frac));
+      kv = _mm512_mask_add_epi32(kv, above, kv, one);
+    }
+    const __mmask16 zero = _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512());
+    const __mmask16 nan = _mm512_mask_cmpge_epu32_mask(k, a, splat(kInfBits));
+    const __mmask16 outside = _mm512_cmpgt_epi32_mask(kv, splat(127)) |
+                              _mm512_cmplt_epi32_mask(kv, splat(uint32_t(-127)));
+    const __mmask16 clamp = __mmask16(outside & ~zero & ~nan & k);
+    // An all-zero block gets the smallest scale by definition (not a clamp).
+    const __m512i lowest = splat(uint32_t(-127));
+    const __m512i kc = _mm512_mask_mov_epi32(
+        _mm512_max_epi32(_mm512_min_epi32(kv, splat(127)), lowest), zero, lowest);
+    const __m512i code = _mm512_mask_mov_epi32(_mm512_add_epi32(kc, splat(127)), nan, splat(0xFF));
+    const __m512i normal_scale = _mm512_mask_mov_epi32(
+        splat(0x00400000u), _mm512_cmpge_epi32_mask(kc, splat(uint32_t(-126))),
+        _mm512_slli_epi32(_mm512_add_epi32(kc, splat(127)), 23));
+    const __m512i scale = _mm512_mask_mov_epi32(normal_scale, nan, splat(0x7FC00000u));
+    // x · 2^−k is exact whenever it matters (docs/blocks.md).
+    const __m512i m =
+        _mm512_mask_mov_epi32(splat(0x00400000u), _mm512_cmple_epi32_mask(kc, splat(126)),
+                              _mm512_slli_epi32(_mm512_sub_epi32(splat(127), kc), 23));
+    _mm_mask_storeu_epi8(codes + b, k, _mm512_cvtepi32_epi8(code));
+    _mm512_mask_storeu_epi32(scales + b, k, scale);
+    _mm512_mask_storeu_epi32(mult + b, k, m);
+    _mm_mask_storeu_epi8(special + b, k, _mm_maskz_mov_epi8(nan, _mm_set1_epi8(char(kNanScale))));
+    _mm_mask_storeu_epi8(clamped + b, k, _mm_maskz_mov_epi8(clamp, _mm_set1_epi8(1)));
+    n_nan += uint64_t(__builtin_popcount(nan));
+    n_clamped += uint64_t(__builtin_popcount(clamp));
+  }
+}
+#endif
+
 void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   const size_t nb = amax.size();
   thread_local std::vector<uint8_t> clamped;
   clamped.resize(nb);
-  mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil,
-                f32_bits(j.s.element_max) & 0x7FFFFFu, e.scale_codes.data(), e.scales.data(),
-                j.mult, j.special, clamped.data());
-  uint64_t nan = 0, n_clamped = 0;  // locals: no store to e per block
-  for (size_t b = 0; b < nb; ++b) {
-    nan += j.special[b] == kNanScale;  // OCP MX: NaN or ±inf in the block
-    n_clamped += clamped[b];
+  const uint32_t max_frac = f32_bits(j.s.element_max) & 0x7FFFFFu;
+  uint64_t nan = 0, n_clamped = 0;
+#ifdef HALFWAY_BLOCKS_AVX512
+  if (use_avx512()) {
+    mx_scale_avx512(amax.data(), nb, j.s.element_emax, j.s.ceil, max_frac, e.scale_codes.data(),
+                    e.scales.data(), j.mult, j.special, clamped.data(), nan, n_clamped);
+  } else
+#endif
+  {
+    mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil, max_frac, e.scale_codes.data(),
+                  e.scales.data(), j.mult, j.special, clamped.data());
+    nan = count_of(j.special, nb, kNanScale);  // OCP MX: NaN or ±inf in the block
+    n_clamped = count_of(clamped.data(), nb, 1);
   }
   j.specials = nan;
   e.events.nan_scales += nan;
@@ -251,9 +402,7 @@ struct Nvfp4Global {
   float encode, decode, multiplier;
 };
 
-Nvfp4Global nvfp4_global(const std::vector<uint32_t>& amax) {
-  uint32_t a = 0;
-  for (uint32_t v : amax) a = std::max(a, v);
+Nvfp4Global nvfp4_global(uint32_t a) {
   const float fp32_max = FLT_MAX;
   float g = (448.0f * 6.0f) / bits_f32(a);  // amax 0 gives inf, capped below
   g = std::min(g, fp32_max);
@@ -262,30 +411,27 @@ Nvfp4Global nvfp4_global(const std::vector<uint32_t>& amax) {
   return {g, 1.0f / g, g * inv6};
 }
 
-/// The fp32 values of the 256 e4m3 encodings.
-const float* e4m3_values() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(256);
-    for (uint32_t c = 0; c < 256; ++c) {
-      Env env;
-      t[c] = to_f32(formats::e4m3, c, env);
-    }
-    return t;
-  }();
-  return table.data();
+/// The fp32 value of a non-negative finite e4m3 code (0..0x7E): 2^(e − 7) · (1 + m/8) for
+/// exponent field e > 0, as fp32 bits the code shifted into place plus the rebias; m · 2^−9
+/// for e = 0 (exact conversions). Arithmetic rather than a table: the loop over the blocks
+/// vectorises without gathers.
+inline float e4m3_value(uint32_t code) {
+  const float normal = bits_f32((code << 20) + (uint32_t(127 - 7) << 23));
+  const float subnormal = float(int32_t(code & 7u)) * 0x1p-9f;
+  return code >= 8 ? normal : subnormal;
 }
 
 /// Each NVFP4 block's scale value, encode multiplier 1 / (scale × global decode) (capped at
 /// fp32 max) and whether its scale underflowed to zero: branch-free, so that it vectorises.
 HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
                                              const uint32_t* __restrict amax, size_t nb,
-                                             const float* __restrict value, float decode,
+                                             float decode,
                                              float* __restrict scales, float* __restrict mult,
                                              uint8_t* __restrict special,
                                              uint8_t* __restrict clamped) {
   const float fp32_max = FLT_MAX;
   for (size_t b = 0; b < nb; ++b) {
-    const float s = value[codes[b]];
+    const float s = e4m3_value(codes[b]);
     const float enc = 1.0f / (s * decode);
     clamped[b] |= uint8_t(s == 0.0f) & uint8_t(amax[b] != 0);  // the scale underflowed to zero
     scales[b] = s;
@@ -294,31 +440,49 @@ HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
   }
 }
 
-void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
-  const Nvfp4Global g = nvfp4_global(amax);
-  e.global_scale = g.encode;
+/// Each NVFP4 block's decode scale before the e4m3 rounding, amax × multiplier clamped to
+/// fp32 max and then to 448 (clamped: it was above 448).
+HALFWAY_BLOCKS_CLONES void nvfp4_decode_scales(const uint32_t* __restrict amax, size_t nb,
+                                               float multiplier, float* __restrict ds,
+                                               uint8_t* __restrict clamped) {
   const float fp32_max = FLT_MAX;
-  const size_t nb = amax.size();
-  thread_local std::vector<float> ds;
-  thread_local std::vector<uint8_t> clamped;
-  ds.resize(nb);
-  clamped.resize(nb);
-  float* __restrict dsp = ds.data();  // not the thread_local vectors in the loop: it vectorises
-  uint8_t* __restrict cl = clamped.data();
-  const uint32_t* __restrict am = amax.data();
   for (size_t b = 0; b < nb; ++b) {
-    float d = bits_f32(am[b]) * g.multiplier;
+    float d = bits_f32(amax[b]) * multiplier;
     d = d < fp32_max ? d : fp32_max;
-    cl[b] = d > 448.0f;
-    dsp[b] = d < 448.0f ? d : 448.0f;
+    clamped[b] = d > 448.0f;
+    ds[b] = d < 448.0f ? d : 448.0f;
   }
-  round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
-  nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, e4m3_values(), g.decode,
-                    e.scales.data(), j.mult, j.special, clamped.data());
-  uint64_t zero = 0, n_clamped = 0;  // locals: no store to e per block
-  for (size_t b = 0; b < nb; ++b) {
-    zero += j.special[b] == kZeroScale;
-    n_clamped += clamped[b];
+}
+
+#ifdef HALFWAY_BLOCKS_AVX512
+void nvfp4_scales_avx512(const uint32_t* amax, size_t nb, float multiplier, float decode,
+                         uint8_t* codes, float* scales, float* mult, uint8_t* special,
+                         uint8_t* clamped, uint64_t& n_zero, uint64_t& n_clamped);
+#endif
+
+void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
+                  BlockEncoding& e) {
+  const Nvfp4Global g = nvfp4_global(amax_all);
+  e.global_scale = g.encode;
+  const size_t nb = amax.size();
+  thread_local std::vector<uint8_t> clamped;
+  clamped.resize(nb);
+  uint64_t zero = 0, n_clamped = 0;
+#ifdef HALFWAY_BLOCKS_AVX512
+  if (use_avx512()) {
+    nvfp4_scales_avx512(amax.data(), nb, g.multiplier, g.decode, e.scale_codes.data(),
+                        e.scales.data(), j.mult, j.special, clamped.data(), zero, n_clamped);
+  } else
+#endif
+  {
+    thread_local std::vector<float> ds;
+    ds.resize(nb);
+    nvfp4_decode_scales(amax.data(), nb, g.multiplier, ds.data(), clamped.data());
+    round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
+    nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, g.decode, e.scales.data(), j.mult,
+                      j.special, clamped.data());
+    zero = count_of(j.special, nb, kZeroScale);
+    n_clamped = count_of(clamped.data(), nb, 1);
   }
   j.specials = zero;
   e.events.scales_clamped += n_clamped;
@@ -326,74 +490,81 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
     e.block_events[b].scales_clamped = clamped[b];
 }
 
-void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
-  const float fp32_max = FLT_MAX;
-  j.divide = !j.o.pow2_scales;
-  for (size_t b = 0; b < amax.size(); ++b) {
+/// Each fp8_block block's scale, element multiplier (the divisor without pow2) and whether the
+/// scale was clamped: branch-free, so that it vectorises.
+HALFWAY_BLOCKS_CLONES void fp8_block_scale_loop(const uint32_t* __restrict amax, size_t nb,
+                                                bool pow2, float* __restrict scales,
+                                                float* __restrict mult,
+                                                uint8_t* __restrict clamped) {
+  const float fp32_max = FLT_MAX, tiniest = std::numeric_limits<float>::denorm_min();
+  for (size_t b = 0; b < nb; ++b) {
     const float a = bits_f32(amax[b]);
-    bool clamped = false;
-    float s = 1.0f, mult = 1.0f;
-    if (a != 0.0f && j.o.pow2_scales) {
-      // TE: scale = 448 / amax in fp32 (inf → fp32 max), rounded down to a power of two;
-      // the decode scale is its reciprocal, exact.
-      float q = 448.0f / a;
-      if (q > fp32_max) {
-        q = fp32_max;
-        clamped = true;
-      }
-      int eq;
-      uint32_t frac;
-      log2_parts(f32_bits(q), eq, frac);
-      mult = pow2f(eq);
-      s = pow2f(-eq);
-    } else if (a != 0.0f) {
-      s = a / 448.0f;
-      if (s == 0.0f) {  // amax below 448 · 2^−150: the smallest positive fp32 instead of 0
-        s = std::numeric_limits<float>::denorm_min();
-        clamped = true;
-      }
-      mult = s;
-    }
-    e.scales[b] = s;
-    j.mult[b] = mult;
-    if (clamped) {
-      e.events.scales_clamped++;
-      if (!e.block_events.empty()) e.block_events[b].scales_clamped = 1;
-    }
+    const bool zero = a == 0.0f;
+    // TE (pow2): q = 448 / amax in fp32 (inf → fp32 max), rounded down to a power of two 2^e
+    // (e from q's exponent: q ≥ 448 / fp32 max is normal, so e ≥ −120); the decode scale is
+    // its reciprocal 2^−e, exact (2^−127 is subnormal).
+    const float q = 448.0f / a;
+    const float qc = q > fp32_max ? fp32_max : q;
+    const int eq = int(f32_bits(qc) >> 23) - 127;
+    const float up = bits_f32(uint32_t(eq + 127) << 23);
+    const float down = bits_f32(eq <= 126 ? uint32_t(127 - eq) << 23 : 0x00400000u);
+    // DeepSeek-V3: s = amax / 448; where that rounds to 0, the smallest positive fp32.
+    const float sd = a / 448.0f;
+    const float sdc = sd == 0.0f ? tiniest : sd;
+    scales[b] = zero ? 1.0f : pow2 ? down : sdc;
+    mult[b] = zero ? 1.0f : pow2 ? up : sdc;
+    clamped[b] = uint8_t(!zero & (pow2 ? q > fp32_max : sd == 0.0f));
   }
 }
 
-/// The constants of the fused element step: round |y| ≤ max to nearest even on the element
-/// grid by one fp32 addition and subtraction of 2^(E − m + 23), E = max(exponent of |y|, emin)
-/// (the sum's ulp is the grid's quantum 2^(E − m), exactly), then read the code off the bits.
+void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  j.divide = !j.o.pow2_scales;
+  const size_t nb = amax.size();
+  thread_local std::vector<uint8_t> clamped;
+  clamped.resize(nb);
+  fp8_block_scale_loop(amax.data(), nb, j.o.pow2_scales, e.scales.data(), j.mult,
+                       clamped.data());
+  const uint64_t n_clamped = count_of(clamped.data(), nb, 1);
+  e.events.scales_clamped += n_clamped;
+  for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
+    e.block_events[b].scales_clamped = clamped[b];
+}
+
+/// The constants of the fused element step, which rounds |y| ≤ max to nearest even on the
+/// element grid with one fp32 addition and reads the code off the sum's bits. Let
+/// E = max(exponent of |y|, emin), d = (E − emin) << 23 (from |y|'s exponent field by a
+/// subtraction clamped at zero) and c = 2^(E − m + 23). The sum s = |y| + c lies in c's binade
+/// (|y| < 2^(E+1) ≤ c), where the ulp is the grid's quantum 2^(E − m): fp32's own
+/// round-to-nearest-even rounds |y| exactly once, and as c's significand is even, the integer
+/// n = bits(s) − bits(c) is |y| / 2^(E − m) rounded to nearest even (2^m ≤ n ≤ 2^(m+1) for
+/// normal elements, n < 2^m for subnormal ones). The code is n + ((E − emin) << m) =
+/// n + (d >> (23 − m)): for normal elements the implicit bit in n adds one to the exponent
+/// field, and a carry (n = 2^(m+1)) moves to the next binade.
 struct ElementGrid {
   uint32_t lim_bits = 0;       ///< the largest finite element value, as fp32 bits
   uint32_t half_min_bits = 0;  ///< at most this rounds to ±0, as fp32 bits
   uint32_t min_field = 0;   ///< bits of 2^emin
-  uint32_t magic_add = 0;   ///< (23 − m) << 23: from 2^E to 2^(E − m + 23)
-  uint32_t shift = 0;       ///< 23 − m
-  uint32_t normal_bias = 0; ///< (127 + emin − 1) << m: fp32 bits >> shift to the element code
-  float sub_scale = 0;      ///< 2^(m − emin): a subnormal value to its code
-  uint32_t sign_shift = 0;  ///< the element's sign bit position
+  uint32_t c_base = 0;      ///< bits of 2^(emin − m + 23): c = d + c_base
+  uint32_t shift = 0;       ///< 23 − m: d >> shift is (E − emin) << m
+  uint32_t sign_bit = 0;    ///< the element's sign bit
 
-  explicit ElementGrid(const BlockScheme& s) {
-    const Format& f = s.element;
+  explicit ElementGrid(const BlockScheme& s)
+      : ElementGrid(s.element, s.element_max, s.half_min_subnormal) {}
+  ElementGrid(const Format& f, float max_value, float half_min_subnormal) {
     const int m = f.frac_bits, emin = f.emin();
-    lim_bits = f32_bits(s.element_max);
-    half_min_bits = f32_bits(s.half_min_subnormal);
+    lim_bits = f32_bits(max_value);
+    half_min_bits = f32_bits(half_min_subnormal);
     min_field = uint32_t(127 + emin) << 23;
-    magic_add = uint32_t(23 - m) << 23;
+    c_base = min_field + (uint32_t(23 - m) << 23);
     shift = uint32_t(23 - m);
-    normal_bias = uint32_t(127 + emin - 1) << m;
-    sub_scale = pow2f(m - emin);
-    sign_shift = uint32_t(f.exp_bits + f.frac_bits);
+    sign_bit = uint32_t(1) << (f.exp_bits + f.frac_bits);
   }
 };
 
 /// One element: y = x · mult (or x / mult), its events, and its code rounded to nearest even
 /// with saturation: exactly what round_f32 gives for y (NVFP4: for y clamped to ±6 plus +0).
-/// |y| is clamped to max first (saturation; rounding is monotone), the rounding is the exact
-/// fp32 sum described at ElementGrid, and the sign is y's.
+/// |y| is clamped to max first (saturation; rounding is monotone), rounded as described at
+/// ElementGrid, and the sign is y's.
 template <bool Divide, bool Clamp>
 inline uint8_t encode_one(const ElementGrid& g, float v, float m, uint32_t& sat, uint32_t& fl) {
   // Comparisons on magnitude bits rather than floats: they cannot trap, so the loop has no
@@ -402,24 +573,17 @@ inline uint8_t encode_one(const ElementGrid& g, float v, float m, uint32_t& sat,
   const uint32_t a = y & kAbs;
   fl += uint32_t((f32_bits(v) & kAbs) != 0) & uint32_t(a <= g.half_min_bits);
   sat += uint32_t(a > g.lim_bits);
-  const uint32_t t_bits = a < g.lim_bits ? a : g.lim_bits;  // saturate; NaN blocks come later
+  const uint32_t t = a < g.lim_bits ? a : g.lim_bits;  // saturate; NaN blocks come later
   // NVFP4: TE clamps to ±6 before the e2m1 cast, and its table gives −0.0 the code of +0
   // (TE's clamp then + 0 in fp32): the sign of a zero is dropped; a negative value that
   // rounds to zero keeps its sign.
-  const uint32_t neg = Clamp ? (y >> 31) & uint32_t(t_bits != 0) : y >> 31;
-  const uint32_t sign = neg << g.sign_shift;
-  const float t = bits_f32(t_bits);
-  const uint32_t field = t_bits & kInfBits;
-  const float c = bits_f32((field > g.min_field ? field : g.min_field) + g.magic_add);
-  const float r = (t + c) - c;
-  const uint32_t rb = f32_bits(r);
-  // Both readings, then a select: the loop stays free of branches and vectorises.
-  const uint32_t normal = (rb >> g.shift) - g.normal_bias;
-  // The subnormal reading of min(r, 2^emin): below 2^m, so the conversion is always defined.
-  const float rs = bits_f32(rb < g.min_field ? rb : g.min_field);
-  const uint32_t sub = uint32_t(int32_t(rs * g.sub_scale));
-  const uint32_t mag = rb >= g.min_field ? normal : sub;
-  return uint8_t(sign | mag);
+  const uint32_t neg = Clamp ? uint32_t(y > 0x80000000u) : y >> 31;
+  const uint32_t field = t & kInfBits;
+  const uint32_t d = field > g.min_field ? field - g.min_field : 0;
+  const uint32_t c = d + g.c_base;
+  const uint32_t s = f32_bits(bits_f32(t) + bits_f32(c));
+  const uint32_t mag = (s - c) + (d >> g.shift);
+  return uint8_t((neg ? g.sign_bit : 0) | mag);
 }
 
 /// 16 elements of one block (restrict parameters: the code stores alias nothing, so the loop
@@ -473,49 +637,177 @@ HALFWAY_BLOCKS_CLONES void encode_row(const Job& j, const ElementGrid& g_, size_
 }
 
 #ifdef HALFWAY_BLOCKS_AVX512
-/// encode_row for blocks along a row, 16 elements a step in AVX-512: the same fp32 operations
-/// and integer readings as encode_one, lane by lane.
+/// ElementGrid's constants in AVX-512 registers.
+struct GridAvx512 {
+  __m512i abs, lim, half_min, inf, min_field, c_base, shift, sign_bit, sign_shift;
+  HALFWAY_BLOCKS_AVX512_TARGET explicit GridAvx512(const ElementGrid& g)
+      : abs(_mm512_set1_epi32(int32_t(kAbs))),
+        lim(_mm512_set1_epi32(int32_t(g.lim_bits))),
+        half_min(_mm512_set1_epi32(int32_t(g.half_min_bits))),
+        inf(_mm512_set1_epi32(int32_t(kInfBits))),
+        min_field(_mm512_set1_epi32(int32_t(g.min_field))),
+        c_base(_mm512_set1_epi32(int32_t(g.c_base))),
+        shift(_mm512_set1_epi32(int32_t(g.shift))),
+        sign_bit(_mm512_set1_epi32(int32_t(g.sign_bit))),
+        sign_shift(_mm512_set1_epi32(31 - __builtin_ctz(g.sign_bit))) {}
+};
+
+/// The element codes of 16 magnitudes t ≤ max (fp32 bits), rounded to nearest even as
+/// described at ElementGrid. The exponent difference d = max(field − min_field, 0) is one
+/// unsigned saturating subtraction of 16-bit halves (the low halves of both are zero).
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i round_mag16(
+    const GridAvx512& g, __m512i t) {
+  const __m512i d = _mm512_subs_epu16(_mm512_and_si512(t, g.inf), g.min_field);
+  const __m512i c = _mm512_add_epi32(d, g.c_base);
+  const __m512i s =
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(t), _mm512_castsi512_ps(c)));
+  return _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srlv_epi32(d, g.shift));
+}
+
+/// encode_one for 16 lanes (masked loads: lanes outside `k` read 0 and are not counted): the
+/// same fp32 operations and integer readings, lane by lane.
 template <bool Divide, bool Clamp>
-__attribute__((target("avx512f"))) void encode_row_avx512(const Job& j, const ElementGrid& g,
-                                                          size_t r, uint8_t* codes_,
-                                                          uint32_t* sat, uint32_t* flushed) {
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i encode16_avx512(
+    const GridAvx512& g, __m512 v, __m512 m, __mmask16 k, __mmask16& sat, __mmask16& fl) {
+  const __m512i y = _mm512_castps_si512(Divide ? _mm512_div_ps(v, m) : _mm512_mul_ps(v, m));
+  const __m512i a = _mm512_and_si512(y, g.abs);
+  fl = _mm512_mask_cmple_epu32_mask(_mm512_mask_test_epi32_mask(k, _mm512_castps_si512(v), g.abs),
+                                    a, g.half_min);
+  sat = _mm512_mask_cmpgt_epu32_mask(k, a, g.lim);
+  const __m512i mag = round_mag16(g, _mm512_min_epu32(a, g.lim));
+  if constexpr (Clamp) {
+    const __mmask16 neg = _mm512_cmpgt_epu32_mask(y, _mm512_set1_epi32(int32_t(0x80000000u)));
+    return _mm512_mask_or_epi32(mag, neg, mag, g.sign_bit);
+  } else {
+    // y's sign bit moved to the element's sign position, merged into mag: mag | (ys & sign_bit)
+    return _mm512_ternarylogic_epi32(mag, _mm512_srlv_epi32(y, g.sign_shift), g.sign_bit, 0xF8);
+  }
+}
+
+/// The multipliers of the 16 lanes at column c: one per lane for blocks down the columns
+/// (V = 0: the multipliers of the row's columns), else their block's (V vectors a block).
+template <int V>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512 lane_mult(
+    const float* mult, size_t c, __mmask16 k) {
+  if constexpr (V == 0) return _mm512_maskz_loadu_ps(k, mult + c);
+  else return _mm512_set1_ps(mult[c / (16 * V)]);
+}
+
+/// Adds the lanes of `k` to the per-lane counters at p (16 of them, those of `valid`).
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_lanes(
+    uint32_t* p, __mmask16 k, __mmask16 valid) {
+  const __m512i n = _mm512_maskz_loadu_epi32(valid, p);
+  _mm512_mask_storeu_epi32(p, valid, _mm512_mask_sub_epi32(n, k, n, _mm512_set1_epi32(-1)));
+}
+
+/// The events of `count` vectors from column c (their masks in m, lane masks `valid` for
+/// V = 0) into the counters of their blocks, or of their columns: one population count per
+/// block and group. Without PerBlock, into `total` only: one population count per group.
+template <int V, bool PerBlock>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void count_group(
+    uint32_t* counts, uint64_t& total, size_t c, const __mmask16* m, int count,
+    __mmask16 valid) {
+  if constexpr (!PerBlock) {
+    uint64_t bits = 0;
+    for (int i = 0; i < count; ++i) bits |= uint64_t(m[i]) << (16 * i);
+    total += uint64_t(__builtin_popcountll(bits));
+  } else if constexpr (V == 0) {
+    for (int i = 0; i < count; ++i) count_lanes(counts + c + 16 * size_t(i), m[i], valid);
+  } else {
+    constexpr int per = V < 4 ? V : 4;  // vectors of one block in a group of four
+    for (int i = 0; i < count; i += per) {
+      uint64_t bits = 0;
+      for (int k = 0; k < per && i + k < count; ++k) bits |= uint64_t(m[i + k]) << (16 * k);
+      counts[(c + 16 * size_t(i)) / (16 * V)] += uint32_t(__builtin_popcountll(bits));
+    }
+  }
+}
+
+/// encode_row in AVX-512: blocks along a row, V (1, 2 or 8) vectors long, or (V = 0) blocks
+/// down the columns (any number of columns: the last vector is masked). Groups of four
+/// vectors: their codes are packed to bytes together and stored as one 64-byte vector.
+/// Without PerBlock the events are only added to totals[0] (saturated) and [1] (flushed).
+template <bool Divide, bool Clamp, int V, bool PerBlock>
+HALFWAY_BLOCKS_AVX512_TARGET void encode_row_avx512(const Job& j, const ElementGrid& grid,
+                                                    size_t r, uint8_t* codes_, uint32_t* sat_,
+                                                    uint32_t* flushed_, uint64_t* totals) {
   const float* x = j.x + r * j.cols;
   uint8_t* codes = codes_ + r * j.cols;
-  const size_t base = (r / j.tr) * j.sc, tc = j.tc, sc = j.sc;
-  const __m512i abs = _mm512_set1_epi32(int32_t(kAbs)), inf = _mm512_set1_epi32(int32_t(kInfBits));
-  const __m512i lim = _mm512_set1_epi32(int32_t(g.lim_bits));
-  const __m512i half_min = _mm512_set1_epi32(int32_t(g.half_min_bits));
-  const __m512i min_field = _mm512_set1_epi32(int32_t(g.min_field));
-  const __m512i magic_add = _mm512_set1_epi32(int32_t(g.magic_add));
-  const __m512i normal_bias = _mm512_set1_epi32(int32_t(g.normal_bias));
-  const __m128i shift = _mm_cvtsi32_si128(int(g.shift)), sign_shift = _mm_cvtsi32_si128(int(g.sign_shift));
-  const __m512 sub_scale = _mm512_set1_ps(g.sub_scale);
-  for (size_t b = 0; b < sc; ++b) {
-    const __m512 m = _mm512_set1_ps(j.mult[base + b]);
-    uint32_t n = 0, f = 0;
-    for (size_t c0 = b * tc; c0 < (b + 1) * tc; c0 += 16) {
-      const __m512 v = _mm512_loadu_ps(x + c0);
-      const __m512i y = _mm512_castps_si512(Divide ? _mm512_div_ps(v, m) : _mm512_mul_ps(v, m));
-      const __m512i a = _mm512_and_si512(y, abs);
-      const __mmask16 nonzero = _mm512_test_epi32_mask(_mm512_castps_si512(v), abs);
-      f += uint32_t(__builtin_popcount(nonzero & _mm512_cmple_epu32_mask(a, half_min)));
-      n += uint32_t(__builtin_popcount(_mm512_cmpgt_epu32_mask(a, lim)));
-      const __m512i t = _mm512_min_epu32(a, lim);
-      __m512i neg = _mm512_srli_epi32(y, 31);
-      if (Clamp) neg = _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(t, t), neg);
-      const __m512i field = _mm512_and_si512(t, inf);
-      const __m512 c = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_max_epu32(field, min_field), magic_add));
-      const __m512 rv = _mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(t), c), c);
-      const __m512i rb = _mm512_castps_si512(rv);
-      const __m512i normal = _mm512_sub_epi32(_mm512_srl_epi32(rb, shift), normal_bias);
-      // Normal lanes may exceed int32 here (vcvttps2dq gives 0x80000000); the select drops them.
-      const __m512i sub = _mm512_cvttps_epi32(_mm512_mul_ps(rv, sub_scale));
-      const __m512i mag = _mm512_mask_mov_epi32(sub, _mm512_cmpge_epu32_mask(rb, min_field), normal);
-      const __m512i code = _mm512_or_si512(_mm512_sll_epi32(neg, sign_shift), mag);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + c0), _mm512_cvtepi32_epi8(code));
+  const size_t base = (r / j.tr) * j.sc, cols = j.cols;
+  const float* mult = j.mult + base;
+  uint32_t* sat = PerBlock ? sat_ + base : nullptr;
+  uint32_t* fl = PerBlock ? flushed_ + base : nullptr;
+  const GridAvx512 g(grid);
+  // packus_epi32 then packus_epi16 of four vectors leaves, in 128-bit lane k, the 4-byte
+  // groups k of vectors 0..3; this permutation puts them back in order.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __mmask16 all = 0xFFFF;
+  uint64_t n_sat = 0, n_fl = 0;
+  size_t c = 0;
+  for (; c + 64 <= cols; c += 64) {
+    __m512i q[4];
+    __mmask16 s[4], f[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const size_t ci = c + 16 * size_t(i);
+      q[i] = encode16_avx512<Divide, Clamp>(g, _mm512_loadu_ps(x + ci),
+                                            lane_mult<V>(mult, ci, all), all, s[i], f[i]);
     }
-    sat[base + b] += n;
-    flushed[base + b] += f;
+    count_group<V, PerBlock>(sat, n_sat, c, s, 4, all);
+    count_group<V, PerBlock>(fl, n_fl, c, f, 4, all);
+    const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(q[0], q[1]),
+                                          _mm512_packus_epi32(q[2], q[3]));
+    _mm512_storeu_si512(codes + c, _mm512_permutexvar_epi32(order, w));
+  }
+  for (; c < cols; c += 16) {
+    const __mmask16 k = cols - c >= 16 ? all : __mmask16((1u << (cols - c)) - 1);
+    __mmask16 s, f;
+    const __m512i q = encode16_avx512<Divide, Clamp>(g, _mm512_maskz_loadu_ps(k, x + c),
+                                                     lane_mult<V>(mult, c, k), k, s, f);
+    count_group<V, PerBlock>(sat, n_sat, c, &s, 1, k);
+    count_group<V, PerBlock>(fl, n_fl, c, &f, 1, k);
+    _mm_mask_storeu_epi8(codes + c, k, _mm512_cvtepi32_epi8(q));
+  }
+  totals[0] += n_sat;
+  totals[1] += n_fl;
+}
+/// nvfp4_decode_scales, the e4m3 rounding and nvfp4_multipliers in AVX-512, 16 blocks a step
+/// (the last one masked): the same fp32 operations in the same order, the e4m3 code by
+/// round_mag16 (d ≤ 448 needs no saturation). Also counts the zero scales and the clamped
+/// ones.
+HALFWAY_BLOCKS_AVX512_TARGET void nvfp4_scales_avx512(const uint32_t* amax, size_t nb,
+                                                      float multiplier, float decode,
+                                                      uint8_t* codes, float* scales, float* mult,
+                                                      uint8_t* special, uint8_t* clamped,
+                                                      uint64_t& n_zero, uint64_t& n_clamped) {
+  static const ElementGrid e4m3(formats::e4m3, 448.0f, 0x1p-10f);
+  const GridAvx512 g(e4m3);
+  const __m512 fp32_max = _mm512_set1_ps(FLT_MAX), v448 = _mm512_set1_ps(448.0f);
+  for (size_t b = 0; b < nb; b += 16) {
+    const __mmask16 k = nb - b >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nb - b)) - 1);
+    const __m512i a = _mm512_maskz_loadu_epi32(k, amax + b);
+    __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(multiplier));
+    d = _mm512_min_ps(d, fp32_max);  // d < max ? d : max
+    __mmask16 clamp = _mm512_mask_cmp_ps_mask(k, d, v448, _CMP_GT_OQ);
+    d = _mm512_min_ps(d, v448);
+    const __m512i code = round_mag16(g, _mm512_castps_si512(d));  // RNE, subnormals kept
+    // The e4m3 value: (code << 20) rebiased for exponent field e > 0, code · 2^−9 for e = 0.
+    const __m512i normal =
+        _mm512_add_epi32(_mm512_slli_epi32(code, 20), splat(uint32_t(127 - 7) << 23));
+    const __m512 s =
+        _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(code), _mm512_set1_ps(0x1p-9f)),
+                           _mm512_cmpge_epu32_mask(code, splat(8)), _mm512_castsi512_ps(normal));
+    const __m512 enc =
+        _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(s, _mm512_set1_ps(decode)));
+    const __mmask16 zero = _mm512_mask_cmp_ps_mask(k, s, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    clamp |= __mmask16(zero & _mm512_test_epi32_mask(a, a));  // the scale underflowed to zero
+    _mm_mask_storeu_epi8(codes + b, k, _mm512_cvtepi32_epi8(code));
+    _mm512_mask_storeu_ps(scales + b, k, s);
+    _mm512_mask_storeu_ps(mult + b, k, _mm512_min_ps(enc, fp32_max));
+    _mm_mask_storeu_epi8(special + b, k, _mm_maskz_mov_epi8(zero, _mm_set1_epi8(char(kZeroScale))));
+    _mm_mask_storeu_epi8(clamped + b, k, _mm_maskz_mov_epi8(clamp, _mm_set1_epi8(1)));
+    n_zero += uint64_t(__builtin_popcount(zero));
+    n_clamped += uint64_t(__builtin_popcount(clamp));
   }
 }
 #endif
@@ -546,6 +838,29 @@ void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t*
 
 using EncodeRowFn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
                             uint32_t*);
+
+#ifdef HALFWAY_BLOCKS_AVX512
+using EncodeRowAvx512Fn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
+                                   uint32_t*, uint64_t*);
+
+/// The AVX-512 element kernel for j's scheme and block shape.
+template <int V, bool PerBlock>
+EncodeRowAvx512Fn encode_row_avx512_v(const Job& j) {
+  if (j.s.family == BlockFamily::nvfp4) return encode_row_avx512<false, true, V, PerBlock>;
+  return j.divide ? encode_row_avx512<true, false, V, PerBlock>
+                  : encode_row_avx512<false, false, V, PerBlock>;
+}
+
+template <bool PerBlock>
+EncodeRowAvx512Fn encode_row_avx512_for(const Job& j) {
+  switch (j.tc) {
+    case 1: return encode_row_avx512_v<0, PerBlock>(j);
+    case 16: return encode_row_avx512_v<1, PerBlock>(j);
+    case 32: return encode_row_avx512_v<2, PerBlock>(j);
+    default: return encode_row_avx512_v<8, PerBlock>(j);  // 128
+  }
+}
+#endif
 
 /// Blocks whose scale is NaN (MX) or zero (NVFP4): codes 0 for NaN blocks, nothing saturated,
 /// every non-zero input flushed for zero scales. Rare, so a second look at those blocks only.
@@ -588,32 +903,44 @@ void encode_elements_sr(const Job& j, BlockEncoding& e, std::vector<uint32_t>& s
 
 void encode_elements(const Job& j, BlockEncoding& e) {
   const size_t nb = j.sr * j.sc;
+  const ElementGrid g(j.s);
+  const bool near_even = j.o.rounding == Rounding::near_even;
+#ifdef HALFWAY_BLOCKS_AVX512
+  // Only the totals wanted (no per-block events, no block needing a second look): the
+  // kernel counts per group of vectors, not per block.
+  if (near_even && use_avx512() && e.block_events.empty() && j.specials == 0) {
+    const EncodeRowAvx512Fn fn = encode_row_avx512_for<false>(j);
+    uint64_t totals[2] = {0, 0};
+    for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), nullptr, nullptr, totals);
+    e.events.saturated += totals[0];
+    e.events.flushed += totals[1];
+    return;
+  }
+#endif
   thread_local std::vector<uint32_t> sat, flushed;
   sat.assign(nb, 0);
   flushed.assign(nb, 0);
-  if (j.o.rounding == Rounding::stochastic) {
+  if (!near_even) {
     encode_elements_sr(j, e, sat, flushed);
   } else {
-    EncodeRowFn fn = j.s.family == BlockFamily::nvfp4 ? encode_row<false, true>
-                     : j.divide                       ? encode_row<true, false>
-                                                      : encode_row<false, false>;
 #ifdef HALFWAY_BLOCKS_AVX512
-    if (use_avx512(j))
-      fn = j.s.family == BlockFamily::nvfp4 ? encode_row_avx512<false, true>
-           : j.divide                       ? encode_row_avx512<true, false>
-                                            : encode_row_avx512<false, false>;
+    if (use_avx512()) {
+      const EncodeRowAvx512Fn fn = encode_row_avx512_for<true>(j);
+      uint64_t unused[2] = {0, 0};
+      for (size_t r = 0; r < j.rows; ++r)
+        fn(j, g, r, e.codes.data(), sat.data(), flushed.data(), unused);
+    } else
 #endif
-    const ElementGrid g(j.s);
-    for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
+    {
+      const EncodeRowFn fn = j.s.family == BlockFamily::nvfp4 ? encode_row<false, true>
+                             : j.divide                       ? encode_row<true, false>
+                                                              : encode_row<false, false>;
+      for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
+    }
   }
   if (j.specials) special_blocks(j, e, sat, flushed);
-  uint64_t saturated = 0, flushed_total = 0;  // locals: no store to e per block
-  for (size_t b = 0; b < nb; ++b) {
-    saturated += sat[b];
-    flushed_total += flushed[b];
-  }
-  e.events.saturated += saturated;
-  e.events.flushed += flushed_total;
+  e.events.saturated += sum_of(sat.data(), nb);
+  e.events.flushed += sum_of(flushed.data(), nb);
   for (size_t b = 0; b < nb && !e.block_events.empty(); ++b) {
     BlockEvents& be = e.block_events[b];
     be.elements = j.tr * j.tc;
@@ -710,8 +1037,9 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   const size_t nb = j.sr * j.sc;
   thread_local std::vector<float> mult;  // scratch kept between calls
   thread_local std::vector<uint8_t> special;
-  mult.assign(nb, 1.0f);
-  special.assign(nb, kPlainScale);
+  mult.resize(nb);     // every scale rule writes every block's
+  special.resize(nb);  // MX and NVFP4 write every block's; fp8_block has none
+  if (s.family == BlockFamily::fp8_block) std::fill(special.begin(), special.end(), kPlainScale);
   j.mult = mult.data();
   j.special = special.data();
   e.codes.assign(n, 0);
@@ -721,10 +1049,11 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   e.events.elements = n;
   e.events.blocks = nb;
   const std::vector<uint32_t>& amax = block_amax(j);
-  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax);
+  const uint32_t amax_all = s.family == BlockFamily::mx ? 0 : max_of(amax.data(), nb);
+  if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax_all);
   switch (s.family) {
     case BlockFamily::mx: mx_scales(j, amax, e); break;
-    case BlockFamily::nvfp4: nvfp4_scales(j, amax, e); break;
+    case BlockFamily::nvfp4: nvfp4_scales(j, amax, amax_all, e); break;
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);

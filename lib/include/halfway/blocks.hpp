@@ -129,9 +129,9 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
 
 /// Quantize x (rows×cols, row-major). Throws InputError for a bad shape or options, and for a
 /// NaN or infinity in x with the NVFP4 and fp8_block schemes (MX gives such a block a NaN
-/// scale, as the OCP MX specification does). Blocks along a row use AVX-512 kernels when the
-/// calling thread's bulk path (detail::bulk_path) is avx512, portable loops otherwise; the
-/// results are the same.
+/// scale, as the OCP MX specification does). Uses AVX-512 kernels when the calling thread's
+/// bulk path (detail::bulk_path) is avx512, portable loops otherwise; the results are the
+/// same.
 BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
                             const BlockOptions& o = {});
 
