@@ -18,17 +18,22 @@ void gemm_rows_f32(int64_t i0, int64_t i1, void* p) {
                         detail::gemm_f32_best_path());
 }
 
+thread_local bool t_model_scalar = false;
+
+struct ModelArgs {
+  detail::GemmModel g;
+  detail::GemmModelPath path;
+};
+
 void gemm_rows_model(int64_t i0, int64_t i1, void* p) {
-  const auto& g = *static_cast<const detail::GemmModel*>(p);
-  detail::gemm_model_rows(g, i0, i1, detail::gemm_model_best_vector_path());
+  const auto& a = *static_cast<const ModelArgs*>(p);
+  detail::gemm_model_rows(a.g, i0, i1, a.path);
 }
 
 std::vector<uint32_t> encode(const Format& f, const float* x, size_t count) {
+  // The bulk kernel: from_f32 with the default environment, element by element.
   std::vector<uint32_t> e(count);
-  for (size_t i = 0; i < count; ++i) {
-    Env env;
-    e[i] = from_f32(f, x[i], env);
-  }
+  round_f32(f, x, e.data(), count);
   return e;
 }
 
@@ -126,9 +131,23 @@ void gemm(const AccumulationModel& model, const Format& in, int64_t m, int64_t n
   decode_f32(in, eb.data(), vb.data(), vb.size());
   std::vector<uint32_t> ebias;
   if (bias) ebias = encode(model.acc, bias, size_t(n));
-  detail::GemmModel args{model,     in,        n,         k, ea.data(), ebt.data(),
-                               bias ? ebias.data() : nullptr, va.data(), vb.data(), C, o};
+  const detail::GemmModel g{model,     in,        n,         k, ea.data(), ebt.data(),
+                            bias ? ebias.data() : nullptr, va.data(), vb.data(), C, o};
+  ModelArgs args{g, t_model_scalar ? detail::GemmModelPath::scalar
+                                   : detail::gemm_model_best_vector_path()};
   parallel_rows(m, threads, m * n * k * 16, gemm_rows_model, &args);
+}
+
+const char* model_gemm_path(const AccumulationModel& model, const Format& in,
+                            const BulkOptions& o) {
+  if (t_model_scalar || !detail::gemm_model_vectorizable(model, in, o)) return "scalar";
+  return detail::gemm_model_path_name(detail::gemm_model_best_vector_path());
+}
+
+bool set_model_gemm_scalar(bool scalar) {
+  const bool old = t_model_scalar;
+  t_model_scalar = scalar;
+  return old;
 }
 
 const char* fp32_gemm_path() { return detail::gemm_f32_path_name(detail::gemm_f32_best_path()); }

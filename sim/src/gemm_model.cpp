@@ -1,8 +1,9 @@
 // GEMMs under the in-format and block-FMA accumulation models. The scalar path is the
 // definition: lib's dot() per output element from +0, then the bias added in the accumulator
-// format. The vector paths keep every element's order and run a strip of up to kStrip output
-// columns of one row side by side, each lane its own chain, with exact binary32/binary64
-// arithmetic and lib's bulk rounding kernel (quantize_f32), so they give the same bits.
+// format. The vector paths keep every element's order and run a tile of up to 1024 output
+// elements (up to 8 rows of up to 512 columns) side by side, each lane its own chain, with
+// exact binary32/binary64 arithmetic and lib's bulk rounding kernel (quantize_f32), so they
+// give the same bits.
 //
 // In-format (sequential_fma: c = F(a·b + c); sequential: c = F(F(a·b) + c)), F of at most 11
 // fraction bits whose values are binary32 values. a·b of two such values has at most 24
@@ -17,8 +18,9 @@
 //
 // Block FMA: every term of a block (the accumulator and the exact products, exact in binary64)
 // is scaled by 2^(kept_bits − emax) and truncated (or floored) to an integer, exactly; the at
-// most 65 integers of at most kept_bits + 1 bits sum exactly in binary64 (kept_bits ≤ 44). The
-// sum times 2^(emax − kept_bits) is the exact block result; it is rounded into an fp32
+// most 65 integers of at most kept_bits + 1 bits sum exactly in 64-bit integers, and with
+// kept_bits ≤ 44 the sum (under 2^53) converts exactly back to binary64. The sum times
+// 2^(emax − kept_bits) is the exact block result; it is rounded into an fp32
 // accumulator by integer arithmetic on its binary64 bits, or rounded to odd at 24 bits and
 // then into another accumulator format by quantize_f32. The zero signs follow lib's rule.
 //
@@ -45,7 +47,7 @@ namespace halfway::sim::detail {
 namespace {
 
 using Kind = AccumulationModel::Kind;
-constexpr int64_t kStrip = 512;
+constexpr int64_t kStrip = 512, kLanes = 1024;
 
 // ---- the definition ----------------------------------------------------------------------
 
@@ -96,69 +98,71 @@ HALFWAY_INLINE uint32_t product_exact(float a, float b, float x) {
   return is_zero(a) | is_zero(b) | ((bits(x) & 0x7FFFFFFFu) >= 0x00800000u);
 }
 
-/// Per-thread state of one strip of output columns.
+/// Per-thread state of a tile of output elements: `rows` rows × `w` columns, lane r·w + j.
 struct Strip {
   std::vector<float> c, cn, t;
   std::vector<uint32_t> bad, done, negz;
   std::vector<uint64_t> ef;
-  std::vector<double> sum;
-  explicit Strip(int64_t w)
-      : c(size_t(w)), cn(size_t(w)), t(size_t(w)), bad(size_t(w)), done(size_t(w)),
-        negz(size_t(w)), ef(size_t(w)), sum(size_t(w)) {}
+  std::vector<int64_t> sum;
+  explicit Strip(int64_t lanes)
+      : c(size_t(lanes)), cn(size_t(lanes)), t(size_t(lanes)), bad(size_t(lanes)),
+        done(size_t(lanes)), negz(size_t(lanes)), ef(size_t(lanes)), sum(size_t(lanes)) {}
 };
 
+/// The tile [i, i + rows) × [j0, j0 + w) of C.
 struct Lanes {
   const GemmModel& g;
-  int64_t i, j0, w;
+  int64_t i, rows, j0, w;
   Strip& s;
 
-  /// Lanes flagged in s.bad and not yet done continue on the scalar path from step kk.
+  int64_t count() const { return rows * w; }
+  float& out(int64_t l) const { return g.C[(i + l / w) * g.n + j0 + l % w]; }
+
+  /// Lanes flagged in s.bad (and not done) continue on the scalar path from step kk.
   void hand_over(int64_t kk) {
-    for (int64_t j = 0; j < w; ++j)
-      if (s.bad[size_t(j)] && !s.done[size_t(j)]) {
+    for (int64_t l = 0; l < count(); ++l)
+      if (s.bad[size_t(l)] && !s.done[size_t(l)]) {
         Env e;
-        const uint32_t c = from_f32(g.m.acc, s.c[size_t(j)], e);  // finite: exact
-        g.C[i * g.n + j0 + j] = element(g, i, j0 + j, kk, c);
-        s.done[size_t(j)] = 1;
+        const uint32_t c = from_f32(g.m.acc, s.c[size_t(l)], e);  // finite: exact
+        out(l) = element(g, i + l / w, j0 + l % w, kk, c);
+        s.done[size_t(l)] = 1;
       }
   }
 
   /// s.cn → s.c, after handing over (from step kk) the lanes whose new value is not finite.
   void commit(int64_t kk) {
     uint32_t any = 0;
-    for (int64_t j = 0; j < w; ++j) {
-      s.bad[size_t(j)] = !finite(s.cn[size_t(j)]) & !s.done[size_t(j)];
-      any |= s.bad[size_t(j)];
+    for (int64_t l = 0; l < count(); ++l) {
+      s.bad[size_t(l)] = (finite(s.cn[size_t(l)]) ^ 1u) & (s.done[size_t(l)] ^ 1u);
+      any |= s.bad[size_t(l)];
     }
     if (any) hand_over(kk);
     std::swap(s.c, s.cn);
   }
 
-  /// Flags from the last lane loop: hand over the flagged lanes from step kk.
-  void check(int64_t kk) {
-    uint32_t any = 0;
-    for (int64_t j = 0; j < w; ++j) any |= s.bad[size_t(j)] & !s.done[size_t(j)];
+  /// Hand over the lanes the last lane loop flagged (`any`: whether it flagged one) from kk.
+  void check(uint32_t any, int64_t kk) {
     if (any) hand_over(kk);
   }
 
-  void quantize(const Format& f, const float* in, float* out) const {
-    BulkOptions o;
-    o.rounding = g.m.rounding;
-    quantize_f32(f, in, out, size_t(w), o);
+  void quantize(const Format& f, const float* in, float* o) const {
+    BulkOptions opt;
+    opt.rounding = g.m.rounding;
+    quantize_f32(f, in, o, size_t(count()), opt);
   }
 
   /// The accumulators of the lanes still on the vector path, epilogue included.
   void store() {
-    for (int64_t j = 0; j < w; ++j) {
-      if (s.done[size_t(j)]) continue;
-      float& out = g.C[i * g.n + j0 + j];
+    for (int64_t l = 0; l < count(); ++l) {
+      if (s.done[size_t(l)]) continue;
       if (!g.ebias) {
-        out = s.c[size_t(j)];
+        out(l) = s.c[size_t(l)];
         continue;
       }
-      Env env = element_env(g.o, uint64_t(i * g.n + j0 + j) * uint64_t(g.k + 1));
+      const int64_t i_l = i + l / w, j = j0 + l % w;
+      Env env = element_env(g.o, uint64_t(i_l * g.n + j) * uint64_t(g.k + 1));
       Env e;
-      out = finish(g, j0 + j, from_f32(g.m.acc, s.c[size_t(j)], e), env);
+      out(l) = finish(g, j, from_f32(g.m.acc, s.c[size_t(l)], e), env);
     }
   }
 };
@@ -166,41 +170,49 @@ struct Lanes {
 // ---- in-format ---------------------------------------------------------------------------
 
 /// One step kk of every lane: c = F(a·b + c) (fused) or F(F(a·b) + c).
-HALFWAY_INLINE void in_format_step(Lanes& L, int64_t kk, bool fused) {
+template <bool fused>
+HALFWAY_INLINE void in_format_step(Lanes& L, int64_t kk) {
   Strip& s = L.s;
+  const GemmModel& g = L.g;
   const int64_t w = L.w;
-  const float a = L.g.A[L.i * L.g.k + kk];
-  const float* b = L.g.B + kk * L.g.n + L.j0;
-  const uint32_t a_ok = finite(a), nonzero_sum_needed = L.g.m.rounding != Rounding::near_even;
-  float* c = s.c.data();
-  float* t = s.t.data();
-  uint32_t* bad = s.bad.data();
-  if (fused) {
+  const float* b = g.B + kk * g.n + L.j0;
+  const uint32_t nonzero_sum_needed = g.m.rounding != Rounding::near_even;
+  uint32_t any = 0;
+  for (int64_t r = 0; r < L.rows; ++r) {
+    const float a = g.A[(L.i + r) * g.k + kk];
+    const uint32_t a_ok = finite(a);
+    float *c = s.c.data() + r * w, *t = s.t.data() + r * w;
+    uint32_t *bad = s.bad.data() + r * w, *done = s.done.data() + r * w;
     for (int64_t j = 0; j < w; ++j) {
       const float x = a * b[j];
-      float sum;
-      t[j] = sum_to_odd(x, c[j], sum);
-      const uint32_t ok = a_ok & finite(b[j]) & finite(c[j]) & finite(sum) &
-                          product_exact(a, b[j], x) & ~(nonzero_sum_needed & is_zero(sum));
-      bad[j] = ok ^ 1u;
-    }
-  } else {
-    for (int64_t j = 0; j < w; ++j) {
-      const float x = a * b[j];
-      t[j] = x;
-      bad[j] = (a_ok & finite(b[j]) & finite(c[j]) & finite(x) & product_exact(a, b[j], x)) ^ 1u;
-    }
-    L.quantize(L.g.m.acc, t, t);  // the product rounded into F
-    for (int64_t j = 0; j < w; ++j) {
-      const float p = t[j];
-      float sum;
-      t[j] = sum_to_odd(p, c[j], sum);
-      const uint32_t ok = finite(p) & finite(sum) & ~(nonzero_sum_needed & is_zero(sum));
-      bad[j] |= ok ^ 1u;
+      uint32_t ok = a_ok & finite(b[j]) & finite(c[j]) & product_exact(a, b[j], x);
+      if constexpr (fused) {
+        float sum;
+        t[j] = sum_to_odd(x, c[j], sum);
+        ok &= finite(sum) & ~(nonzero_sum_needed & is_zero(sum));
+      } else {
+        t[j] = x;
+        ok &= finite(x);
+      }
+      bad[j] = (ok ^ 1u) & (done[j] ^ 1u);
+      any |= bad[j];
     }
   }
-  L.check(kk);
-  L.quantize(L.g.m.acc, t, s.cn.data());
+  if constexpr (!fused) {
+    L.quantize(g.m.acc, s.t.data(), s.t.data());  // the products rounded into F
+    float *c = s.c.data(), *t = s.t.data();
+    uint32_t *bad = s.bad.data(), *done = s.done.data();
+    for (int64_t l = 0; l < L.count(); ++l) {
+      const float p = t[l];
+      float sum;
+      t[l] = sum_to_odd(p, c[l], sum);
+      const uint32_t ok = finite(p) & finite(sum) & ~(nonzero_sum_needed & is_zero(sum));
+      bad[l] |= (ok ^ 1u) & (done[l] ^ 1u);
+      any |= bad[l];
+    }
+  }
+  L.check(any, kk);
+  L.quantize(g.m.acc, s.t.data(), s.cn.data());
   L.commit(kk);
 }
 
@@ -212,100 +224,135 @@ HALFWAY_INLINE uint64_t exp_field(double x) { return (bits(x) >> 52) & 0x7FF; }
 HALFWAY_INLINE int64_t field_or_one(uint64_t ef) { return ef == 0 ? 1023 : int64_t(ef); }
 HALFWAY_INLINE double pow2(int64_t biased) { return std::bit_cast<double>(uint64_t(biased) << 52); }
 
-/// One block [k0, k0 + nb) of every lane.
+/// The block's largest exponent per lane, whether every term is −0, and which lanes have a
+/// term that is not finite (s.bad; returns whether any has).
+HALFWAY_INLINE uint32_t block_scan(Lanes& L, int64_t k0, int64_t nb) {
+  const GemmModel& g = L.g;
+  Strip& s = L.s;
+  const int64_t w = L.w;
+  uint32_t any = 0;
+  for (int64_t l = 0; l < L.count(); ++l) {
+    const double cd = s.c[size_t(l)];
+    s.ef[size_t(l)] = exp_field(cd);
+    s.negz[size_t(l)] = bits(cd) == 0x8000000000000000u;
+    s.bad[size_t(l)] = finite(s.c[size_t(l)]) ^ 1u;
+  }
+  for (int64_t kk = k0; kk < k0 + nb; ++kk) {
+    const float* b = g.B + kk * g.n + L.j0;
+    for (int64_t r = 0; r < L.rows; ++r) {
+      const float a = g.A[(L.i + r) * g.k + kk];
+      const double ad = a;
+      const uint32_t a_bad = finite(a) ^ 1u;
+      uint64_t* ef = s.ef.data() + r * w;
+      uint32_t *negz = s.negz.data() + r * w, *bad = s.bad.data() + r * w;
+      for (int64_t j = 0; j < w; ++j) {
+        const double t = ad * double(b[j]);
+        ef[j] = std::max(ef[j], exp_field(t));
+        negz[j] &= bits(t) == 0x8000000000000000u;
+        bad[j] |= a_bad | (finite(b[j]) ^ 1u);
+      }
+    }
+  }
+  for (int64_t l = 0; l < L.count(); ++l) any |= s.bad[size_t(l)] & (s.done[size_t(l)] ^ 1u);
+  return any;
+}
+
+/// v (|v| < 2^62) truncated toward zero (Floor: toward −inf) to an integer.
 template <bool Floor>
-HALFWAY_INLINE void block_step(Lanes& L, int64_t k0, int64_t nb) {
+HALFWAY_INLINE int64_t to_integer(double v) {
+  const int64_t q = int64_t(v);
+  return Floor ? q - int64_t(v < double(q)) : q;
+}
+
+/// Every term on the grid 2^(emax − kept_bits), truncated (floored), summed exactly.
+template <bool Floor>
+HALFWAY_INLINE void block_sum(Lanes& L, int64_t k0, int64_t nb) {
   const GemmModel& g = L.g;
   Strip& s = L.s;
   const int64_t w = L.w, kept = g.m.kept_bits;
-  float* c = s.c.data();
-  uint32_t *bad = s.bad.data(), *negz = s.negz.data();
-  uint64_t* ef = s.ef.data();
-  double* sum = s.sum.data();
-  // The largest exponent among the terms, whether every term is −0, and finiteness.
-  for (int64_t j = 0; j < w; ++j) {
-    const double cd = c[j];
-    ef[j] = exp_field(cd);
-    negz[j] = bits(cd) == 0x8000000000000000u;
-    bad[j] = finite(c[j]) ^ 1u;
+  for (int64_t l = 0; l < L.count(); ++l) {
+    const double v = double(s.c[size_t(l)]) * pow2(kept + 2046 - field_or_one(s.ef[size_t(l)]));
+    s.sum[size_t(l)] = to_integer<Floor>(v);
   }
   for (int64_t kk = k0; kk < k0 + nb; ++kk) {
-    const float a = g.A[L.i * g.k + kk];
     const float* b = g.B + kk * g.n + L.j0;
-    const double ad = a;
-    const uint32_t a_bad = finite(a) ^ 1u;
-    for (int64_t j = 0; j < w; ++j) {
-      const double t = ad * double(b[j]);
-      ef[j] = std::max(ef[j], exp_field(t));
-      negz[j] &= bits(t) == 0x8000000000000000u;
-      bad[j] |= a_bad | (finite(b[j]) ^ 1u);
+    for (int64_t r = 0; r < L.rows; ++r) {
+      const double ad = g.A[(L.i + r) * g.k + kk];
+      const uint64_t* ef = s.ef.data() + r * w;
+      int64_t* sum = s.sum.data() + r * w;
+      for (int64_t j = 0; j < w; ++j) {
+        const double v = ad * double(b[j]) * pow2(kept + 2046 - field_or_one(ef[j]));
+        sum[j] += to_integer<Floor>(v);
+      }
     }
   }
-  L.check(k0);
-  // Every term on the grid 2^(emax − kept_bits), truncated (floored), summed exactly.
-  for (int64_t j = 0; j < w; ++j) {
-    const double scale = pow2(kept + 2046 - field_or_one(ef[j]));
-    const double v = double(c[j]) * scale;
-    sum[j] = 0.0 + (Floor ? std::floor(v) : std::trunc(v));
-  }
-  for (int64_t kk = k0; kk < k0 + nb; ++kk) {
-    const double ad = g.A[L.i * g.k + kk];
-    const float* b = g.B + kk * g.n + L.j0;
-    for (int64_t j = 0; j < w; ++j) {
-      const double scale = pow2(kept + 2046 - field_or_one(ef[j]));
-      const double v = ad * double(b[j]) * scale;
-      sum[j] += Floor ? std::floor(v) : std::trunc(v);
-    }
-  }
-  // The exact block result, rounded into the accumulator.
+}
+
+/// The exact block results rounded into the accumulator (an fp32 one: into s.cn; another:
+/// rounded to odd at 24 bits into s.t); flags the lanes outside binary32's normal range.
+HALFWAY_INLINE uint32_t block_round(Lanes& L) {
+  const GemmModel& g = L.g;
+  Strip& s = L.s;
+  const int64_t kept = g.m.kept_bits;
   const Rounding r = g.m.rounding;
   const bool f32 = g.m.acc == accumulation::kF32;
-  const uint64_t rne = r == Rounding::near_even, up = r == Rounding::max, down = r == Rounding::min;
+  const uint64_t rne = r == Rounding::near_even, up = r == Rounding::max,
+                 down = r == Rounding::min, jam = !f32;
   const uint32_t zero_sign = down ? 0x80000000u : 0u;
   float* out = f32 ? s.cn.data() : s.t.data();
-  for (int64_t j = 0; j < w; ++j) {
-    const double d = sum[j] * pow2(field_or_one(ef[j]) - kept);
+  uint32_t any = 0;
+  for (int64_t l = 0; l < L.count(); ++l) {
+    const uint64_t ef = s.ef[size_t(l)];
+    const double d = double(s.sum[size_t(l)]) * pow2(field_or_one(ef) - kept);
     const uint64_t db = bits(d), sign = db >> 63;
     const int64_t e = int64_t((db >> 52) & 0x7FF) - 1023;
     const uint64_t mant = (db & ((uint64_t(1) << 52) - 1)) | (uint64_t(1) << 52);
     const uint64_t q = mant >> 29, rem = mant & ((uint64_t(1) << 29) - 1);
-    const uint64_t half = uint64_t(1) << 28;
-    uint64_t inc = 0;
-    if (f32)
-      inc = (rne & ((rem > half) | ((rem == half) & q))) | (up & (sign ^ 1) & (rem != 0)) |
-            (down & sign & (rem != 0));
-    else
-      inc = 0;
-    // Truncated (f32: rounded) to 24 bits; otherwise the sticky bit makes it round-to-odd.
+    const uint64_t half = uint64_t(1) << 28, inexact = rem != 0;
+    // To 24 bits per the rounding (fp32), or truncated with a sticky bit (round to odd).
+    const uint64_t inc = (1 - jam) * ((rne & ((rem > half) | ((rem == half) & q))) |
+                                      (up & (sign ^ 1) & inexact) | (down & sign & inexact));
     uint32_t rb = uint32_t(sign << 31) |
                   (uint32_t(((e + 127) << 23) + int64_t(q - (uint64_t(1) << 23)) + int64_t(inc)) |
-                   uint32_t(!f32 & (rem != 0)));
-    const uint32_t zero = sum[j] == 0.0;
-    const uint32_t all_zero = ef[j] == 0;
-    rb = all_zero ? (negz[j] ? 0x80000000u : 0u) : (zero ? zero_sign : rb);
-    bad[j] = (zero ^ 1u) & ((e < -126) | (e > 127));
-    out[j] = std::bit_cast<float>(rb);
+                   uint32_t(jam & inexact));
+    const uint32_t zero = s.sum[size_t(l)] == 0;
+    rb = ef == 0 ? (s.negz[size_t(l)] ? 0x80000000u : 0u) : (zero ? zero_sign : rb);
+    s.bad[size_t(l)] = (zero ^ 1u) & ((e < -126) | (e > 127)) & (s.done[size_t(l)] ^ 1u);
+    any |= s.bad[size_t(l)];
+    out[l] = std::bit_cast<float>(rb);
   }
-  L.check(k0);
-  if (!f32) L.quantize(g.m.acc, s.t.data(), s.cn.data());
+  return any;
+}
+
+/// One block [k0, k0 + nb) of every lane.
+template <bool Floor>
+HALFWAY_INLINE void block_step(Lanes& L, int64_t k0, int64_t nb) {
+  L.check(block_scan(L, k0, nb), k0);
+  block_sum<Floor>(L, k0, nb);
+  L.check(block_round(L), k0);
+  if (!(L.g.m.acc == accumulation::kF32)) L.quantize(L.g.m.acc, L.s.t.data(), L.s.cn.data());
   L.commit(k0);
 }
 
-// ---- strips and paths --------------------------------------------------------------------
+// ---- tiles and paths ---------------------------------------------------------------------
 
 HALFWAY_INLINE void rows_vector_body(const GemmModel& g, int64_t i0, int64_t i1) {
+  // Tiles of up to kLanes elements: whole rows of up to kStrip columns, as many rows as fit.
   const int64_t width = std::min<int64_t>(g.n, kStrip);
-  Strip s(width);
+  const int64_t rows = std::clamp<int64_t>(kLanes / std::max<int64_t>(width, 1), 1, 8);
+  Strip s(rows * width);
   const bool block = g.m.kind == Kind::block_fma;
   const int64_t blk = block ? std::clamp(g.m.block, 1, 64) : 1;
-  for (int64_t i = i0; i < i1; ++i)
+  for (int64_t i = i0; i < i1; i += rows)
     for (int64_t j0 = 0; j0 < g.n; j0 += width) {
-      Lanes L{g, i, j0, std::min(width, g.n - j0), s};
+      Lanes L{g, i, std::min(rows, i1 - i), j0, std::min(width, g.n - j0), s};
       std::fill(s.c.begin(), s.c.end(), 0.0f);
       std::fill(s.done.begin(), s.done.end(), 0u);
       if (!block) {
-        const bool fused = g.m.kind == Kind::sequential_fma;
-        for (int64_t kk = 0; kk < g.k; ++kk) in_format_step(L, kk, fused);
+        if (g.m.kind == Kind::sequential_fma)
+          for (int64_t kk = 0; kk < g.k; ++kk) in_format_step<true>(L, kk);
+        else
+          for (int64_t kk = 0; kk < g.k; ++kk) in_format_step<false>(L, kk);
       } else {
         for (int64_t k0 = 0; k0 < g.k; k0 += blk) {
           const int64_t nb = std::min(blk, g.k - k0);
