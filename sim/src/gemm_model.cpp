@@ -26,9 +26,10 @@
 //
 // A lane leaves the vector path for the scalar one (lib's dot() over the rest of its chain,
 // from the same accumulator) at the step or block where its inputs or its accumulator are not
-// finite, where a product is not exact in binary32 (in-format), where a result would not be
-// finite or lies outside binary32's normal range (block FMA to fp32), and in the zero-sum case
-// above. NaN, infinity and those rare ranges therefore cost a scalar chain, per element.
+// finite (an accumulator that overflowed to ±inf is handed over as ±inf; a NaN from overflow,
+// in formats whose overflow is NaN, at the step that made it), where a product is not exact in
+// binary32 (in-format), where a block result lies outside binary32's normal range (block FMA),
+// and in the zero-sum case above. NaN, infinity and those rare ranges therefore cost a scalar chain, per element.
 #include "gemm_model.hpp"
 
 #include <algorithm>
@@ -130,7 +131,13 @@ struct Lanes {
   }
 
   /// s.cn → s.c, after handing over (from step kk) the lanes whose new value is not finite.
+  /// An accumulator format whose overflow is ±inf or saturation needs no scan: an infinite
+  /// accumulator is the lane's exact state, which the next step hands over (or store() keeps).
   void commit(int64_t kk) {
+    const Format& f = g.m.acc;
+    const bool exact_overflow = f.overflow == Overflow::saturate ||
+                                (f.overflow == Overflow::infinity && f.specials == Specials::ieee);
+    if (exact_overflow) return std::swap(s.c, s.cn);
     uint32_t any = 0;
     for (int64_t l = 0; l < count(); ++l) {
       s.bad[size_t(l)] = (finite(s.cn[size_t(l)]) ^ 1u) & (s.done[size_t(l)] ^ 1u);

@@ -2,7 +2,8 @@
 // measured side by side with a reference in the same run: hardware conversions (F16C
 // `vcvtps2ph`, AVX512-BF16 `vcvtneps2bf16`, and their round trips back to f32), the hardware
 // sequence of fp16/bf16 arithmetic (widen, fp32 op, narrow), native fp32 arithmetic, or the
-// same kernel without event counts. One thread; ours and the reference alternate on the same data for several
+// same kernel without event counts; the simulator's GEMMs against an FMA-throughput loop, their
+// scalar models and the fp32 GEMM. One thread; ours and the reference alternate on the same data for several
 // repetitions and the median of the per-repetition ratios is reported, so machine drift during
 // the run cancels out. Goals are printed next to the ratios; a missed goal is reported, never an
 // error (exit status 0).
@@ -49,8 +50,11 @@ const char* kHelp =
     "the same run (alternating, several repetitions, median ratio): F16C vcvtps2ph for f32->fp16,\n"
     "AVX512-BF16 vcvtneps2bf16 for f32->bf16, the round trip f32->format->f32 for quantize_f32,\n"
     "widen + fp32 op + narrow ('vs hardware') and native fp32 add/mul/fma for fp16/bf16\n"
-    "arithmetic, the same rounding without counts for rounding with event counts. Each ratio is\n"
-    "printed with its goal; missing a goal is reported, not an error.\n"
+    "arithmetic, the same rounding without counts for rounding with event counts. The\n"
+    "simulator's GEMMs: the fp32 one against an FMA-throughput loop (share of one core's peak),\n"
+    "the in-format and block-FMA ones ('matmul <accumulation>') against their scalar model\n"
+    "(lib's dot per element) and against the fp32 GEMM on the same operands. Each ratio is\n"
+    "printed with its goal (or '(no goal)'); missing a goal is reported, not an error.\n"
     "\n"
     "Rounding inputs are normal values scaled into each format's range (sd 2^(emax-3)), as a\n"
     "tensor after amax scaling; the '(full path)' rows use data over 2^-12..2^12 instead, where\n"
