@@ -264,9 +264,11 @@ HALFWAY_INLINE uint32_t block_scan(Lanes& L, int64_t k0, int64_t nb) {
   return any;
 }
 
-/// v (|v| < 2^62) truncated toward zero (Floor: toward −inf) to an integer.
+/// v truncated toward zero (Floor: toward −inf) to an integer. Lanes on the vector path have
+/// |v| < 2^46; others (handed over, their values unused) get 0, so no conversion overflows.
 template <bool Floor>
 HALFWAY_INLINE int64_t to_integer(double v) {
+  v = std::fabs(v) < 0x1p62 ? v : 0.0;
   const int64_t q = int64_t(v);
   return Floor ? q - int64_t(v < double(q)) : q;
 }
