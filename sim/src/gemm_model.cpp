@@ -29,7 +29,8 @@
 // finite (an accumulator that overflowed to ±inf is handed over as ±inf; a NaN from overflow,
 // in formats whose overflow is NaN, at the step that made it), where a product is not exact in
 // binary32 (in-format), where a block result lies outside binary32's normal range (block FMA),
-// and in the zero-sum case above. NaN, infinity and those rare ranges therefore cost a scalar chain, per element.
+// and in the zero-sum case above. NaN, infinity and those rare ranges therefore cost a scalar
+// chain, per element.
 #include "gemm_model.hpp"
 
 #include <algorithm>
@@ -124,7 +125,7 @@ struct Lanes {
     for (int64_t l = 0; l < count(); ++l)
       if (s.bad[size_t(l)] && !s.done[size_t(l)]) {
         Env e;
-        const uint32_t c = from_f32(g.m.acc, s.c[size_t(l)], e);  // finite: exact
+        const uint32_t c = from_f32(g.m.acc, s.c[size_t(l)], e);  // finite or ±inf: exact
         out(l) = element(g, i + l / w, j0 + l % w, kk, c);
         s.done[size_t(l)] = 1;
       }
