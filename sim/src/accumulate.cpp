@@ -7,6 +7,7 @@
 #include "halfway/softfloat.hpp"
 #include "halfway/sim/thread_pool.hpp"
 #include "gemm_f32.hpp"
+#include "gemm_model.hpp"
 
 namespace halfway::sim {
 
@@ -17,40 +18,22 @@ void gemm_rows_f32(int64_t i0, int64_t i1, void* p) {
                         detail::gemm_f32_best_path());
 }
 
+thread_local bool t_model_scalar = false;
+
 struct ModelArgs {
-  AccumulationModel m;
-  Format in;
-  int64_t n, k;
-  const uint32_t *A, *Bt, *bias;  ///< A and Bᵀ as encodings of `in`, the bias of `m.acc`
-  float* C;
-  BulkOptions o;
+  detail::GemmModel g;
+  detail::GemmModelPath path;
 };
 
-/// Each element: lib's dot product under the model from +0, then the bias added in the
-/// accumulator format (round to nearest even after a block model: the GEMM's epilogue).
 void gemm_rows_model(int64_t i0, int64_t i1, void* p) {
-  const ModelArgs& a = *static_cast<const ModelArgs*>(p);
-  const bool block = a.m.kind == AccumulationModel::Kind::block_fma;
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t j = 0; j < a.n; ++j) {
-      // Stochastic rounding: one stream index per rounding, fixed by (i, j, kk).
-      Env env = element_env(a.o, uint64_t(i * a.n + j) * uint64_t(a.k + 1));
-      uint32_t acc = dot(a.m, a.in, a.A + i * a.k, a.Bt + j * a.k, int(a.k), 0, env);
-      if (a.bias) {
-        env.rounding = block ? Rounding::near_even : a.m.rounding;
-        acc = halfway::add(a.m.acc, acc, a.bias[j], env);
-      }
-      Env d;
-      a.C[i * a.n + j] = to_f32(a.m.acc, acc, d);
-    }
+  const auto& a = *static_cast<const ModelArgs*>(p);
+  detail::gemm_model_rows(a.g, i0, i1, a.path);
 }
 
 std::vector<uint32_t> encode(const Format& f, const float* x, size_t count) {
+  // The bulk kernel: from_f32 with the default environment, element by element.
   std::vector<uint32_t> e(count);
-  for (size_t i = 0; i < count; ++i) {
-    Env env;
-    e[i] = from_f32(f, x[i], env);
-  }
+  round_f32(f, x, e.data(), count);
   return e;
 }
 
@@ -136,15 +119,35 @@ void gemm(const AccumulationModel& model, const Format& in, int64_t m, int64_t n
     parallel_rows(m, threads, m * n * k, gemm_rows_f32, &args);
     return;
   }
-  std::vector<float> bt(size_t(n * k));
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t j = 0; j < n; ++j) bt[size_t(j * k + kk)] = B[kk * n + j];
+  // Encodings of A, B and Bᵀ (the scalar path's operands) and their binary32 values (the
+  // vector paths' operands: exactly the encoded values).
   const auto ea = encode(in, A, size_t(m * k));
-  const auto eb = encode(in, bt.data(), size_t(n * k));
+  const auto eb = encode(in, B, size_t(k * n));
+  std::vector<uint32_t> ebt(size_t(n * k));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t j = 0; j < n; ++j) ebt[size_t(j * k + kk)] = eb[size_t(kk * n + j)];
+  std::vector<float> va(ea.size()), vb(eb.size());
+  decode_f32(in, ea.data(), va.data(), va.size());
+  decode_f32(in, eb.data(), vb.data(), vb.size());
   std::vector<uint32_t> ebias;
   if (bias) ebias = encode(model.acc, bias, size_t(n));
-  ModelArgs args{model, in, n, k, ea.data(), eb.data(), bias ? ebias.data() : nullptr, C, o};
+  const detail::GemmModel g{model,     in,        n,         k, ea.data(), ebt.data(),
+                            bias ? ebias.data() : nullptr, va.data(), vb.data(), C, o};
+  ModelArgs args{g, t_model_scalar ? detail::GemmModelPath::scalar
+                                   : detail::gemm_model_best_vector_path()};
   parallel_rows(m, threads, m * n * k * 16, gemm_rows_model, &args);
+}
+
+const char* model_gemm_path(const AccumulationModel& model, const Format& in,
+                            const BulkOptions& o) {
+  if (t_model_scalar || !detail::gemm_model_vectorizable(model, in, o)) return "scalar";
+  return detail::gemm_model_path_name(detail::gemm_model_best_vector_path());
+}
+
+bool set_model_gemm_scalar(bool scalar) {
+  const bool old = t_model_scalar;
+  t_model_scalar = scalar;
+  return old;
 }
 
 const char* fp32_gemm_path() { return detail::gemm_f32_path_name(detail::gemm_f32_best_path()); }

@@ -71,6 +71,17 @@ void gemm(const AccumulationModel& model, const Format& in, int64_t m, int64_t n
 /// "scalar" (a register-blocked micro-kernel on the first two; all give the same bits).
 const char* fp32_gemm_path();
 
+/// The path gemm() takes for `model` with operands of `in` (not the fp32 model, which runs
+/// fp32_gemm_path()): a vector path, "avx512", "avx2" or "generic" (its portable build), where
+/// one is proven to give the scalar path's bits for this model, else "scalar" (lib's dot() per
+/// element). See sim/src/gemm_model.cpp for which models have one.
+const char* model_gemm_path(const AccumulationModel& model, const Format& in,
+                            const BulkOptions& o);
+/// Make the calling thread's gemm() calls of the non-fp32 models take the scalar path (or, with
+/// false, the vector path again); returns the previous setting. For benchmarks and tests that
+/// compare the two.
+bool set_model_gemm_scalar(bool scalar);
+
 /// binary64 reference: sequential fused multiply-adds in double (used for fp64 tensors).
 void gemm_f64(int64_t m, int64_t n, int64_t k, const double* A, const double* B,
               const double* bias, double* C);
