@@ -155,7 +155,9 @@ if len(todo) > 1:
 r = run([big, "--out", part, "--jobs", "2"])
 check(r.returncode == 0 and ("%d already done" % len(finished)) in r.stdout,
       "resume runs only the missing runs (%s)" % r.stdout.strip())
-check(tree(part) == tree(full), "resumed results byte-identical to the uninterrupted sweep")
+tp, tf = tree(part), tree(full)
+check(tp == tf, "resumed results byte-identical to the uninterrupted sweep (differing: %s)"
+      % sorted(k for k in set(tp) | set(tf) if tp.get(k) != tf.get(k))[:8])
 
 # --- shards, SLURM variables and merge -------------------------------------------------------
 shared = os.path.join(TMP, "shared")
