@@ -170,6 +170,10 @@ TEST_CASE("block presets lower linear only and keep fp32 master weights", "[sim]
     for (int i = 0; i < kOpCount; ++i)
       CHECK(p.rule(OpKind(i)) == (OpKind(i) == OpKind::linear ? CastRule::lower : CastRule::input));
   }
+  CHECK(preset_policy("fp8-blockwise").blocks->pow2_scales);
+  CHECK(!preset_policy("mxfp8").blocks->pow2_scales);
+  CHECK(preset_policy("nvfp4").blocks->grad_sr);
+  CHECK(preset_policy("nvfp4").blocks->wgrad_rht);
   const Policy c = preset_policy("fp8-current");
   CHECK(c.fp8);
   CHECK(c.fp8_config.scaling == Fp8Scaling::current);
