@@ -284,6 +284,28 @@ TEST_CASE("nvfp4: stochastic rounding on gradients only, the Hadamard transform 
     CHECK(rec.rht == w.rht);
     CHECK(rec.events.elements == (w.key[0] == 'w' ? N * K : w.key[0] == 'i' ? M * K : M * N));
   }
+  // The wgrad copy's SNR is against the transformed values; H/4 is orthogonal, so their
+  // energy is the input's up to fp32 rounding (a consistency check, not an exactness claim).
+  double energy = 0;
+  for (double v : xv) energy += double(float(v)) * double(float(v));
+  CHECK(by["input/wgrad"]->signal == Approx(energy).epsilon(1e-5));
+  CHECK(by["input/fprop"]->signal == energy);
+  CHECK(by["input/wgrad"]->signal != energy);
+}
+
+TEST_CASE("a NaN in an nvfp4 or fp8_block operand gives NaN results, not an error",
+          "[sim][blocks]") {
+  for (const char* n : {"nvfp4", "fp8-blockwise", "mxfp8"}) {
+    INFO(n);
+    const Policy p = preset_policy(n);
+    auto xv = spread(32 * 32, 1);
+    xv[5] = std::numeric_limits<double>::quiet_NaN();
+    Runtime rt;
+    const LinearRun r = run_linear(p, rt, 32, 32, 16, xv, spread(16 * 32, 2), spread(16, 3),
+                                   spread(32 * 16, 4));
+    CHECK(std::isnan(r.y[0]));   // row 0 holds the NaN
+    CHECK(std::isnan(r.dw[5]));  // column 5 of X feeds column 5 of dW
+  }
 }
 
 TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][blocks]") {

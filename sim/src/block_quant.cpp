@@ -37,8 +37,8 @@ void reference_values(const BlockCopy& c, std::vector<float>& v, size_t rows, si
   }
 }
 
-BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEncoding& e,
-                        std::vector<float>& x, const std::vector<float>& q) {
+/// A record of copy `c` under `tag`, with nothing counted yet.
+BlockRecord empty_record(const BlockCopy& c, const TraceTag& tag) {
   BlockRecord r;
   r.name = tag.name;
   r.copy = c.copy;
@@ -48,6 +48,12 @@ BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEnco
   r.axis = c.axis;
   r.sr = c.sr;
   r.rht = c.rht;
+  return r;
+}
+
+BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEncoding& e,
+                        std::vector<float>& x, const std::vector<float>& q) {
+  BlockRecord r = empty_record(c, tag);
   r.events = e.events;
   reference_values(c, x, e.rows, e.cols);
   for (size_t i = 0; i < x.size(); ++i) {
@@ -71,15 +77,7 @@ bool all_finite(const std::vector<float>& v) {
 /// The record of a copy that could not be quantized: every block counted as a NaN scale.
 BlockRecord nonfinite_record(const BlockCopy& c, const TraceTag& tag, const BlockScheme& s,
                              size_t rows, size_t cols) {
-  BlockRecord r;
-  r.name = tag.name;
-  r.copy = c.copy;
-  r.op = tag.op;
-  r.kind = tag.kind;
-  r.scheme = c.scheme;
-  r.axis = c.axis;
-  r.sr = c.sr;
-  r.rht = c.rht;
+  BlockRecord r = empty_record(c, tag);
   const auto [tr, tc] = block_tile(s, c.axis);
   r.events.elements = rows * cols;
   r.events.blocks = r.events.nan_scales = (rows / tr) * (cols / tc);
@@ -105,7 +103,8 @@ std::vector<double> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& 
   if (s.family != BlockFamily::mx && !all_finite(xf)) {
     // lib refuses NaN and infinity for NVFP4 and fp8_block (TE's kernels define no result):
     // the copy becomes NaN, so the step's gradients are non-finite and a scaler skips it.
-    if (rt.tracer && rt.tracer->active()) rt.tracer->record_blocks(nonfinite_record(c, tag, s, prows, pcols));
+    if (rt.tracer && rt.tracer->active())
+      rt.tracer->record_blocks(nonfinite_record(c, tag, s, prows, pcols));
     return std::vector<double>(xf.size(), std::numeric_limits<double>::quiet_NaN());
   }
   const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
