@@ -261,7 +261,8 @@ TEST_CASE("nvfp4: stochastic rounding on gradients only, the Hadamard transform 
   CHECK(a.y == y);
   // Every copy is traced once, with the recipe's scheme, axis, rounding and transform.
   std::map<std::string, const BlockRecord*> by;
-  for (const BlockRecord& rec : st.blocks) by[rec.name.substr(rec.name.rfind('.') + 1) + "/" + rec.copy] = &rec;
+  for (const BlockRecord& rec : st.blocks)
+    by[rec.name.substr(rec.name.rfind('.') + 1) + "/" + rec.gemm] = &rec;
   struct Want {
     const char* key;
     const char* scheme;
@@ -335,7 +336,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   REQUIRE(st.blocks.size() == 2);
   const BlockRecord& x = st.blocks[0];
   CHECK(x.name == "lin.input");
-  CHECK(x.copy == "fprop");
+  CHECK(x.gemm == "fprop");
   CHECK(x.events.elements == 64);
   CHECK(x.events.blocks == 2);
   CHECK(x.scale_hist == std::map<int, uint64_t>{{-3, 1}, {-127, 1}});

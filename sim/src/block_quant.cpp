@@ -41,7 +41,7 @@ void reference_values(const BlockCopy& c, std::vector<float>& v, size_t rows, si
 BlockRecord empty_record(const BlockCopy& c, const TraceTag& tag) {
   BlockRecord r;
   r.name = tag.name;
-  r.copy = c.copy;
+  r.gemm = c.gemm;
   r.op = tag.op;
   r.kind = tag.kind;
   r.scheme = c.scheme;

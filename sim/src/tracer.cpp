@@ -126,7 +126,7 @@ void BlockRecord::merge(const BlockRecord& o) {
 void Tracer::record_blocks(BlockRecord r) {
   if (!active_) return;
   for (BlockRecord& b : current_.blocks)
-    if (b.name == r.name && b.copy == r.copy) return b.merge(r);
+    if (b.name == r.name && b.gemm == r.gemm) return b.merge(r);
   current_.blocks.push_back(std::move(r));
 }
 
@@ -228,7 +228,7 @@ const char* const kWindowCsvHeader =
     "step,loss_scale,k,values,underflow,underflow_fraction,overflow,safe\n";
 
 const char* const kBlocksCsvHeader =
-    "step,name,copy,op,kind,scheme,axis,sr,rht,elements,blocks,flushed,saturated,"
+    "step,name,gemm,op,kind,scheme,axis,sr,rht,elements,blocks,flushed,saturated,"
     "scales_clamped,nan_scales,zero_scales,signal,noise,snr_db,scale_min_exp,scale_max_exp,"
     "scale_hist\n";
 
@@ -266,7 +266,7 @@ void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
 void append_block_columns(std::string& line, int step, const BlockRecord& r) {
   const BlockEvents& e = r.events;
   put_num(line, step);
-  line += ',' + r.name + ',' + r.copy + ',' + r.op + ',' + kind_name(r.kind) + ',' + r.scheme;
+  line += ',' + r.name + ',' + r.gemm + ',' + r.op + ',' + kind_name(r.kind) + ',' + r.scheme;
   line += r.axis == BlockAxis::first ? ",0," : ",-1,";
   put_num(line, int(r.sr)), line += ',', put_num(line, int(r.rht)), line += ',';
   for (uint64_t v : {e.elements, e.blocks, e.flushed, e.saturated, e.scales_clamped,

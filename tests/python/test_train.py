@@ -86,7 +86,7 @@ class Train(hwtest.unittest.TestCase):
         self.assertEqual(len(halfway.train(DICT).blocks), 0)
         r = halfway.train(dict(DICT, precision={"policy": "mxfp8"}, scaler={"kind": "none"}))
         self.assertEqual(set(r.blocks.step), {0, 1, 2})
-        self.assertEqual(set(r.blocks.copy), {"fprop", "dgrad", "wgrad"})
+        self.assertEqual(set(r.blocks.gemm), {"fprop", "dgrad", "wgrad"})
         self.assertTrue({"flushed", "saturated", "snr_db", "scale_hist"} <= set(r.blocks.columns))
         self.assertTrue((r.blocks.elements > 0).all())
 

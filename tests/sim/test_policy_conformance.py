@@ -154,8 +154,8 @@ def check_blocks(name, cells, blocks, linear_scopes):
         seen = {}
         for r in rows:
             scope, role = scope_role(r["name"])
-            key = (role, r["copy"])
-            what = "%s/%s: %s %s" % (name, model, r["name"], r["copy"])
+            key = (role, r["gemm"])
+            what = "%s/%s: %s %s" % (name, model, r["name"], r["gemm"])
             if key not in cells:
                 errors.append(what + ": not a copy the table lists")
                 continue
@@ -286,7 +286,7 @@ def main(halfway):
         # Negative control: a wgrad copy of X without the Hadamard transform is reported.
         bad_blocks = {m: [dict(r) for r in rows] for m, rows in blocks["nvfp4"].items()}
         for r in bad_blocks["mlp"]:
-            if r["copy"] == "wgrad" and r["name"].endswith(".input"):
+            if r["gemm"] == "wgrad" and r["name"].endswith(".input"):
                 r["rht"] = "0"
         simtest.check(check_blocks("nvfp4", btable["nvfp4"], bad_blocks, linear_scopes),
                       "negative control: an nvfp4 wgrad copy without RHT is reported")

@@ -19,7 +19,7 @@ namespace halfway::sim {
 struct BlockCopy {
   std::string scheme;  ///< blocks.hpp scheme name
   BlockAxis axis = BlockAxis::last;
-  const char* copy = "fprop";  ///< the GEMM that reads it (fprop, dgrad, wgrad)
+  const char* gemm = "fprop";  ///< the GEMM that reads it (fprop, dgrad, wgrad)
   bool sr = false;             ///< stochastic rounding of the elements
   bool rht = false;            ///< random Hadamard transform (nvfp4 1×16)
   bool pow2_scales = false;    ///< fp8_block power-of-two scales

@@ -69,7 +69,7 @@ struct WindowRow {
 /// counts, the quantization error and the distribution of the block scales.
 struct BlockRecord {
   std::string name;  ///< the operand: "<layer>.input", "<layer>.weight", "<layer>.grad_output"
-  std::string copy;  ///< the GEMM that reads it: "fprop", "dgrad" or "wgrad"
+  std::string gemm;  ///< the GEMM that reads this copy: "fprop", "dgrad" or "wgrad"
   std::string op;
   TraceKind kind = TraceKind::activation;
   std::string scheme;  ///< blocks.hpp's name, e.g. "mxfp8_e4m3:ceil"
@@ -135,7 +135,7 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
 /// std::to_chars (locale-free, shortest round-trip text); rows end in '\n'.
 extern const char* const kTraceCsvHeader;   ///< "step,name,...,hist\n"
 extern const char* const kWindowCsvHeader;  ///< "step,loss_scale,k,...,safe\n"
-extern const char* const kBlocksCsvHeader;  ///< blocks.csv: "step,name,copy,...,scale_hist\n"
+extern const char* const kBlocksCsvHeader;  ///< blocks.csv: "step,name,gemm,...,scale_hist\n"
 /// Append the columns of kTraceCsvHeader for `r` at `step`, without the line end.
 void append_trace_columns(std::string& line, int step, const TraceRecord& r);
 /// Append the columns of kWindowCsvHeader for `w`, without the line end: safe when it does
@@ -159,7 +159,7 @@ class Tracer {
   /// The same with the values' statistics already gathered (add_values, merge_values).
   void record(const TraceTag& tag, const DType& dt, const TraceRecord& values,
               const EventCounts& ev);
-  /// Record one block-scaled operand copy (merged with an earlier one of the same name and copy).
+  /// Record one block-scaled operand copy (merged with an earlier one of the same name and GEMM).
   void record_blocks(BlockRecord r);
   /// Record vanished / tiny updates for a rounding of kind `update` already recorded.
   void add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update);
