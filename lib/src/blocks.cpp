@@ -890,6 +890,7 @@ void encode_elements_sr(const Job& j, BlockEncoding& e, std::vector<uint32_t>& s
   BulkOptions bo;
   bo.rounding = j.o.rounding;
   bo.seed = j.o.seed;
+  bo.subsequence = j.o.subsequence;
   for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
     const size_t r1 = std::min(j.rows, r0 + chunk_rows);
     for (size_t r = r0; r < r1; ++r) scale_row_sr(j, r, buf.data() + (r - r0) * j.cols, sat.data());

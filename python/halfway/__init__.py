@@ -270,13 +270,16 @@ class TrainResult:
     trace: the tracer's records, one row per (step, tensor): event counts of every rounding.
     scale_window: predicted gradient underflow/overflow per step for loss scales 2^k.
     memory: bytes per category and dtype.
+    blocks: the block-scaled GEMM operand copies, one row per (step, tensor, copy): event
+        counts, SNR and block-scale histogram (no rows unless the policy is block-scaled).
     manifest: the run's manifest (config, seed, version, summary) as a dict.
     out_dir: where the files are, or None when they were written to a temporary directory.
     """
 
-    def __init__(self, steps, trace, scale_window, memory, manifest, out_dir):
+    def __init__(self, steps, trace, scale_window, memory, manifest, out_dir, blocks=None):
         self.steps, self.trace, self.scale_window = steps, trace, scale_window
         self.memory, self.manifest, self.out_dir = memory, manifest, out_dir
+        self.blocks = blocks
 
     def __repr__(self):
         return (f"halfway.TrainResult(steps={len(self.steps)} rows, trace={len(self.trace)} rows, "
@@ -327,7 +330,7 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
     config: a path to a TOML config file, the TOML text itself, or a dict of tables
         ({"model": {"kind": "mlp", ...}, "run": {"steps": 10}, ...}).
     out_dir: also keep the result files (steps.csv, trace.csv, scale_window.csv, updates.csv,
-        memory.csv, manifest.json) there; by default they go to a temporary directory.
+        blocks.csv, memory.csv, manifest.json) there; by default they go to a temporary directory.
     threads: worker threads; results do not depend on it.
     max_memory: refuse (ValueError) a run whose estimated peak memory is over this many bytes
         (an int, or a string such as "2G" or "512M"); default 80% of the physical memory.
@@ -375,7 +378,8 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
         with open(os.path.join(directory, "manifest.json")) as f:
             manifest = json.load(f)
         return TrainResult(read("steps.csv"), read("trace.csv"), read("scale_window.csv"),
-                           read("memory.csv"), manifest, None if tmp else directory)
+                           read("memory.csv"), manifest, None if tmp else directory,
+                           read("blocks.csv"))
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -137,7 +137,7 @@ void parse_fp8_options(const toml::table& t, const std::string& w, Policy& p) {
                         t.get("fp8_backward") || t.get("scaling") || t.get("amax_compute_algo");
   if (fp8_keys && !p.fp8)
     throw InputError("amax_history_len/margin/fp8_forward/fp8_backward/scaling/amax_compute_algo "
-                     "need policy fp8-hybrid");
+                     "need policy fp8-hybrid or fp8-current");
   Fp8Config& f = p.fp8_config;
   if (auto v = get_str(t, w, "scaling", false)) {
     if (*v != "delayed" && *v != "current")
@@ -401,6 +401,8 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
     if (c.policy.fp8) {
       throw InputError("'precision.low' does not apply to fp8-hybrid (use fp8_forward/fp8_backward)");
     }
+    if (c.policy.blocks)
+      throw InputError("'precision.low' does not apply to the block-scaled policy " + name);
     const bool pure = c.policy.param_dtype.is_low();
     c.policy.low = d;
     if (pure) c.policy.param_dtype = c.policy.input_dtype = d;
@@ -429,6 +431,9 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
       if (!v.is_string())
         throw InputError("'precision.ops." + std::string(k.str()) + "' must be a string");
       c.policy.set(op, parse_rule(*v.value<std::string_view>()));
+      if (c.policy.blocks && op != OpKind::linear && c.policy.rule(op) == CastRule::lower)
+        throw InputError("'precision.ops." + std::string(k.str()) + "': the block-scaled policy " +
+                         name + " lowers linear layers only");
     }
   }
   parse_fp8_options(t, w, c.policy);

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
 #include "halfway/sim/accumulate.hpp"
+#include "halfway/sim/block_quant.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/fp8.hpp"
 
@@ -544,6 +546,12 @@ DType fp8_out_dtype(const Tensor& a, const Tensor& b) {
 Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d);
 Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
 
+bool blocks_lower_linear() {
+  const Policy* pol = context().policy;
+  return pol && pol->blocks && pol->rule(OpKind::linear) == CastRule::lower;
+}
+Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b);
+
 }  // namespace
 
 // ---- casts -----------------------------------------------------------------------------------
@@ -596,6 +604,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     throw InputError("linear bias " + shape_str(b0.shape()) + " does not match weight " +
                      shape_str(w0.shape()));
   if (fp8_lowers(OpKind::linear)) return linear_fp8(x0, w0, b0);
+  if (blocks_lower_linear()) return linear_blocks(x0, w0, b0);
   std::vector<Tensor> in{x0, w0, b0};
   const DType dt = prepare(OpKind::linear, in, {"input", "weight", "bias"});
   const Tensor &x = in[0], &w = in[1], &b = in[2];
@@ -718,6 +727,106 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       }
     };
   }
+  return Tensor(out);
+}
+
+// ---- block-scaled linear layers -----------------------------------------------------------------
+
+/// n rounded up to a multiple of both a and b: the padded size of a dimension two operand
+/// copies share, each blocked along it with its own tile.
+size_t padded(size_t n, size_t a, size_t b = 1) {
+  const size_t m = std::lcm(a, b);
+  return (n + m - 1) / m * m;
+}
+
+/// C = A·B of two padded block-scaled copies (pm×pk and pk×pn as `layout` reads them): fp32
+/// accumulation, then the leading m×n of the result, plus the bias in fp32.
+Vec gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk, const Vec& A,
+                const Vec& B, const double* bias, Layout layout) {
+  Vec c(pm * pn);
+  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.data(), B.data(), nullptr,
+          c.data(), layout);
+  Vec y(m * n);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      float v = static_cast<float>(c[i * pn + j]);
+      if (bias) v = v + static_cast<float>(bias[j]);
+      y[i * n + j] = v;
+    }
+  return y;
+}
+
+/// The six operand copies of a block-scaled linear layer, each blocked along the reduction
+/// dimension of the GEMM that reads it.
+struct LinearCopies {
+  BlockCopy x_fprop, w_fprop, g_dgrad, w_dgrad, g_wgrad, x_wgrad;
+  explicit LinearCopies(const BlockRecipe& r)
+      : x_fprop{r.input, BlockAxis::last, "fprop", false, false, r.pow2_scales},
+        w_fprop{r.weight, BlockAxis::last, "fprop", false, false, r.pow2_scales},
+        g_dgrad{r.grad, BlockAxis::last, "dgrad", r.grad_sr, false, r.pow2_scales},
+        w_dgrad{r.weight, BlockAxis::first, "dgrad", false, false, r.pow2_scales},
+        g_wgrad{r.grad, BlockAxis::first, "wgrad", r.grad_sr, r.wgrad_rht, r.pow2_scales},
+        x_wgrad{r.input, BlockAxis::first, "wgrad", false, r.wgrad_rht, r.pow2_scales} {}
+};
+
+/// A copy saved for the backward (memory accounting: the element format's bits).
+std::shared_ptr<const TensorImpl> block_saved(const Vec& q, size_t rows, size_t cols,
+                                              const BlockCopy& c, bool weight) {
+  return fp8_copy(q, Shape{int64_t(rows), int64_t(cols)}, parse_block_scheme(c.scheme).element,
+                  weight);
+}
+
+/// A block-scaled linear layer (TE's Linear under a block-scaling recipe): fprop
+/// Y = Xq·Wqᵀ + b with X [M,K] and W [N,K] blocked along K; dgrad dX = dYq·Wq' with dY and W
+/// blocked along N; wgrad dW = dYq'ᵀ·Xq' with dY and X blocked along M. Each dimension a GEMM
+/// reduces over is zero-padded to whole blocks of both its operands; outputs stay in fp32
+/// and the bias gradient is summed from the unquantized dY.
+Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Runtime& rt = runtime();
+  const LinearCopies cp(*context().policy->blocks);
+  const size_t N = size_t(w.dim(0)), K = size_t(w.dim(1));
+  const size_t M = K ? size_t(x.numel()) / K : 0;
+  const TraceTag tx{scoped("input"), "linear", fwd_kind(*x.impl())};
+  const TraceTag tw{scoped("weight"), "linear", TraceKind::weight};
+  const TraceTag tg{scoped("grad_output"), "linear", TraceKind::activation_grad};
+  const auto [xr, xc] = copy_tile(cp.x_fprop);
+  const auto [wr, wc] = copy_tile(cp.w_fprop);
+  const size_t Mp = padded(M, xr), Np = padded(N, wr), Kp = padded(K, xc, wc);
+  const Vec xq = block_copy(rt, cp.x_fprop, tx, x.data().data(), M, K, Mp, Kp);
+  const Vec wq = block_copy(rt, cp.w_fprop, tw, w.data().data(), N, K, Np, Kp);
+  Vec y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? b.data().data() : nullptr, Layout::nt);
+  Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, int64_t(N), std::move(y));
+  if (!out->requires_grad) return Tensor(out);
+  Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
+  // The backward's copies of X and W are made now, as TE quantizes both usages in the forward.
+  const auto [gdr, gdc] = copy_tile(cp.g_dgrad);
+  const auto [wdr, wdc] = copy_tile(cp.w_dgrad);
+  const size_t Md = padded(M, gdr), Nd = padded(N, gdc, wdr), Kd = padded(K, wdc);
+  const auto [gwr, gwc] = copy_tile(cp.g_wgrad);
+  const auto [xwr, xwc] = copy_tile(cp.x_wgrad);
+  const size_t Mw = padded(M, gwr, xwr), Nw = padded(N, gwc), Kw = padded(K, xwc);
+  Vec wd, xw;
+  if (xp->requires_grad) wd = block_copy(rt, cp.w_dgrad, tw, w.data().data(), N, K, Nd, Kd);
+  if (wp->requires_grad) xw = block_copy(rt, cp.x_wgrad, tx, x.data().data(), M, K, Mw, Kw);
+  if (!xw.empty()) out->saved.push_back(block_saved(xw, Mw, Kw, cp.x_wgrad, false));
+  if (!wd.empty()) out->saved.push_back(block_saved(wd, Nd, Kd, cp.w_dgrad, true));
+  TensorImpl* o = out.get();
+  Runtime* r = &rt;
+  const TraceTag tgx{scoped("grad_input"), "linear", grad_kind(*xp)};
+  const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
+  const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
+  out->backward_fn = [=]() {
+    const double* G = o->grad.data();
+    if (xp->requires_grad) {
+      const Vec gq = block_copy(*r, cp.g_dgrad, tg, G, M, N, Md, Nd);
+      send_grad(*r, *xp, gemm_blocks(*r, M, K, Md, Kd, Nd, gq, wd, nullptr, Layout::nn), &tgx);
+    }
+    if (wp->requires_grad) {
+      const Vec gq = block_copy(*r, cp.g_wgrad, tg, G, M, N, Mw, Nw);
+      send_grad(*r, *wp, gemm_blocks(*r, N, K, Nw, Kw, Mw, gq, xw, nullptr, Layout::tn), &tgw);
+    }
+    if (bp && bp->requires_grad) send_grad(*r, *bp, bias_grad(G, int64_t(M), int64_t(N)), &tgb);
+  };
   return Tensor(out);
 }
 

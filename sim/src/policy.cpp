@@ -32,6 +32,34 @@ Policy cuda_policy(const std::string& name, const Format& low) {
   return p;
 }
 
+/// The block-scaled recipes (docs/sim.md, "Block-scaled policies", gives each choice's source).
+std::optional<BlockRecipe> block_recipe(const std::string& n) {
+  BlockRecipe r;
+  if (n == "mxfp8") {
+    // MXFP8BlockScaling: fp8_format = E4M3 for every operand, 1×32 blocks, e8m0 scales
+    // rounded up (TE's float_to_e8m0).
+    r.input = r.weight = r.grad = "mxfp8_e4m3:ceil";
+  } else if (n == "mxfp4") {
+    // No TE recipe: OCP MX v1.0's MXFP4 (e2m1, 1×32, e8m0 scales by the spec's floor rule).
+    r.input = r.weight = r.grad = "mxfp4";
+  } else if (n == "nvfp4") {
+    // NVFP4BlockScaling: 1×16 inputs and gradients, 16×16 weights, stochastic rounding of
+    // the gradients, the random Hadamard transform on the wgrad operands.
+    r.input = r.grad = "nvfp4";
+    r.weight = "nvfp4_2d";
+    r.grad_sr = r.wgrad_rht = true;
+  } else if (n == "fp8-blockwise") {
+    // Float8BlockScaling (DeepSeek-V3): e4m3 everywhere, 1×128 activations and gradients,
+    // 128×128 weights, power-of-two scales (TE's default).
+    r.input = r.grad = "fp8_block";
+    r.weight = "fp8_block_2d";
+    r.pow2_scales = true;
+  } else {
+    return std::nullopt;
+  }
+  return r;
+}
+
 }  // namespace
 
 const char* op_name(OpKind k) { return kOpNames[static_cast<size_t>(k)]; }
@@ -80,7 +108,7 @@ const char* update_method_name(UpdateMethod m) {
 
 bool Policy::master_weights() const {
   if (param_dtype != DType::f32()) return false;
-  if (fp8) return true;
+  if (fp8 || blocks) return true;
   if (!low.is_low()) return false;
   for (CastRule r : rules)
     if (r == CastRule::lower) return true;
@@ -90,7 +118,8 @@ bool Policy::master_weights() const {
 const std::vector<std::string>& policy_names() {
   static const std::vector<std::string> names = {
       "fp32", "torch-cuda-fp16", "torch-cuda-bf16", "torch-cpu-bf16",
-      "pure-fp16", "pure-bf16", "fp8-hybrid"};
+      "pure-fp16", "pure-bf16", "fp8-hybrid", "fp8-current", "fp8-blockwise",
+      "mxfp8", "mxfp4", "nvfp4"};
   return names;
 }
 
@@ -124,17 +153,26 @@ Policy preset_policy(std::string_view name) {
     p.input_dtype = p.low;
     return p;
   }
-  if (n == "fp8-hybrid") {
+  if (n == "fp8-hybrid" || n == "fp8-current") {
     // Transformer Engine's HYBRID recipe: only a linear layer's GEMM operands are fp8 (input
     // and weight in e4m3, the output gradient in e5m2, saturating casts as __NV_SATFINITE),
     // each with its own per-tensor scale; GEMMs accumulate in fp32 and everything else,
-    // attention's matmuls included, stays fp32 unless the config opts an op in.
+    // attention's matmuls included, stays fp32 unless the config opts an op in. fp8-hybrid
+    // scales as DelayedScaling, fp8-current as Float8CurrentScaling (same formats).
     Policy p;
     p.name = n;
     p.fp8 = true;
     p.fp8_config.fwd = parse_format("e4m3:sat");
     p.fp8_config.bwd = parse_format("e5m2:sat");
+    if (n == "fp8-current") p.fp8_config.scaling = Fp8Scaling::current;
     p.low = DType::low(p.fp8_config.fwd);
+    p.set(OpKind::linear, CastRule::lower);
+    return p;
+  }
+  if (auto r = block_recipe(n)) {
+    Policy p;
+    p.name = n;
+    p.blocks = *r;
     p.set(OpKind::linear, CastRule::lower);
     return p;
   }

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "halfway/softfloat.hpp"
 
@@ -63,6 +64,7 @@ void add_values(TraceRecord& r, const float* pre, size_t n) {
 
 void Tracer::begin_step(int step, double loss_scale) {
   current_.records.clear();  // keeps the capacity: no reallocation in the steady state
+  current_.blocks.clear();
   current_.window.clear();
   current_.k_low = current_.k_high = INT_MIN;
   current_.step = step;
@@ -105,6 +107,27 @@ void merge_values(TraceRecord& into, const TraceRecord& part) {
     into.max_abs = std::max(into.max_abs, part.max_abs);
     into.min_abs = into.has_values() ? std::min(into.min_abs, part.min_abs) : part.min_abs;
   }
+}
+
+double BlockRecord::snr_db() const {
+  if (!(signal > 0) || !std::isfinite(noise)) return std::numeric_limits<double>::quiet_NaN();
+  if (noise == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(signal / noise);
+}
+
+void BlockRecord::merge(const BlockRecord& o) {
+  events += o.events;
+  signal += o.signal;
+  noise += o.noise;
+  zero_scales += o.zero_scales;
+  for (const auto& [e, n] : o.scale_hist) scale_hist[e] += n;
+}
+
+void Tracer::record_blocks(BlockRecord r) {
+  if (!active_) return;
+  for (BlockRecord& b : current_.blocks)
+    if (b.name == r.name && b.gemm == r.gemm) return b.merge(r);
+  current_.blocks.push_back(std::move(r));
 }
 
 void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update) {
@@ -204,6 +227,11 @@ const char* const kTraceCsvHeader =
 const char* const kWindowCsvHeader =
     "step,loss_scale,k,values,flushed,flushed_fraction,overflow,safe\n";
 
+const char* const kBlocksCsvHeader =
+    "step,name,gemm,op,kind,scheme,axis,sr,rht,elements,blocks,flushed,saturated,"
+    "scales_clamped,nan_scales,zero_scales,signal,noise,snr_db,scale_min_exp,scale_max_exp,"
+    "scale_hist\n";
+
 std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
 
 namespace {
@@ -233,6 +261,35 @@ void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
       first = false;
       put_num(line, i + TraceRecord::kMinExp), line += ':', put_num(line, t.hist[size_t(i)]);
     }
+}
+
+void append_block_columns(std::string& line, int step, const BlockRecord& r) {
+  const BlockEvents& e = r.events;
+  put_num(line, step);
+  line += ',' + r.name + ',' + r.gemm + ',' + r.op + ',' + kind_name(r.kind) + ',' + r.scheme;
+  line += r.axis == BlockAxis::first ? ",0," : ",-1,";
+  put_num(line, int(r.sr)), line += ',', put_num(line, int(r.rht)), line += ',';
+  for (uint64_t v : {e.elements, e.blocks, e.flushed, e.saturated, e.scales_clamped,
+                     e.nan_scales, r.zero_scales})
+    put_num(line, v), line += ',';
+  put_num(line, r.signal), line += ',', put_num(line, r.noise), line += ',';
+  const double snr = r.snr_db();
+  if (std::isinf(snr)) line += "inf";
+  else if (!std::isnan(snr)) put_num(line, snr);
+  line += ',';
+  if (!r.scale_hist.empty()) {
+    put_num(line, r.scale_hist.begin()->first), line += ',';
+    put_num(line, r.scale_hist.rbegin()->first);
+  } else {
+    line += ',';
+  }
+  line += ',';
+  bool first = true;
+  for (const auto& [k, n] : r.scale_hist) {
+    if (!first) line += ';';
+    first = false;
+    put_num(line, k), line += ':', put_num(line, n);
+  }
 }
 
 void append_window_columns(std::string& line, int step, double loss_scale, const WindowRow& w,

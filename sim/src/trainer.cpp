@@ -443,6 +443,11 @@ nlohmann::json policy_json(const TrainConfig& c) {
     }
     pol["margin"] = c.policy.fp8_config.margin;
   }
+  if (const auto& b = c.policy.blocks) {
+    pol["blocks"] = {{"input", b->input}, {"weight", b->weight}, {"grad", b->grad},
+                     {"grad_stochastic_rounding", b->grad_sr}, {"wgrad_rht", b->wgrad_rht},
+                     {"pow2_scales", b->pow2_scales}};
+  }
   nlohmann::json rules = nlohmann::json::object();
   for (int i = 0; i < kOpCount; ++i)
     rules[op_name(OpKind(i))] = rule_name(c.policy.rule(OpKind(i)));
@@ -483,7 +488,8 @@ void write_weights_npz(const std::string& path, const std::vector<Param>& params
   write_npz(path, arrays);
 }
 
-/// The files a run writes as it goes: steps.csv, trace.csv, scale_window.csv and updates.csv
+/// The files a run writes as it goes: steps.csv, trace.csv, scale_window.csv, updates.csv and
+/// blocks.csv
 /// (committed at the end) and grads.npz's gradients. Rows are assembled with std::to_chars
 /// (locale-free, shortest round-trip text) and written with one call per step and file.
 class RunFiles {
@@ -493,7 +499,9 @@ class RunFiles {
         steps_(d + "steps.csv"),
         trace_(d + "trace.csv"),
         window_(d + "scale_window.csv"),
-        updates_(d + "updates.csv") {
+        updates_(d + "updates.csv"),
+        blocks_(d + "blocks.csv") {
+    blocks_.out() << kBlocksCsvHeader;
     updates_.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
     steps_.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
                     "grad_values,grad_flushed,grad_overflow,k_low,k_high,val_loss\n";
@@ -510,6 +518,7 @@ class RunFiles {
       trace_rows(*st);
       window_rows(*st);
       update_rows(r);
+      block_rows(*st);
     }
     if (grads_)
       for (size_t i = 0; i < params.size(); ++i)
@@ -522,6 +531,7 @@ class RunFiles {
     trace_.commit();
     window_.commit();
     updates_.commit();
+    blocks_.commit();
     if (grads_) grads_->commit();
   }
 
@@ -593,8 +603,17 @@ class RunFiles {
     updates_.out() << line_;
   }
 
+  void block_rows(const StepTrace& st) {
+    line_.clear();
+    for (const BlockRecord& b : st.blocks) {
+      append_block_columns(line_, st.step, b);
+      line_ += '\n';
+    }
+    blocks_.out() << line_;
+  }
+
   const TrainConfig& c_;
-  AtomicFile steps_, trace_, window_, updates_;
+  AtomicFile steps_, trace_, window_, updates_, blocks_;
   std::unique_ptr<NpzWriter> grads_;
   std::string line_;
 };
@@ -613,7 +632,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   write_memory_csv(d + "memory.csv", sum.memory);
   files.commit();
   std::vector<std::string> outputs{"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
-                                   "updates.csv"};
+                                   "updates.csv", "blocks.csv"};
   if (c.save_weights) {
     write_weights_npz(d + "weights.npz", sum.final_params);
     outputs.push_back("weights.npz");
@@ -669,7 +688,7 @@ TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const T
   // What a killed run (SIGKILL) left behind.
   remove_stale_tmp_files(out_dir, {"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
                                    "manifest.json", "weights.npz", "grads.npz", "config.toml",
-                                   "updates.csv"});
+                                   "updates.csv", "blocks.csv"});
   try {
     return write_run_into(c, out_dir, o);
   } catch (...) {

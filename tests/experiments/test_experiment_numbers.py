@@ -671,8 +671,56 @@ def check_text_lm(res, figs, con):
                             ss["grad_flushed"], ss["skipped"]])
 
 
+def check_block_formats(res, figs, con):
+    df = sweep(res)
+    doc = figs["block_formats"]
+    cfg = manifest(res, df.iloc[0])["config"]
+    m = cfg["model"]
+    doc.expect("{I} blocks, d_model {I}, {I} heads, seq {I}, batch {I}", m["blocks"],
+               m["d_model"], m["heads"], m["seq_len"], cfg["data"]["batch_size"], full=True)
+    for t in ("step", "step", "step", "validation loss (nats per byte)", "SNR (dB)",
+              "quantization SNR of the GEMM operands", "elements flushed to zero (%)",
+              "flushed elements of the GEMM operands", "X", "W", "dY"):
+        doc.text(t)
+    doc.expect("English fortune-cookie database, byte-level; loss: mean of the seeds; SNR and "
+               "flushes: block-scaled recipes, every seed, layer and copy of the traced steps | ")
+    provenance(doc, res)
+    roles = ["input", "weight", "grad_output"]
+    con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
+                          "flush_X%", "flush_W%", "flush_dY%", "satur%", "clamped"])
+    for case in dict.fromkeys(df["case"]):
+        doc.text(case)
+        finals, tables = [], []
+        for _, r in df[df["case"] == case].iterrows():
+            st = run_csv(res, r, "steps.csv")
+            val = st[st["val_loss"].notna()]
+            finals.append(float(val["val_loss"].values[-1]))
+            b = run_csv(res, r, "blocks.csv")
+            # Every traced step of a block-scaled run has every copy; others have none.
+            policy = manifest(res, r)["policy"]
+            if ("blocks" in policy) != (len(b) > 0):
+                con.errors.append("block_formats: %s: %d blocks.csv rows for policy %s"
+                                  % (case, len(b), policy["name"]))
+            tables.append(b)
+        values = [sum(finals) / len(finals), min(finals), max(finals)]
+        b = pd.concat(tables)
+        if len(b):
+            role = np.array([n.split(".")[-1] for n in b["name"]])
+            tot = {}
+            for ro in roles:
+                sel = b[role == ro]
+                tot[ro] = {k: float(np.sum(sel[k].to_numpy(dtype=np.float64)))
+                           for k in ("signal", "noise", "flushed", "elements")}
+            values += [10 * math.log10(tot[ro]["signal"] / tot[ro]["noise"]) for ro in roles]
+            values += [100 * tot[ro]["flushed"] / tot[ro]["elements"] for ro in roles]
+            values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum()),
+                       int(b["scales_clamped"].sum())]
+        con.row(case, values)
+
+
 CHECKERS = {"accumulation": check_accumulation,
-            "accumulation_training": check_accumulation_training, "demo": check_demo,
+            "accumulation_training": check_accumulation_training,
+            "block_formats": check_block_formats, "demo": check_demo,
             "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
             "gradient_histogram": check_gradient_histogram,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
@@ -811,6 +859,21 @@ def main(halfway):
         ok(any(row["case"] in e for e in errors),
            "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
            % (row["case"], errors[:1]))
+    if "block_formats" in seen:
+        res, texts, out = seen["block_formats"]
+        bad = os.path.join(tmp, "block_formats-corrupt")
+        shutil.copytree(res, bad)
+        df = sweep(bad)
+        row = df[df["case"] == "nvfp4"].iloc[0]
+        p = os.path.join(bad, row["dir"], "blocks.csv")
+        b = pd.read_csv(p, dtype=str, keep_default_na=False)
+        last = len(b) - 1
+        b.loc[last, "flushed"] = str(int(b.loc[last, "flushed"]) + int(b.loc[last, "elements"]) // 2)
+        b.to_csv(p, index=False)
+        errors = check("block_formats", bad, texts, out)
+        ok(any("nvfp4" in e for e in errors),
+           "negative control: half a copy's elements more flushed in one row of nvfp4's "
+           "blocks.csv are caught (%s)" % (errors[:1],))
     if "gradient_histogram" in seen:
         res, texts, out = seen["gradient_histogram"]
         t = run_csv(res, sweep(res).iloc[0], "trace.csv")

@@ -47,7 +47,7 @@ DICT = {
     "scaler": {"kind": "dynamic"},
     "run": {"steps": 3, "seed": 7},
 }
-FRAMES = ("steps", "trace", "scale_window", "memory")
+FRAMES = ("steps", "trace", "scale_window", "memory", "blocks")
 
 
 class Train(hwtest.unittest.TestCase):
@@ -80,6 +80,15 @@ class Train(hwtest.unittest.TestCase):
                 pd.testing.assert_frame_equal(getattr(r, name),
                                               pd.read_csv(os.path.join(d, name + ".csv")))
             self.assertEqual(r.manifest["seed"], 7)
+
+    def test_block_policy_blocks_frame(self):
+        # blocks.csv: one row per block-scaled operand copy of a traced step (none for fp16).
+        self.assertEqual(len(halfway.train(DICT).blocks), 0)
+        r = halfway.train(dict(DICT, precision={"policy": "mxfp8"}, scaler={"kind": "none"}))
+        self.assertEqual(set(r.blocks.step), {0, 1, 2})
+        self.assertEqual(set(r.blocks.gemm), {"fprop", "dgrad", "wgrad"})
+        self.assertTrue({"flushed", "saturated", "snr_db", "scale_hist"} <= set(r.blocks.columns))
+        self.assertTrue((r.blocks.elements > 0).all())
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, "unknown"):

@@ -36,7 +36,7 @@ kind = "dynamic"
 steps = STEPS
 """
 OUTPUTS = ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "updates.csv",
-           "manifest.json")
+           "blocks.csv", "manifest.json")
 
 
 def tmp_files(d):

@@ -12,6 +12,11 @@ trace.csv must be allowed by the preset's row:
     run, rounds into the low dtype.
 A preset the tool knows but the table lacks (or the reverse) fails too.
 
+The block-scaled presets are also checked against the block table: every row of blocks.csv
+(scheme, axis, stochastic rounding, Hadamard transform of each operand copy) is the table's
+cell for that operand and copy, every linear layer has all six copies, and presets outside
+the block table write no rows.
+
 usage: test_policy_conformance.py PATH/TO/halfway
 """
 import os
@@ -107,6 +112,70 @@ def policy_table():
     return rows
 
 
+BLOCK_COLUMNS = {"X fprop": ("input", "fprop"), "W fprop": ("weight", "fprop"),
+                 "dY dgrad": ("grad_output", "dgrad"), "W dgrad": ("weight", "dgrad"),
+                 "dY wgrad": ("grad_output", "wgrad"), "X wgrad": ("input", "wgrad")}
+
+
+# Linear layers whose input needs no gradient (the MLP's first reads the data): no dgrad.
+NO_INPUT_GRAD = {"mlp": {"0"}, "transformer": set()}
+
+
+def block_table():
+    """{preset: {(role, copy): (scheme, axis, sr, rht, pow2)}} from the block table."""
+    with open(DOC) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("| preset | X fprop"))
+    head = [c.strip() for c in lines[start].strip().strip("|").split("|")]
+    rows = {}
+    for l in lines[start + 2:]:
+        if not l.startswith("|"):
+            break
+        cells = [c.strip() for c in l.strip().strip("|").split("|")]
+        row = {}
+        for col, cell in zip(head[1:], cells[1:]):
+            parts = [x.strip() for x in cell.split(",")]
+            flags = set(parts[2:])
+            row[BLOCK_COLUMNS[col]] = (parts[0], int(parts[1]), "sr" in flags, "rht" in flags,
+                                       "pow2" in flags)
+        rows[cells[0].strip("`")] = row
+    return rows
+
+
+def check_blocks(name, cells, blocks, linear_scopes):
+    """blocks.csv rows of one traced step against the block table's row (None: no rows)."""
+    errors = []
+    for model, rows in blocks.items():
+        if cells is None:
+            if rows:
+                errors.append("%s/%s: %d blocks.csv rows, but no block table row"
+                              % (name, model, len(rows)))
+            continue
+        seen = {}
+        for r in rows:
+            scope, role = scope_role(r["name"])
+            key = (role, r["gemm"])
+            what = "%s/%s: %s %s" % (name, model, r["name"], r["gemm"])
+            if key not in cells:
+                errors.append(what + ": not a copy the table lists")
+                continue
+            scheme, axis, sr, rht, pow2 = cells[key]
+            got = (r["scheme"], int(r["axis"]), r["sr"] == "1", r["rht"] == "1")
+            if got != (scheme, axis, sr, rht):
+                errors.append(what + ": %s, the table says %s" % (got, (scheme, axis, sr, rht)))
+            if r["op"] != "linear":
+                errors.append(what + ": op %s is not linear" % r["op"])
+            seen.setdefault(scope, set()).add(key)
+        for scope in linear_scopes[model]:
+            want = set(cells)
+            if scope in NO_INPUT_GRAD[model]:
+                want = {k for k in want if k[1] != "dgrad"}
+            if seen.get(scope) != want:
+                errors.append("%s/%s: linear layer %s has copies %s, the table lists %s"
+                              % (name, model, scope, sorted(seen.get(scope, [])), sorted(cells)))
+    return errors
+
+
 def tool_presets(halfway, w):
     """The presets the tool itself lists when asked for an unknown one."""
     path = w.write("bad.toml", MODELS["mlp"] + TAIL.format(policy="no-such-policy", steps=1))
@@ -121,7 +190,8 @@ def traced_step(halfway, w, model, policy):
     tag = "%s-%s" % (model, policy)
     path = w.write(tag + ".toml", MODELS[model] + TAIL.format(policy=policy, steps=1))
     simtest.train(halfway, path, w.file(tag))
-    return simtest.read_csv(os.path.join(w.file(tag), "trace.csv"))
+    return (simtest.read_csv(os.path.join(w.file(tag), "trace.csv")),
+            simtest.read_csv(os.path.join(w.file(tag), "blocks.csv")))
 
 
 def scope_role(name):
@@ -182,7 +252,11 @@ def main(halfway):
         simtest.check(sorted(table) == sorted(presets),
                       "docs/sim.md's table lists %s, the tool knows %s" % (sorted(table),
                                                                            sorted(presets)))
-        traces = {p: {m: traced_step(halfway, w, m, p) for m in MODELS} for p in presets}
+        steps = {p: {m: traced_step(halfway, w, m, p) for m in MODELS} for p in presets}
+        traces = {p: {m: s[0] for m, s in v.items()} for p, v in steps.items()}
+        blocks = {p: {m: s[1] for m, s in v.items()} for p, v in steps.items()}
+        btable = block_table()
+        simtest.check(set(btable) <= set(presets), "block table presets %s" % sorted(btable))
         # The ops that round into a low dtype under any preset, and the models' linear layers
         # (from the autocast run, where each has a low-precision output).
         all_ops, linear_scopes = set(), {}
@@ -197,8 +271,11 @@ def main(halfway):
         errors = []
         for p in presets:
             e = check_preset(p, table[p], traces[p], all_ops, linear_scopes)
+            e += check_blocks(p, btable.get(p), blocks[p], linear_scopes)
             n = sum(len(t) for t in traces[p].values())
-            print("%-16s %5d traced roundings: %s" % (p, n, "ok" if not e else "%d errors" % len(e)))
+            nb = sum(len(t) for t in blocks[p].values())
+            print("%-16s %5d traced roundings, %4d block copies: %s"
+                  % (p, n, nb, "ok" if not e else "%d errors" % len(e)))
             errors += e
         # Negative control: the table's fp8-hybrid row must reject a rounding it does not allow.
         bad = dict(traces["fp8-hybrid"])
@@ -206,6 +283,13 @@ def main(halfway):
             "name": "blocks.0.attn.proj.grad_input", "op": "linear", "dtype": "e4m3:sat"}]
         simtest.check(check_preset("fp8-hybrid", table["fp8-hybrid"], bad, all_ops, linear_scopes),
                       "negative control: an e4m3 grad_input is reported")
+        # Negative control: a wgrad copy of X without the Hadamard transform is reported.
+        bad_blocks = {m: [dict(r) for r in rows] for m, rows in blocks["nvfp4"].items()}
+        for r in bad_blocks["mlp"]:
+            if r["gemm"] == "wgrad" and r["name"].endswith(".input"):
+                r["rht"] = "0"
+        simtest.check(check_blocks("nvfp4", btable["nvfp4"], bad_blocks, linear_scopes),
+                      "negative control: an nvfp4 wgrad copy without RHT is reported")
         for e in errors[:40]:
             print("FAIL " + e)
         simtest.check(not errors, "%d rounding(s) the documentation does not allow" % len(errors))

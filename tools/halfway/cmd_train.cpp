@@ -1,6 +1,6 @@
 // `halfway train CONFIG.toml [--out DIR] [--threads N]`: run one training configuration of the
-// simulator and write steps.csv, trace.csv, scale_window.csv, updates.csv, memory.csv and
-// manifest.json.
+// simulator and write steps.csv, trace.csv, scale_window.csv, updates.csv, blocks.csv,
+// memory.csv and manifest.json.
 // `halfway train --bench`: the training benchmark (ratios measured in one run, interleaved).
 #include <CLI/CLI.hpp>
 #include <chrono>

@@ -63,6 +63,7 @@ struct BlockOptions {
   /// random bits of stream position offset + r·cols + c, see env.hpp).
   Rounding rounding = Rounding::near_even;
   uint64_t seed = 0;
+  uint64_t subsequence = 0;  ///< stochastic rounding subsequence (as BulkOptions)
   uint64_t offset = 0;
   /// nvfp4 (1×16) only: apply Transformer Engine's 16-point random Hadamard transform to each
   /// block before quantizing; codes, scales and decoded values are then those of the

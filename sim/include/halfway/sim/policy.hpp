@@ -55,6 +55,20 @@ struct Fp8Config {
   int margin = 0;
 };
 const char* scaling_name(Fp8Scaling s);
+
+/// Block-scaled GEMM operands (Transformer Engine's MXFP8BlockScaling, NVFP4BlockScaling and
+/// Float8BlockScaling; OCP MX for mxfp4): each of a linear layer's three GEMMs reads its own
+/// copy of each operand, quantized by lib's blocks.hpp along that GEMM's reduction dimension
+/// (fprop: X and W along K; dgrad: dY and W along N; wgrad: dY and X along M), dequantized
+/// to fp32 and accumulated in fp32; outputs stay fp32. Schemes are blocks.hpp names.
+struct BlockRecipe {
+  std::string input;         ///< the activations X (fprop and wgrad copies)
+  std::string weight;        ///< the weights W (fprop and dgrad copies)
+  std::string grad;          ///< the output gradient dY (dgrad and wgrad copies)
+  bool grad_sr = false;      ///< dY's elements rounded stochastically
+  bool wgrad_rht = false;    ///< random Hadamard transform of both wgrad operands (along M)
+  bool pow2_scales = false;  ///< fp8_block: power-of-two scales
+};
 const char* amax_algo_name(AmaxAlgo a);
 
 /// What a rounding belongs to: the forward pass, the backward pass (gradients, and the loss
@@ -86,6 +100,8 @@ struct Policy {
   std::string accumulation = "fp32";
   bool fp8 = false;                  ///< lowered ops use scaled fp8 (fp8_config)
   Fp8Config fp8_config{};
+  /// Set: linear layers (the `lower` rule of `linear`) use block-scaled GEMM operands.
+  std::optional<BlockRecipe> blocks;
 
   /// Rounding direction of each role; unset: the run's `rounding`.
   std::array<std::optional<Rounding>, kRoleCount> role_rounding{};
@@ -101,7 +117,7 @@ struct Policy {
 };
 
 /// Names of the presets: fp32 torch-cuda-fp16 torch-cuda-bf16 torch-cpu-bf16 pure-fp16
-/// pure-bf16 fp8-hybrid.
+/// pure-bf16 fp8-hybrid fp8-current fp8-blockwise mxfp8 mxfp4 nvfp4.
 const std::vector<std::string>& policy_names();
 /// A preset by name; throws InputError listing the presets for an unknown name.
 Policy preset_policy(std::string_view name);

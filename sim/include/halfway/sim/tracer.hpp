@@ -13,10 +13,12 @@
 
 #include <array>
 #include <climits>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "halfway/blocks.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/dtype.hpp"
@@ -63,10 +65,35 @@ struct WindowRow {
   double fraction() const { return values ? double(flushed) / double(values) : 0.0; }
 };
 
+/// One block-scaled copy of a GEMM operand in one step (blocks.csv): the library's event
+/// counts, the quantization error and the distribution of the block scales.
+struct BlockRecord {
+  std::string name;  ///< the operand: "<layer>.input", "<layer>.weight", "<layer>.grad_output"
+  std::string gemm;  ///< the GEMM that reads this copy: "fprop", "dgrad" or "wgrad"
+  std::string op;
+  TraceKind kind = TraceKind::activation;
+  std::string scheme;  ///< blocks.hpp's name, e.g. "mxfp8_e4m3:ceil"
+  BlockAxis axis = BlockAxis::last;
+  bool sr = false;   ///< elements rounded stochastically
+  bool rht = false;  ///< random Hadamard transform applied
+  BlockEvents events;  ///< elements and blocks quantized (zero padding included)
+  double signal = 0;   ///< Σ x² over the fp32 values quantized (transformed with rht), binary64
+  double noise = 0;    ///< Σ (x − q)², q the dequantized values
+  uint64_t zero_scales = 0;  ///< blocks whose scale is 0
+  std::map<int, uint64_t> scale_hist;  ///< floor(log2 scale) -> blocks (finite, non-zero scales)
+
+  /// 10·log10(signal / noise): +inf when exact (noise 0, signal > 0), NaN when the tensor is
+  /// all zero (signal 0) or the error is not finite.
+  double snr_db() const;
+  /// Add another quantization of the same copy (a layer called twice in a step).
+  void merge(const BlockRecord& o);
+};
+
 struct StepTrace {
   int step = 0;
   double loss_scale = 1;
   std::vector<TraceRecord> records;  ///< in the order the tensors were first rounded
+  std::vector<BlockRecord> blocks;   ///< block-scaled operand copies, in the order first made
   std::vector<WindowRow> window;     ///< k = k_min .. k_max
   int k_low = INT_MIN, k_high = INT_MIN;  ///< safe window; INT_MIN when no scale is safe
 };
@@ -108,12 +135,15 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
 /// std::to_chars (locale-free, shortest round-trip text); rows end in '\n'.
 extern const char* const kTraceCsvHeader;   ///< "step,name,...,hist\n"
 extern const char* const kWindowCsvHeader;  ///< "step,loss_scale,k,...,safe\n"
+extern const char* const kBlocksCsvHeader;  ///< blocks.csv: "step,name,gemm,...,scale_hist\n"
 /// Append the columns of kTraceCsvHeader for `r` at `step`, without the line end.
 void append_trace_columns(std::string& line, int step, const TraceRecord& r);
 /// Append the columns of kWindowCsvHeader for `w`, without the line end: safe when it does
 /// not overflow and its underflow fraction is at most `tolerance`.
 void append_window_columns(std::string& line, int step, double loss_scale, const WindowRow& w,
                            double tolerance);
+/// Append the columns of kBlocksCsvHeader for `r` at `step`, without the line end.
+void append_block_columns(std::string& line, int step, const BlockRecord& r);
 /// An exponent as a CSV field: empty for INT_MIN (none).
 std::string k_str(int k);
 
@@ -129,6 +159,8 @@ class Tracer {
   /// The same with the values' statistics already gathered (add_values, merge_values).
   void record(const TraceTag& tag, const DType& dt, const TraceRecord& values,
               const EventCounts& ev);
+  /// Record one block-scaled operand copy (merged with an earlier one of the same name and GEMM).
+  void record_blocks(BlockRecord r);
   /// Record vanished / tiny updates for a rounding of kind `update` already recorded.
   void add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update);
   /// Change the loss scale the step's gradients were computed at (before end_step).

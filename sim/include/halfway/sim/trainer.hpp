@@ -9,6 +9,8 @@
 ///   trace.csv         the tracer's records, one row per (step, tensor)
 ///   scale_window.csv  predicted gradient underflow / overflow for loss scales 2^k
 ///   memory.csv        bytes per category and dtype
+///   updates.csv       per traced step and parameter: non-zero and vanished updates, drift
+///   blocks.csv        block-scaled GEMM operand copies: events, SNR, block-scale histogram
 ///   manifest.json     config, seed, version, git revision, summary
 ///
 /// Every file is written atomically; the same config and seed give byte-identical files

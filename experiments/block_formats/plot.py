@@ -1,0 +1,116 @@
+"""Block-scaled formats in training: validation loss curves of the byte-level transformer under
+eight precision recipes (mean of the seeds), and, for the block-scaled recipes, the
+quantization SNR and the share of elements flushed to zero of each GEMM operand (X the
+activations, W the weights, dY the output gradients) over training; a table of each recipe's
+final validation losses and its operands' SNR, flushes, saturations and clamped scales.
+
+SNR and shares pool every seed, layer and copy (fprop, dgrad, wgrad) of a traced step (or of
+all traced steps, in the table): 10·log10(Σx² / Σ(x − q)²) from blocks.csv's signal and noise.
+
+usage: plot.py RESULTS_DIR
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import style  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+import pandas as pd  # noqa: E402
+
+ROLES = (("X", "input", "--"), ("W", "weight", ":"), ("dY", "grad_output", "-"))
+
+
+def model_title(cfg):
+    m, d = cfg["model"], cfg["data"]
+    return "%d blocks, d_model %d, %d heads, seq %d, batch %d" % (
+        m["blocks"], m["d_model"], m["heads"], m["seq_len"], d["batch_size"])
+
+
+def final_val_loss(s):
+    return float(s.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
+
+
+def snr_db(signal, noise):
+    return 10.0 * np.log10(signal / noise)
+
+
+def role_of(names):
+    return names.str.rsplit(".", n=1).str[1]
+
+
+def main(results):
+    style.setup()
+    df, _ = style.load(results)
+    cases = list(dict.fromkeys(df["case"]))
+    steps, blocks = {}, {}
+    for case in cases:
+        rows = [r for _, r in df[df["case"] == case].iterrows()]
+        steps[case] = [style.read_run_csv(results, r, "steps.csv") for r in rows]
+        b = pd.concat([style.read_run_csv(results, r, "blocks.csv") for r in rows])
+        b["role"] = role_of(b["name"])
+        blocks[case] = b
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.9))
+    for i, case in enumerate(cases):
+        v = pd.concat([s.dropna(subset=["val_loss"]) for s in steps[case]])
+        mean = v.groupby("step")["val_loss"].mean()
+        ax[0].plot(mean.index, mean.values, "o-", color=style.color(i), lw=1.2, ms=2.5,
+                   label=case)
+        b = blocks[case]
+        if not len(b):
+            continue
+        for _, role, ls in ROLES:
+            g = b[b["role"] == role].groupby("step")[["signal", "noise", "flushed",
+                                                     "elements"]].sum()
+            ax[1].plot(g.index, snr_db(g["signal"], g["noise"]), ls, color=style.color(i),
+                       lw=1.0, label=case)
+            ax[2].plot(g.index, 100.0 * g["flushed"] / g["elements"], ls, color=style.color(i),
+                       lw=1.0, label=case)
+    # The first validation (the untrained model) is far above the rest: leave it off the scale.
+    later = pd.concat([s[s["step"] > 0]["val_loss"] for c in cases for s in steps[c]]).dropna()
+    if len(later):
+        ax[0].set_ylim(top=float(later.max()) * 1.02)
+    ax[0].set_xlabel("step")
+    ax[0].set_ylabel("validation loss (nats per byte)")
+    ax[0].set_title(model_title(style.run_config(results, df.iloc[0])))
+    ax[1].set_xlabel("step")
+    ax[1].set_ylabel("SNR (dB)")
+    ax[1].set_title("quantization SNR of the GEMM operands")
+    ax[2].set_yscale("log")
+    ax[2].set_xlabel("step")
+    ax[2].set_ylabel("elements flushed to zero (%)")
+    ax[2].set_title("flushed elements of the GEMM operands")
+    fig.tight_layout()
+    extra = [(Line2D([], [], color="#555555", ls=ls), label) for label, _, ls in ROLES]
+    style.legend_below(fig, ax, ncol=11, extra=extra)
+    style.caption(fig, results, "English fortune-cookie database, byte-level; loss: mean of the "
+                                "seeds; SNR and flushes: block-scaled recipes, every seed, layer "
+                                "and copy of the traced steps")
+    paths = style.save(fig, results, "block_formats")
+
+    print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %8s" % (
+        "recipe", "val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY", "flush_X%",
+        "flush_W%", "flush_dY%", "satur%", "clamped"))
+    for case in cases:
+        vals = [final_val_loss(s) for s in steps[case]]
+        line = "%-14s %9.4f %9.4f %9.4f" % (case, np.mean(vals), min(vals), max(vals))
+        b = blocks[case]
+        if len(b):
+            sums = {role: b[b["role"] == role][["signal", "noise", "flushed", "elements"]].sum()
+                    for _, role, _ in ROLES}
+            line += "".join(" %7.2f" % snr_db(sums[r]["signal"], sums[r]["noise"])
+                            for _, r, _ in ROLES)
+            line += "".join(" %10.4f" % (100.0 * sums[r]["flushed"] / sums[r]["elements"])
+                            for _, r, _ in ROLES)
+            line += " %9.4f %8d" % (100.0 * b["saturated"].sum() / b["elements"].sum(),
+                                    b["scales_clamped"].sum())
+        else:
+            line += " %7s %7s %7s %10s %10s %10s %9s %8s" % (("-",) * 8)
+        print(line)
+    print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,117 @@
+#include "halfway/sim/block_quant.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "halfway/sim/tracer.hpp"
+
+namespace halfway::sim {
+
+namespace {
+
+BlockOptions block_options(Runtime& rt, const BlockCopy& c) {
+  BlockOptions o;
+  o.axis = c.axis;
+  o.rht = c.rht;
+  o.pow2_scales = c.pow2_scales;
+  const BulkOptions b = next_rounding(rt);
+  if (c.sr) {
+    o.rounding = Rounding::stochastic;
+    o.seed = b.seed;
+    o.subsequence = b.subsequence;
+    o.offset = b.offset;
+  }
+  return o;
+}
+
+/// The values the scheme quantized: x itself, or its random Hadamard transform.
+void reference_values(const BlockCopy& c, std::vector<float>& v, size_t rows, size_t cols) {
+  if (!c.rht) return;
+  if (c.axis == BlockAxis::last) {
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j + 16 <= cols; j += 16) detail::rht16(v.data() + r * cols + j, 1);
+  } else {
+    for (size_t r = 0; r + 16 <= rows; r += 16)
+      for (size_t j = 0; j < cols; ++j) detail::rht16(v.data() + r * cols + j, cols);
+  }
+}
+
+/// A record of copy `c` under `tag`, with nothing counted yet.
+BlockRecord empty_record(const BlockCopy& c, const TraceTag& tag) {
+  BlockRecord r;
+  r.name = tag.name;
+  r.gemm = c.gemm;
+  r.op = tag.op;
+  r.kind = tag.kind;
+  r.scheme = c.scheme;
+  r.axis = c.axis;
+  r.sr = c.sr;
+  r.rht = c.rht;
+  return r;
+}
+
+BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEncoding& e,
+                        std::vector<float>& x, const std::vector<float>& q) {
+  BlockRecord r = empty_record(c, tag);
+  r.events = e.events;
+  reference_values(c, x, e.rows, e.cols);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = double(x[i]) - double(q[i]);
+    r.signal += double(x[i]) * double(x[i]);
+    r.noise += d * d;
+  }
+  for (float s : e.scales) {
+    if (s == 0.0f) ++r.zero_scales;
+    else if (std::isfinite(s)) ++r.scale_hist[std::ilogb(s)];
+  }
+  return r;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float f : v)
+    if (!std::isfinite(f)) return false;
+  return true;
+}
+
+/// The record of a copy that could not be quantized: every block counted as a NaN scale.
+BlockRecord nonfinite_record(const BlockCopy& c, const TraceTag& tag, const BlockScheme& s,
+                             size_t rows, size_t cols) {
+  BlockRecord r = empty_record(c, tag);
+  const auto [tr, tc] = block_tile(s, c.axis);
+  r.events.elements = rows * cols;
+  r.events.blocks = r.events.nan_scales = (rows / tr) * (cols / tc);
+  r.signal = r.noise = std::numeric_limits<double>::quiet_NaN();
+  return r;
+}
+
+}  // namespace
+
+std::pair<size_t, size_t> copy_tile(const BlockCopy& c) {
+  return block_tile(parse_block_scheme(c.scheme), c.axis);
+}
+
+std::vector<double> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
+                               const double* x, size_t rows, size_t cols, size_t prows,
+                               size_t pcols) {
+  if (prows < rows || pcols < cols) throw std::logic_error("block_copy: padding below the size");
+  const BlockScheme s = parse_block_scheme(c.scheme);
+  const BlockOptions o = block_options(rt, c);
+  std::vector<float> xf(prows * pcols, 0.0f);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < cols; ++j) xf[r * pcols + j] = static_cast<float>(x[r * cols + j]);
+  if (s.family != BlockFamily::mx && !all_finite(xf)) {
+    // lib refuses NaN and infinity for NVFP4 and fp8_block (TE's kernels define no result):
+    // the copy becomes NaN, so the step's gradients are non-finite and a scaler skips it.
+    if (rt.tracer && rt.tracer->active())
+      rt.tracer->record_blocks(nonfinite_record(c, tag, s, prows, pcols));
+    return std::vector<double>(xf.size(), std::numeric_limits<double>::quiet_NaN());
+  }
+  const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
+  std::vector<float> q(xf.size());
+  decode_blocks(s, e, q.data());
+  if (rt.tracer && rt.tracer->active()) rt.tracer->record_blocks(make_record(c, tag, e, xf, q));
+  return std::vector<double>(q.begin(), q.end());
+}
+
+}  // namespace halfway::sim

@@ -1,0 +1,394 @@
+// Block-scaled policies (mxfp8, mxfp4, nvfp4, fp8-blockwise): a linear layer's three GEMMs
+// against fp32 GEMMs of operands quantized here with lib's quantize_blocks along the axis each
+// GEMM reduces over (zero-padded to whole blocks), the recipes' stochastic rounding and
+// Hadamard transform only where TE puts them, blocks.csv's records, config errors, and
+// byte-identical runs at any thread count.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "halfway/blocks.hpp"
+#include "halfway/names.hpp"
+#include "halfway/sim/context.hpp"
+#include "halfway/sim/ops.hpp"
+#include "halfway/sim/policy.hpp"
+#include "halfway/sim/tracer.hpp"
+#include "halfway/sim/trainer.hpp"
+
+using namespace halfway;
+using namespace halfway::sim;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Mat = std::vector<float>;
+
+/// Values over a few binades, both signs, so that blocks get different scales.
+std::vector<double> spread(size_t n, int salt) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = std::sin(double(i) * 0.7 + salt) * std::ldexp(1.0, int((i * 7 + size_t(salt)) % 9) - 4);
+  return v;
+}
+
+/// x (rows×cols) zero-padded to prows×pcols, quantized by lib along `axis`.
+Mat quantized(const std::string& scheme, const std::vector<double>& x, size_t rows, size_t cols,
+              size_t prows, size_t pcols, BlockAxis axis, bool pow2 = false) {
+  Mat p(prows * pcols, 0.0f), q(prows * pcols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) p[r * pcols + c] = float(x[r * cols + c]);
+  BlockOptions o;
+  o.axis = axis;
+  o.pow2_scales = pow2;
+  quantize_blocks(parse_block_scheme(scheme), p.data(), prows, pcols, q.data(), o);
+  return q;
+}
+
+/// C[i][j] = Σ_k A(i,k)·B(k,j) by sequential fp32 fused multiply-adds (k = 0, 1, ...), the
+/// accessors reading the padded copies; the leading m×n.
+template <class FA, class FB>
+Mat fp32_gemm(size_t m, size_t n, size_t k, FA a, FB b) {
+  Mat c(m * n);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (size_t kk = 0; kk < k; ++kk) acc = std::fma(a(i, kk), b(kk, j), acc);
+      c[i * n + j] = acc;
+    }
+  return c;
+}
+
+Mat as_floats(const std::vector<double>& v) { return Mat(v.begin(), v.end()); }
+
+struct LinearRun {
+  Mat y, dx, dw;
+};
+
+/// y = linear(x, w, b) under `p`, then loss = Σ y·C, so that dY = C exactly.
+LinearRun run_linear(const Policy& p, Runtime& rt, size_t M, size_t K, size_t N,
+                     const std::vector<double>& xv, const std::vector<double>& wv,
+                     const std::vector<double>& bv, const std::vector<double>& cv) {
+  ContextGuard g(&p, &rt);
+  Tensor x = Tensor::from({int64_t(M), int64_t(K)}, xv, DType::f32(), true);
+  Tensor w = Tensor::from({int64_t(N), int64_t(K)}, wv, DType::f32(), true);
+  Tensor b = Tensor::from({int64_t(N)}, bv, DType::f32(), true);
+  Tensor c = Tensor::from({int64_t(M), int64_t(N)}, cv, DType::f32());
+  Tensor y = linear(x, w, b);
+  Tensor loss = sum(mul(y, c));
+  loss.backward();
+  return {as_floats(y.data()), as_floats(x.grad()), as_floats(w.grad())};
+}
+
+size_t up(size_t n, size_t t) { return (n + t - 1) / t * t; }
+
+/// The three GEMMs of a block-scaled linear layer computed here: fprop along K, dgrad along N
+/// (dY rows, W columns), wgrad along M (both down the columns), each reduction dimension
+/// padded to `t` (the schemes' block along it), W's other dimension to `tw2` (2-D tiles).
+LinearRun expected(const BlockRecipe& r, size_t M, size_t K, size_t N, size_t t, size_t tw2,
+                   const std::vector<double>& xv, const std::vector<double>& wv,
+                   const std::vector<double>& bv, const std::vector<double>& cv) {
+  const bool p2 = r.pow2_scales;
+  const size_t Kp = up(K, t), Np = up(N, t), Nw = up(N, tw2), Kw = up(K, tw2), Mp = up(M, t);
+  // fprop: X [M,Kp] (1×t) and W [Nw,Kp] along K.
+  const Mat xq = quantized(r.input, xv, M, K, M, Kp, BlockAxis::last, p2);
+  const Mat wq = quantized(r.weight, wv, N, K, Nw, Kp, BlockAxis::last, p2);
+  LinearRun e;
+  e.y = fp32_gemm(M, N, Kp, [&](size_t i, size_t k) { return xq[i * Kp + k]; },
+                  [&](size_t k, size_t j) { return wq[j * Kp + k]; });
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) e.y[i * N + j] = e.y[i * N + j] + float(bv[j]);
+  // dgrad: dY [M,Np] along N, W [Np,Kw] down the columns.
+  const Mat gd = quantized(r.grad, cv, M, N, M, Np, BlockAxis::last, p2);
+  const Mat wd = quantized(r.weight, wv, N, K, Np, Kw, BlockAxis::first, p2);
+  e.dx = fp32_gemm(M, K, Np, [&](size_t i, size_t n) { return gd[i * Np + n]; },
+                   [&](size_t n, size_t k) { return wd[n * Kw + k]; });
+  // wgrad: dY [Mp,N] and X [Mp,K] down the columns.
+  const Mat gw = quantized(r.grad, cv, M, N, Mp, N, BlockAxis::first, p2);
+  const Mat xw = quantized(r.input, xv, M, K, Mp, K, BlockAxis::first, p2);
+  e.dw = fp32_gemm(N, K, Mp, [&](size_t n, size_t m) { return gw[m * N + n]; },
+                   [&](size_t m, size_t k) { return xw[m * K + k]; });
+  return e;
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("halfway_test_block_policy_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string transformer(const std::string& policy, const std::string& precision = "") {
+  return R"([model]
+kind = "transformer"
+vocab = 16
+seq_len = 8
+d_model = 32
+heads = 2
+blocks = 1
+[data]
+synthetic = "copy"
+batch_size = 16
+n = 64
+[loss]
+kind = "cross_entropy"
+[optimizer]
+kind = "adam"
+lr = 0.003
+[precision]
+policy = ")" + policy + "\"\n" + precision + R"(
+[run]
+steps = 2
+seed = 3
+)";
+}
+
+}  // namespace
+
+TEST_CASE("block presets lower linear only and keep fp32 master weights", "[sim][blocks]") {
+  for (const char* n : {"mxfp8", "mxfp4", "nvfp4", "fp8-blockwise"}) {
+    INFO(n);
+    const Policy p = preset_policy(n);
+    REQUIRE(p.blocks);
+    CHECK(!p.fp8);
+    CHECK(p.master_weights());
+    for (int i = 0; i < kOpCount; ++i)
+      CHECK(p.rule(OpKind(i)) == (OpKind(i) == OpKind::linear ? CastRule::lower : CastRule::input));
+  }
+  CHECK(preset_policy("fp8-blockwise").blocks->pow2_scales);
+  CHECK(!preset_policy("mxfp8").blocks->pow2_scales);
+  CHECK(preset_policy("nvfp4").blocks->grad_sr);
+  CHECK(preset_policy("nvfp4").blocks->wgrad_rht);
+  const Policy c = preset_policy("fp8-current");
+  CHECK(c.fp8);
+  CHECK(c.fp8_config.scaling == Fp8Scaling::current);
+  CHECK(format_name(c.fp8_config.fwd) == "e4m3:sat");
+  CHECK(format_name(c.fp8_config.bwd) == "e5m2:sat");
+}
+
+TEST_CASE("a block-scaled linear layer's three GEMMs read copies blocked along their own "
+          "reduction dimension", "[sim][blocks]") {
+  struct Case {
+    const char* policy;
+    size_t M, K, N, t, tw2;
+  };
+  // Divisible shapes, then shapes that leave partial blocks (zero padding).
+  for (const Case& c : {Case{"mxfp8", 64, 64, 32, 32, 1}, Case{"mxfp8", 40, 48, 20, 32, 1},
+                        Case{"mxfp4", 64, 96, 32, 32, 1},
+                        Case{"fp8-blockwise", 128, 128, 128, 128, 128},
+                        Case{"fp8-blockwise", 24, 48, 20, 128, 128}}) {
+    INFO(c.policy << " M=" << c.M << " K=" << c.K << " N=" << c.N);
+    const Policy p = preset_policy(c.policy);
+    const auto xv = spread(c.M * c.K, 1), wv = spread(c.N * c.K, 2), bv = spread(c.N, 3);
+    const auto cv = spread(c.M * c.N, 4);
+    Runtime rt;
+    const LinearRun got = run_linear(p, rt, c.M, c.K, c.N, xv, wv, bv, cv);
+    const LinearRun want = expected(*p.blocks, c.M, c.K, c.N, c.t, c.tw2, xv, wv, bv, cv);
+    CHECK(got.y == want.y);
+    CHECK(got.dx == want.dx);
+    CHECK(got.dw == want.dw);
+    // The test can fail: the forward's copies along K are not the wgrad's along M, so a wgrad
+    // from the wrong copy differs.
+    if (c.t == 32) {
+      const Mat xq = quantized(p.blocks->input, xv, c.M, c.K, c.M, up(c.K, 32), BlockAxis::last);
+      const Mat xw = quantized(p.blocks->input, xv, c.M, c.K, up(c.M, 32), c.K, BlockAxis::first);
+      bool differ = false;
+      for (size_t m = 0; m < c.M; ++m)
+        for (size_t k = 0; k < c.K; ++k) differ |= xq[m * up(c.K, 32) + k] != xw[m * c.K + k];
+      CHECK(differ);
+    }
+  }
+}
+
+TEST_CASE("2-D weight tiles give the forward and the dgrad the same weight copy",
+          "[sim][blocks]") {
+  const std::vector<double> wv = spread(32 * 48, 5);
+  const Mat a = quantized("nvfp4_2d", wv, 32, 48, 32, 48, BlockAxis::last);
+  const Mat b = quantized("nvfp4_2d", wv, 32, 48, 32, 48, BlockAxis::first);
+  CHECK(a == b);
+  const Mat c = quantized("nvfp4", wv, 32, 48, 32, 48, BlockAxis::last);
+  const Mat d = quantized("nvfp4", wv, 32, 48, 32, 48, BlockAxis::first);
+  CHECK(c != d);
+}
+
+TEST_CASE("nvfp4: stochastic rounding on gradients only, the Hadamard transform on the wgrad "
+          "operands only", "[sim][blocks]") {
+  const Policy p = preset_policy("nvfp4");
+  const size_t M = 32, K = 32, N = 16;
+  const auto xv = spread(M * K, 1), wv = spread(N * K, 2), bv = spread(N, 3);
+  const auto cv = spread(M * N, 4);
+  Tracer tr;
+  Runtime r1, r2;
+  r1.rounding.seed = 1;
+  r2.rounding.seed = 2;
+  r1.tracer = &tr;
+  tr.begin_step(0, 1.0);
+  const LinearRun a = run_linear(p, r1, M, K, N, xv, wv, bv, cv);
+  const StepTrace& st = tr.end_step();
+  const LinearRun b = run_linear(p, r2, M, K, N, xv, wv, bv, cv);
+  // The forward has no stochastic rounding; both gradient GEMMs read stochastically rounded dY.
+  CHECK(a.y == b.y);
+  CHECK(a.dx != b.dx);
+  CHECK(a.dw != b.dw);
+  // The same seed gives the same bits.
+  Runtime r3;
+  r3.rounding.seed = 1;
+  const LinearRun c = run_linear(p, r3, M, K, N, xv, wv, bv, cv);
+  CHECK(c.dx == a.dx);
+  CHECK(c.dw == a.dw);
+  // The fprop result is the fp32 GEMM of the 1×16 input and the 16×16 weight copies.
+  const Mat xq = quantized("nvfp4", xv, M, K, M, K, BlockAxis::last);
+  const Mat wq = quantized("nvfp4_2d", wv, N, K, N, K, BlockAxis::last);
+  Mat y = fp32_gemm(M, N, K, [&](size_t i, size_t k) { return xq[i * K + k]; },
+                    [&](size_t k, size_t j) { return wq[j * K + k]; });
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) y[i * N + j] = y[i * N + j] + float(bv[j]);
+  CHECK(a.y == y);
+  // Every copy is traced once, with the recipe's scheme, axis, rounding and transform.
+  std::map<std::string, const BlockRecord*> by;
+  for (const BlockRecord& rec : st.blocks)
+    by[rec.name.substr(rec.name.rfind('.') + 1) + "/" + rec.gemm] = &rec;
+  struct Want {
+    const char* key;
+    const char* scheme;
+    BlockAxis axis;
+    bool sr, rht;
+  };
+  REQUIRE(by.size() == 6);
+  for (const Want& w : {Want{"input/fprop", "nvfp4", BlockAxis::last, false, false},
+                        Want{"weight/fprop", "nvfp4_2d", BlockAxis::last, false, false},
+                        Want{"weight/dgrad", "nvfp4_2d", BlockAxis::first, false, false},
+                        Want{"input/wgrad", "nvfp4", BlockAxis::first, false, true},
+                        Want{"grad_output/dgrad", "nvfp4", BlockAxis::last, true, false},
+                        Want{"grad_output/wgrad", "nvfp4", BlockAxis::first, true, true}}) {
+    INFO(w.key);
+    REQUIRE(by.count(w.key));
+    const BlockRecord& rec = *by[w.key];
+    CHECK(rec.scheme == w.scheme);
+    CHECK(rec.axis == w.axis);
+    CHECK(rec.sr == w.sr);
+    CHECK(rec.rht == w.rht);
+    CHECK(rec.events.elements == (w.key[0] == 'w' ? N * K : w.key[0] == 'i' ? M * K : M * N));
+  }
+  // The wgrad copy's SNR is against the transformed values; H/4 is orthogonal, so their
+  // energy is the input's up to fp32 rounding (a consistency check, not an exactness claim).
+  double energy = 0;
+  for (double v : xv) energy += double(float(v)) * double(float(v));
+  CHECK(by["input/wgrad"]->signal == Approx(energy).epsilon(1e-5));
+  CHECK(by["input/fprop"]->signal == energy);
+  CHECK(by["input/wgrad"]->signal != energy);
+}
+
+TEST_CASE("a NaN in an nvfp4 or fp8_block operand gives NaN results, not an error",
+          "[sim][blocks]") {
+  for (const char* n : {"nvfp4", "fp8-blockwise", "mxfp8"}) {
+    INFO(n);
+    const Policy p = preset_policy(n);
+    auto xv = spread(32 * 32, 1);
+    xv[5] = std::numeric_limits<double>::quiet_NaN();
+    Runtime rt;
+    const LinearRun r = run_linear(p, rt, 32, 32, 16, xv, spread(16 * 32, 2), spread(16, 3),
+                                   spread(32 * 16, 4));
+    CHECK(std::isnan(r.y[0]));   // row 0 holds the NaN
+    CHECK(std::isnan(r.dw[5]));  // column 5 of X feeds column 5 of dW
+  }
+}
+
+TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][blocks]") {
+  BlockRecord r;
+  CHECK(std::isnan(r.snr_db()));  // all zero: no signal
+  r.signal = 4;
+  CHECK(std::isinf(r.snr_db()));  // exact
+  r.noise = 0.04;
+  CHECK(r.snr_db() == Approx(20.0).epsilon(1e-12));
+  // A traced mxfp8 copy of a known tensor: one 1×32 block holding 1..32 (amax 32: e8m0 scale
+  // 2^(ceil(log2(32/448))) = 2^-3) and one of zeros.
+  const Policy p = preset_policy("mxfp8");
+  Tracer tr;
+  Runtime rt;
+  rt.tracer = &tr;
+  tr.begin_step(7, 1.0);
+  std::vector<double> xv(64, 0.0);
+  for (size_t i = 0; i < 32; ++i) xv[i] = double(i + 1);
+  {
+    ContextGuard g(&p, &rt);
+    Scope s("lin");
+    Tensor x = Tensor::from({1, 64}, xv, DType::f32());
+    Tensor w = Tensor::from({1, 64}, std::vector<double>(64, 1.0), DType::f32());
+    linear(x, w, Tensor());
+  }
+  const StepTrace& st = tr.end_step();
+  REQUIRE(st.blocks.size() == 2);
+  const BlockRecord& x = st.blocks[0];
+  CHECK(x.name == "lin.input");
+  CHECK(x.gemm == "fprop");
+  CHECK(x.events.elements == 64);
+  CHECK(x.events.blocks == 2);
+  CHECK(x.scale_hist == std::map<int, uint64_t>{{-3, 1}, {-127, 1}});
+  // 1..32 at scale 2^-3 become 8..256 in e4m3: 8..16 exact, then spacing 2, 4, 8, 16 (17 is
+  // 136, a tie between 128 and 144 that goes to 128's even significand: 16).
+  const Mat q = quantized("mxfp8_e4m3:ceil", xv, 1, 64, 1, 64, BlockAxis::last);
+  CHECK(q[16] == 16.0f);
+  CHECK(q[31] == 32.0f);
+  double noise = 0, signal = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    noise += (xv[i] - double(q[i])) * (xv[i] - double(q[i]));
+    signal += xv[i] * xv[i];
+  }
+  CHECK(noise > 0);
+  CHECK(x.signal == signal);
+  CHECK(x.noise == noise);
+  std::string line;
+  append_block_columns(line, st.step, x);
+  CHECK(line.rfind("7,lin.input,fprop,linear,activation,mxfp8_e4m3:ceil,-1,0,0,64,2,", 0) == 0);
+  const std::string tail = ",-127,-3,-127:1;-3:1";
+  CHECK(line.substr(line.size() - tail.size()) == tail);
+}
+
+TEST_CASE("block policies: config errors are one-line input errors", "[sim][blocks]") {
+  CHECK_THROWS_WITH(parse_config(transformer("mxfp8", "low = \"bf16\""), "."),
+                    Catch::Contains("'precision.low' does not apply to the block-scaled policy"));
+  CHECK_THROWS_WITH(parse_config(transformer("nvfp4", "[precision.ops]\nmatmul = \"lower\""), "."),
+                    Catch::Contains("lowers linear layers only"));
+  // Opting linear out is allowed: nothing is block-scaled then.
+  CHECK_NOTHROW(parse_config(transformer("nvfp4", "[precision.ops]\nlinear = \"input\""), "."));
+  CHECK_THROWS_WITH(parse_config(transformer("mxfp4", "margin = 1"), "."),
+                    Catch::Contains("need policy fp8-hybrid or fp8-current"));
+}
+
+TEST_CASE("block policies: byte-identical results at 1 and 2 threads", "[sim][blocks]") {
+  for (const char* n : {"nvfp4", "fp8-blockwise"}) {
+    INFO(n);
+    const TrainConfig c = parse_config(transformer(n), ".");
+    const fs::path a = scratch(std::string(n) + "1"), b = scratch(std::string(n) + "2");
+    TrainOptions one, two;
+    two.threads = 2;
+    write_run(c, a.string(), one);
+    write_run(c, b.string(), two);
+    for (const char* f : {"steps.csv", "trace.csv", "blocks.csv", "manifest.json"}) {
+      INFO(f);
+      const std::string x = slurp(a / f);
+      CHECK(!x.empty());
+      CHECK(x == slurp(b / f));
+    }
+    const std::string blocks = slurp(a / "blocks.csv");
+    CHECK(std::count(blocks.begin(), blocks.end(), '\n') > 1);
+    fs::remove_all(a);
+    fs::remove_all(b);
+  }
+}
