@@ -91,10 +91,11 @@ f16 = [r for r in rows if r["model"].startswith("fp16 accumulation (") and r["n"
 check(all(float(r["computed"]) == float(np.float16(float(r["computed"]))) for r in f16) and
       all(float(r["rel_error"]) > 0 for r in f16), "fp16 accumulation: fp16 results, inexact at n=256")
 
-# Redrawing from the same results gives the same files (no timestamps in PNG or PDF).
+# Redrawing from the same results gives the same files (no timestamps in PNG or PDF); the
+# experiments named bare, found under --experiments.
 redraw = [n for n in ("accumulation", "demo", "memory") if n in names]
-r = subprocess.run([HALFWAY, "run", "--plot-only", "--results", res] +
-                   [os.path.join(exps, n) for n in redraw], capture_output=True, text=True, env=env)
+r = subprocess.run([HALFWAY, "run", "--plot-only", "--results", res, "--experiments", exps] +
+                   redraw, capture_output=True, text=True, env=env)
 check(r.returncode == 0, "halfway run --plot-only " + " ".join(redraw))
 same = [open(os.path.join(res, n, "figures", f), "rb").read() == b
         for (n, f), b in figs.items() if n in redraw]

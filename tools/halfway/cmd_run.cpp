@@ -189,9 +189,10 @@ int cmd_run(int argc, char** argv) {
   std::string results, root = "experiments", python = default_python();
   int jobs = 1;
   bool all = false, plot_only = false;
-  app.add_option("experiments", exps, "experiment folders (each with sweep.toml and plot.py)");
+  app.add_option("experiments", exps, "experiment folders (each with sweep.toml and plot.py), "
+                                      "or names of folders under --experiments");
   app.add_flag("--all", all, "every folder with a plot.py under --experiments");
-  app.add_option("--experiments", root, "where --all looks (default: experiments)");
+  app.add_option("--experiments", root, "where --all and bare names look (default: experiments)");
   app.add_option("--results", results, "results root (default: results/ next to the "
                                         "experiments folder)");
   app.add_option("--jobs,-j", jobs, "runs in parallel")->check(CLI::Range(1, 1024));
@@ -217,7 +218,12 @@ int cmd_run(int argc, char** argv) {
       if (e.is_directory() && fs::exists(e.path() / "plot.py")) list.push_back(e.path());
     std::sort(list.begin(), list.end());
   } else {
-    for (const auto& e : exps) list.emplace_back(e);
+    // A bare name that is not a folder here names one under --experiments (`halfway run
+    // text_lm` from the repository root).
+    for (const auto& e : exps)
+      list.emplace_back(!fs::is_directory(e) && fs::is_directory(fs::path(root) / e)
+                            ? fs::path(root) / e
+                            : fs::path(e));
   }
   if (list.empty()) throw InputError("usage: halfway run EXPERIMENT_DIR... | --all");
   int rc = 0;
