@@ -81,13 +81,8 @@ std::string scheme_list() {
 
 constexpr uint32_t kAbs = 0x7FFFFFFFu;
 
-// The element-pass loops are plain C++ that the compiler vectorises; compile them for AVX-512
-// and AVX2 too and pick at run time (the library itself targets the baseline x86-64).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define HALFWAY_BLOCKS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define HALFWAY_BLOCKS_CLONES
-#endif
+// The element-pass loops are plain C++ that the compiler vectorises (halfway/config.hpp).
+#define HALFWAY_BLOCKS_CLONES HALFWAY_VECTOR_CLONES
 constexpr uint32_t kInfBits = 0x7F800000u;
 
 // Reductions over the blocks, compiled for AVX-512 and AVX2 too: a tensor has many blocks.

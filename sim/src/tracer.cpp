@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "halfway/config.hpp"
 #include "halfway/softfloat.hpp"
 
 namespace halfway::sim {
@@ -22,31 +23,76 @@ int TraceRecord::max_exp() const {
   return INT_MIN;
 }
 
-void add_values(TraceRecord& r, const float* pre, size_t n) {
-  // One pass over the bit patterns (magnitudes order like them): the exponent bin of each
-  // non-zero finite value, the extremes, the non-finite inputs. Bin index e - kMinExp is the
-  // biased exponent + 22 for normals, 31 - clz for subnormals; bin 277 collects zeros and
-  // non-finite values. p counts the exact powers of two the same way (no fraction bits set
-  // for a normal, one bit set for a subnormal); they are rare, so a branch skips the rest.
-  // Values cluster in a few bins, so four copies of the histogram (element i into copy i % 4)
-  // keep consecutive increments of one bin from waiting on each other.
-  constexpr size_t kSlots = TraceRecord::kBins + 1, kCopies = 4;
-  uint64_t h[kCopies][kSlots] = {}, p[kSlots] = {};
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(pre);
+namespace {
+
+constexpr size_t kSlots = TraceRecord::kBins + 1;  // bin kBins collects zeros and non-finites
+constexpr size_t kChunk = 2048;
+
+/// What the values tell besides their histogram: the extremes and the non-finite inputs.
+struct ValueFacts {
   uint32_t max_bits = 0, min_bits = 0xFFFFFFFFu;
   uint64_t nonfinite = 0;
+};
+
+/// The exponent bin of each of the n ≤ kChunk values (bits without their sign) into `bin`,
+/// and the chunk's facts; true when an exact power of two occurs. A loop without stores that
+/// depend on the data, which the compiler vectorises. Bin index e − kMinExp is the biased
+/// exponent + 22 for normals and floor(log2 b) for subnormals, taken exactly from the exponent
+/// of float(b) (b < 2^23 is exact in binary32); zeros and non-finite values go to kBins. A
+/// power of two has no fraction bits set (normal) or one bit set (subnormal).
+HALFWAY_VECTOR_CLONES bool exponent_bins(const uint32_t* __restrict bits, size_t n,
+                                         uint16_t* __restrict bin, ValueFacts& f) {
+  uint32_t mx = f.max_bits, mn = f.min_bits, pow2 = 0, nonfinite = 0;  // n ≤ kChunk
+  for (size_t i = 0; i < n; ++i) {  // masks instead of branches, so that it vectorises
+    const uint32_t b = bits[i] & 0x7FFFFFFFu;
+    const uint32_t finite_nonzero = -uint32_t(b - 1u < 0x7F7FFFFFu);  // 0 < b < 0x7F800000
+    const uint32_t field = b >> 23;
+    const uint32_t normal = -uint32_t(field != 0);
+    const float fb = float(int32_t(b & 0x7FFFFFu));
+    uint32_t fb_bits;
+    std::memcpy(&fb_bits, &fb, 4);
+    const uint32_t bn = (normal & (field + 22)) | (~normal & ((fb_bits >> 23) - 127));
+    bin[i] = uint16_t((finite_nonzero & bn) | (~finite_nonzero & uint32_t(TraceRecord::kBins)));
+    const uint32_t rest = (normal & (b & 0x7FFFFFu)) | (~normal & (b & (b - 1u)));
+    pow2 |= uint32_t(rest == 0) & finite_nonzero;
+    nonfinite += uint32_t(b >= 0x7F800000u);
+    mx = std::max(mx, finite_nonzero & b);
+    mn = std::min(mn, (finite_nonzero & b) | ~finite_nonzero);
+  }
+  f.max_bits = mx, f.min_bits = mn, f.nonfinite += nonfinite;
+  return pow2 != 0;
+}
+
+/// The exact powers of two of a chunk into p (rare: only chunks that have one come here).
+void count_pow2(const uint32_t* bits, size_t n, const uint16_t* bin, uint64_t* p) {
   for (size_t i = 0; i < n; ++i) {
     const uint32_t b = bits[i] & 0x7FFFFFFFu;
-    const bool finite_nonzero = b - 1u < 0x7F7FFFFFu;  // 0 < b < 0x7F800000
-    const uint32_t field = b >> 23;
-    const uint32_t bin = field ? field + 22 : uint32_t(31 - __builtin_clz(b | 1));
-    h[i % kCopies][finite_nonzero ? bin : TraceRecord::kBins]++;
-    const uint32_t rest = field ? (b & 0x7FFFFFu) : (b & (b - 1u));
-    if (rest == 0 && finite_nonzero) p[bin]++;
-    nonfinite += b >= 0x7F800000u;
-    max_bits = std::max(max_bits, finite_nonzero ? b : 0u);
-    min_bits = std::min(min_bits, finite_nonzero ? b : 0xFFFFFFFFu);
+    const uint32_t rest = (b >> 23) ? (b & 0x7FFFFFu) : (b & (b - 1u));
+    if (rest == 0 && b - 1u < 0x7F7FFFFFu) p[bin[i]]++;
   }
+}
+
+}  // namespace
+
+void add_values(TraceRecord& r, const float* pre, size_t n) {
+  // Per chunk: the bins in one vectorised pass, then the increments in four copies of the
+  // histogram (element i into copy i % 4), so that consecutive values in one bin (values
+  // cluster in a few) do not wait on each other.
+  uint64_t h[4][kSlots] = {}, p[kSlots] = {};
+  uint16_t bin[kChunk];
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(pre);
+  ValueFacts f;
+  for (size_t s = 0; s < n; s += kChunk) {
+    const size_t m = std::min(kChunk, n - s);
+    const bool pow2 = exponent_bins(bits + s, m, bin, f);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+      h[0][bin[i]]++, h[1][bin[i + 1]]++, h[2][bin[i + 2]]++, h[3][bin[i + 3]]++;
+    for (; i < m; ++i) h[0][bin[i]]++;
+    if (pow2) count_pow2(bits + s, m, bin, p);
+  }
+  uint32_t max_bits = f.max_bits, min_bits = f.min_bits;
+  const uint64_t nonfinite = f.nonfinite;
   for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j) {
     r.hist[j] += h[0][j] + h[1][j] + h[2][j] + h[3][j];
     r.pow2[j] += p[j];

@@ -11,6 +11,17 @@
 #define HALFWAY_INLINE inline __attribute__((always_inline))
 #endif
 
+// Plain loops that the compiler vectorises, compiled also for AVX-512 and AVX2 and chosen at
+// run time (the library itself targets the baseline x86-64). Off under AddressSanitizer, whose
+// instrumentation does not go with target clones.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__CUDACC__)
+#define HALFWAY_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HALFWAY_VECTOR_CLONES
+#endif
+
 #include <cstdint>
 
 namespace halfway::detail {
