@@ -22,6 +22,7 @@
 #include "halfway/sim/policy.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "scratch.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -119,19 +120,10 @@ LinearRun expected(const BlockRecipe& r, size_t M, size_t K, size_t N, size_t t,
 }
 
 fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("halfway_test_block_policy_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return halfway_test::scratch_dir("block_policy", name);
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using halfway_test::slurp;
 
 std::string transformer(const std::string& policy, const std::string& precision = "") {
   return R"([model]

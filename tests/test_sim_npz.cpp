@@ -15,6 +15,7 @@
 
 #include "halfway/names.hpp"
 #include "halfway/sim/npz.hpp"
+#include "scratch.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -22,20 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("halfway_test_npz_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path scratch(const std::string& name) { return halfway_test::scratch_dir("npz", name); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using halfway_test::slurp;
 
 /// A .npy image with a hand-written header and raw data.
 std::string npy(const std::string& descr, bool fortran, const std::string& shape,

@@ -16,6 +16,7 @@
 #include "halfway/names.hpp"
 #include "halfway/sim/data.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "scratch.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -23,22 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("halfway_test_text_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path scratch(const std::string& name) { return halfway_test::scratch_dir("text", name); }
 
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using halfway_test::slurp;
 
 /// A deterministic corpus of printable bytes with little repetition.
 std::string corpus_of(size_t n) {

@@ -20,6 +20,7 @@
 #include "halfway/sim/npz.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "scratch.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -55,20 +56,9 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   return s.replace(p, from.size(), to);
 }
 
-fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("halfway_test_sim_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path scratch(const std::string& name) { return halfway_test::scratch_dir("sim", name); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using halfway_test::slurp;
 
 std::vector<StepRow> rows_of(const TrainConfig& c, std::vector<StepTrace>* traces = nullptr,
                              std::vector<Param>* final_params = nullptr) {
