@@ -832,45 +832,42 @@ def main(halfway):
            "results" % (n, sum(len(v) for v in texts.values()), len(out.splitlines())))
 
     # Negative controls: the checkers must notice each of these.
-    if "demo" in seen:
-        res, texts, out = seen["demo"]
-        bad = os.path.join(tmp, "demo-corrupt")
+    def corrupted(name, pick, file, change):
+        """The checker's errors on a copy of `name`'s results in which `change` edited `file`
+        (a DataFrame of strings) of the run `pick` chose from the sweep table; and that run."""
+        res, texts, out = seen[name]
+        bad = os.path.join(tmp, name + "-corrupt")
         shutil.copytree(res, bad)
-        df = sweep(bad)
-        row = df[df["case"] == "fp16-noscale"].iloc[0]
-        p = os.path.join(bad, row["dir"], "steps.csv")
-        s = pd.read_csv(p, dtype=str, keep_default_na=False)
-        s.loc[0, "grad_flushed"] = str(int(s.loc[0, "grad_flushed"]) + 7)
-        s.to_csv(p, index=False)
-        errors = check("demo", bad, texts, out)
+        row = pick(sweep(bad))
+        p = os.path.join(bad, row["dir"], file)
+        t = pd.read_csv(p, dtype=str, keep_default_na=False)
+        change(t)
+        t.to_csv(p, index=False)
+        return check(name, bad, texts, out), row
+
+    def case(name):
+        return lambda df: df[df["case"] == name].iloc[0]
+
+    if "demo" in seen:
+        def more_flushed(s):
+            s.loc[0, "grad_flushed"] = str(int(s.loc[0, "grad_flushed"]) + 7)
+        errors, _ = corrupted("demo", case("fp16-noscale"), "steps.csv", more_flushed)
         ok(any("fp16-noscale" in e for e in errors),
            "negative control: 7 more underflows in one step of fp16-noscale's steps.csv are "
            "caught (%s)" % (errors[:1],))
     if "text_lm" in seen:
-        res, texts, out = seen["text_lm"]
-        bad = os.path.join(tmp, "text_lm-corrupt")
-        shutil.copytree(res, bad)
-        row = sweep(bad).iloc[1]
-        p = os.path.join(bad, row["dir"], "steps.csv")
-        s = pd.read_csv(p, dtype=str, keep_default_na=False)
-        s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
-        s.to_csv(p, index=False)
-        errors = check("text_lm", bad, texts, out)
+        def higher_val_loss(s):
+            s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
+        errors, row = corrupted("text_lm", lambda df: df.iloc[1], "steps.csv", higher_val_loss)
         ok(any(row["case"] in e for e in errors),
            "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
            % (row["case"], errors[:1]))
     if "block_formats" in seen:
-        res, texts, out = seen["block_formats"]
-        bad = os.path.join(tmp, "block_formats-corrupt")
-        shutil.copytree(res, bad)
-        df = sweep(bad)
-        row = df[df["case"] == "nvfp4"].iloc[0]
-        p = os.path.join(bad, row["dir"], "blocks.csv")
-        b = pd.read_csv(p, dtype=str, keep_default_na=False)
-        last = len(b) - 1
-        b.loc[last, "flushed"] = str(int(b.loc[last, "flushed"]) + int(b.loc[last, "elements"]) // 2)
-        b.to_csv(p, index=False)
-        errors = check("block_formats", bad, texts, out)
+        def more_flushed_elements(b):
+            last = len(b) - 1
+            b.loc[last, "flushed"] = str(int(b.loc[last, "flushed"]) +
+                                         int(b.loc[last, "elements"]) // 2)
+        errors, _ = corrupted("block_formats", case("nvfp4"), "blocks.csv", more_flushed_elements)
         ok(any("nvfp4" in e for e in errors),
            "negative control: half a copy's elements more flushed in one row of nvfp4's "
            "blocks.csv are caught (%s)" % (errors[:1],))
