@@ -86,6 +86,13 @@ def read_run_csv(results, row, name):
     return read_csv(run_file(results, row, name))
 
 
+def transformer_title(cfg):
+    """A transformer run's shape, from its config: blocks, d_model, heads, seq, batch."""
+    m, d = cfg["model"], cfg["data"]
+    return "%d blocks, d_model %d, %d heads, seq %d, batch %d" % (
+        m["blocks"], m["d_model"], m["heads"], m["seq_len"], d["batch_size"])
+
+
 def run_config(results, row):
     """The full config of one run (its manifest's `config`), as a dict."""
     with open(run_file(results, row, "manifest.json")) as f:

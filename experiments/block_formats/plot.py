@@ -23,12 +23,6 @@ import pandas as pd  # noqa: E402
 ROLES = (("X", "input", "--"), ("W", "weight", ":"), ("dY", "grad_output", "-"))
 
 
-def model_title(cfg):
-    m, d = cfg["model"], cfg["data"]
-    return "%d blocks, d_model %d, %d heads, seq %d, batch %d" % (
-        m["blocks"], m["d_model"], m["heads"], m["seq_len"], d["batch_size"])
-
-
 def final_val_loss(s):
     return float(s.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
 
@@ -74,7 +68,7 @@ def main(results):
         ax[0].set_ylim(top=float(later.max()) * 1.02)
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("validation loss (nats per byte)")
-    ax[0].set_title(model_title(style.run_config(results, df.iloc[0])))
+    ax[0].set_title(style.transformer_title(style.run_config(results, df.iloc[0])))
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("SNR (dB)")
     ax[1].set_title("quantization SNR of the GEMM operands")

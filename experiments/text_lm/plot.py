@@ -13,12 +13,6 @@ import style  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def model_title(cfg):
-    m, d = cfg["model"], cfg["data"]
-    return "%d blocks, d_model %d, %d heads, seq %d, batch %d" % (
-        m["blocks"], m["d_model"], m["heads"], m["seq_len"], d["batch_size"])
-
-
 def main(results):
     style.setup()
     df, _ = style.load(results)
@@ -35,7 +29,7 @@ def main(results):
                        color=style.color(i), ms=3)
     ax[0].set_xlabel("step")
     ax[0].set_ylabel("validation loss (nats per byte)")
-    ax[0].set_title(model_title(style.run_config(results, df.iloc[0])))
+    ax[0].set_title(style.transformer_title(style.run_config(results, df.iloc[0])))
     ax[1].set_yscale("log")
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("gradient values flushed to zero (%)")
