@@ -91,18 +91,15 @@ void add_values(TraceRecord& r, const float* pre, size_t n) {
     for (; i < m; ++i) h[0][bin[i]]++;
     if (pow2) count_pow2(bits + s, m, bin, p);
   }
-  uint32_t max_bits = f.max_bits, min_bits = f.min_bits;
-  const uint64_t nonfinite = f.nonfinite;
   for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j) {
     r.hist[j] += h[0][j] + h[1][j] + h[2][j] + h[3][j];
     r.pow2[j] += p[j];
   }
-  r.nonfinite_in += nonfinite;
-  if (min_bits == 0xFFFFFFFFu) max_bits = 0;
-  if (max_bits) {
+  r.nonfinite_in += f.nonfinite;
+  if (f.max_bits) {  // some value was finite and non-zero (else max_bits stays 0)
     float mx, mn;
-    std::memcpy(&mx, &max_bits, 4);
-    std::memcpy(&mn, &min_bits, 4);
+    std::memcpy(&mx, &f.max_bits, 4);
+    std::memcpy(&mn, &f.min_bits, 4);
     if (double(mx) > r.max_abs) r.max_abs = mx;
     if (r.min_abs == 0 || double(mn) < r.min_abs) r.min_abs = mn;
   }
