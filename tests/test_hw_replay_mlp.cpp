@@ -102,7 +102,10 @@ ReplayInput make_input(int steps) {
   auto model = sim::make_mlp(c.mlp, rng);
   for (const sim::Param& p : model->params()) {
     in.param_names.push_back(p.name);
-    in.params.emplace_back(p.t.data().begin(), p.t.data().end());
+    {
+      const std::vector<double> v = p.t.data().to_vector();
+      in.params.emplace_back(v.begin(), v.end());
+    }
   }
   const sim::Dataset d = sim::synthetic_regression(c.data_n, c.mlp.layers.front(),
                                                    c.mlp.layers.back(), c.noise, c.seed);
@@ -110,8 +113,8 @@ ReplayInput make_input(int steps) {
   for (int s = 0; s < steps; ++s) {
     const sim::Batch b = loader.next();
     if (b.size != c.batch_size) throw std::runtime_error("a short batch: not supported");
-    for (double v : b.x.data()) in.x.push_back(float(v));
-    for (double v : b.y.data()) in.y.push_back(float(v));
+    for (double v : b.x.data().to_vector()) in.x.push_back(float(v));
+    for (double v : b.y.data().to_vector()) in.y.push_back(float(v));
   }
   const sim::OptimizerConfig& o = c.optimizer;
   if (o.kind != "adam" || o.weight_decay != 0) throw std::runtime_error("Adam without decay only");
@@ -188,7 +191,7 @@ std::vector<StepRecord> run_sim(const CaseDef& cd, int steps) {
                  for (float v : grads[p]) g.bits.push_back(std::bit_cast<uint32_t>(v));
                  s.tensors.push_back(std::move(g));
                  TensorRecord w{"params." + params[p].name, "fp32", {}};
-                 for (double v : params[p].t.data()) w.bits.push_back(encode(sim::DType::f32(), v));
+                 for (double v : params[p].t.data().to_vector()) w.bits.push_back(encode(sim::DType::f32(), v));
                  s.tensors.push_back(std::move(w));
                }
                out.push_back(std::move(s));

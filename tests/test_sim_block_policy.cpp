@@ -67,7 +67,7 @@ Mat fp32_gemm(size_t m, size_t n, size_t k, FA a, FB b) {
   return c;
 }
 
-Mat as_floats(const std::vector<double>& v) { return Mat(v.begin(), v.end()); }
+Mat as_floats(const Values& v) { return Mat(v.f32(), v.f32() + v.size()); }
 
 struct LinearRun {
   Mat y, dx, dw;

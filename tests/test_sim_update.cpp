@@ -140,7 +140,7 @@ TEST_CASE("Kahan updates with an fp32 compensation equal a binary64 sum", "[sim]
   // Every plain update vanished (|g| < half an ulp), and the count says so exactly.
   CHECK(vanished_plain == nonzero_plain);
   CHECK(nonzero_plain > uint64_t(steps) * n * 9 / 10);  // g = 0 with probability 1/2049
-  CHECK(plain[0].t.data() == w0);
+  CHECK(plain[0].t.data().to_vector() == w0);
   // The compensation buffer is not visible through Param, so reconstruct it: w + c == exact
   // means |w - exact| is the buffer's magnitude, at most half an ulp (2^-8 in [1, 2)); and the
   // weight is the bf16 nearest to the exact sum or a neighbour at the same distance.
@@ -210,7 +210,7 @@ TEST_CASE("stochastically rounded updates: frequency and exact vanished count",
     rt.rounding.seed = seed;
     o.step({std::vector<float>(n, -std::ldexp(1.0f, -9))}, rt);
     uint64_t up = 0;
-    for (double w : ps[0].t.data()) {
+    for (double w : ps[0].t.data().to_vector()) {
       REQUIRE((w == 1.0 || w == 1.0 + std::ldexp(1.0, -7)));
       up += w != 1.0;
     }
@@ -342,7 +342,8 @@ TEST_CASE("per-role rounding touches only its role", "[sim][update]") {
                                        "forward_rounding = \"rne\"\nbackward_rounding = \"rne\"\n"
                                        "update_rounding = \"rne\""));
   for (size_t t = 0; t < base.rows.size(); ++t) CHECK(all.rows[t].loss == base.rows[t].loss);
-  CHECK(all.sum.final_params[0].t.data() == base.sum.final_params[0].t.data());
+  CHECK(all.sum.final_params[0].t.data().to_vector() ==
+        base.sum.final_params[0].t.data().to_vector());
 }
 
 TEST_CASE("the fp32 reference run: drift against a separate fp32 run", "[sim][update]") {
@@ -410,7 +411,8 @@ TEST_CASE("every update option gives the same results at any thread count", "[si
     }
   }
   for (size_t i = 0; i < one.sum.final_params.size(); ++i)
-    CHECK(one.sum.final_params[i].t.data() == four.sum.final_params[i].t.data());
+    CHECK(one.sum.final_params[i].t.data().to_vector() ==
+          four.sum.final_params[i].t.data().to_vector());
 }
 
 TEST_CASE("at a small learning rate nearest stalls; stochastic and Kahan follow fp32",

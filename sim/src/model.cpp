@@ -27,9 +27,7 @@ void Model::load(const NpzFile& f, const std::string& what) {
       throw InputError(what + ": array '" + prm.name + "' has shape " + shape_str(a.shape) +
                        ", the model needs " + shape_str(prm.t.shape()));
     check_finite_fp32(a.values, what + ": array '" + prm.name + "'");
-    std::vector<double> v = a.values;
-    round_into(default_runtime(), prm.t.dtype(), v, nullptr);
-    prm.t.data() = std::move(v);
+    prm.t.impl()->data = rounded(default_runtime(), prm.t.dtype(), a.values, nullptr);
     used.insert(prm.name);
   }
   for (const auto& [name, arr] : f)
@@ -41,7 +39,7 @@ void Model::load(const NpzFile& f, const std::string& what) {
 void Model::set_param_dtype(const DType& dt) {
   for (Param& prm : params_) {
     prm.t.impl()->dtype = dt;
-    round_into(default_runtime(), dt, prm.t.data(), nullptr);
+    round_into(default_runtime(), dt, prm.t.impl()->data, nullptr);
   }
 }
 

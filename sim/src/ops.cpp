@@ -25,6 +25,51 @@ namespace {
 using Ptr = std::shared_ptr<TensorImpl>;
 using Vec = std::vector<double>;
 
+/// A tensor's values as binary64 for code that reads them through a pointer: fp64 storage
+/// itself, or a converted copy of binary32 storage (exact).
+class Wide {
+ public:
+  explicit Wide(const Values& v) {
+    if (v.wide()) {
+      p_ = v.f64();
+    } else {
+      own_ = v.to_vector();
+      p_ = own_.data();
+    }
+  }
+  Wide(const Wide&) = delete;
+  Wide& operator=(const Wide&) = delete;
+  const double* data() const { return p_; }
+  double operator[](size_t i) const { return p_[i]; }
+
+ private:
+  Vec own_;
+  const double* p_ = nullptr;
+};
+
+/// f(T{}) with T the storage type of values of `wide`-ness: float, or double for fp64.
+template <class F>
+void by_width(bool wide, F f) {
+  if (wide)
+    f(double{});
+  else
+    f(float{});
+}
+template <class T>
+const T* ptr(const Values& v) {
+  if constexpr (std::is_same_v<T, double>)
+    return v.f64();
+  else
+    return v.f32();
+}
+template <class T>
+T* ptr(Values& v) {
+  if constexpr (std::is_same_v<T, double>)
+    return v.f64();
+  else
+    return v.f32();
+}
+
 TraceKind fwd_kind(const TensorImpl& t) {
   return t.weight ? TraceKind::weight : TraceKind::activation;
 }
@@ -37,7 +82,8 @@ std::string grad_suffix(const std::string& role) {
   return role + ".grad";
 }
 
-Ptr make_node(const char* op, Shape shape, const DType& dt, Vec data, std::vector<Ptr> parents) {
+Ptr make_node(const char* op, Shape shape, const DType& dt, Values data,
+              std::vector<Ptr> parents) {
   auto p = std::make_shared<TensorImpl>();
   p->op = op;
   p->shape = std::move(shape);
@@ -51,42 +97,44 @@ Ptr make_node(const char* op, Shape shape, const DType& dt, Vec data, std::vecto
 }
 
 /// An op's forward result: y rounded into dt (traced as `<scope>.output`) as a new node.
-Ptr output_node(Runtime& rt, const char* op, Shape shape, const DType& dt, Vec y,
+Ptr output_node(Runtime& rt, const char* op, Shape shape, const DType& dt, const Vec& y,
                 std::vector<Ptr> parents) {
   const TraceTag tag{scoped("output"), op, TraceKind::activation};
-  round_into(rt, dt, y, &tag);
-  return make_node(op, std::move(shape), dt, std::move(y), std::move(parents));
+  return make_node(op, std::move(shape), dt, rounded(rt, dt, y, &tag), std::move(parents));
 }
 
 /// Add a gradient contribution (already rounded into t's dtype) to t.grad; a second
 /// contribution is summed and rounded again, as PyTorch accumulates in the tensor's dtype.
-void add_grad(Runtime& rt, TensorImpl& t, Vec&& g) {
+void add_grad(Runtime& rt, TensorImpl& t, Values&& g) {
   if (!t.requires_grad) return;
   if (t.grad.empty()) {
     t.grad = std::move(g);
     return;
   }
-  for (size_t i = 0; i < g.size(); ++i) t.grad[i] += g[i];
+  Vec sum(g.size());
+  for (size_t i = 0; i < g.size(); ++i) sum[i] = t.grad[i] + g[i];
   const TraceTag tag{t.name + ".grad_accum", "accumulate", grad_kind(t)};
-  round_into(rt, t.dtype, t.grad, &tag);
+  t.grad = rounded(rt, t.dtype, sum, &tag);
 }
 
 /// Send an input gradient g to t: round it into t's dtype (traced under `tag`), then add it.
-void send_grad(Runtime& rt, TensorImpl& t, Vec&& g, const TraceTag* tag) {
-  round_into(rt, t.dtype, g, tag);
-  add_grad(rt, t, std::move(g));
+void send_grad(Runtime& rt, TensorImpl& t, const Vec& g, const TraceTag* tag) {
+  add_grad(rt, t, rounded(rt, t.dtype, g, tag));
 }
 
 /// A bias's gradient: the column sums of G [rows × n], in binary64.
-Vec bias_grad(const double* G, int64_t rows, int64_t n) {
+Vec bias_grad(const Values& G, int64_t rows, int64_t n) {
   Vec g(size_t(n), 0.0);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < n; ++j) g[size_t(j)] += G[i * n + j];
+  by_width(G.wide(), [&](auto z) {
+    const auto* p = ptr<decltype(z)>(G);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j) g[size_t(j)] += double(p[i * n + j]);
+  });
   return g;
 }
 
 /// A cast's node: `y` (x's values in dt) named `name`, a weight when x is one.
-Ptr cast_output(const Tensor& x, const std::string& name, const DType& dt, Vec y) {
+Ptr cast_output(const Tensor& x, const std::string& name, const DType& dt, Values y) {
   Ptr out = make_node("cast", x.shape(), dt, std::move(y), {x.ptr()});
   out->name = name;
   out->weight = x.impl()->weight;
@@ -97,9 +145,11 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
                  const std::string& grad_name) {
   if (x.dtype() == dt) return x;
   Runtime& rt = runtime();
-  Vec y = x.data();
   const TraceTag tag{name, "cast", kind};
-  round_into(rt, dt, y, &tag);
+  Values y;
+  by_width(x.data().wide(), [&](auto z) {
+    y = rounded(rt, dt, ptr<decltype(z)>(x.data()), x.data().size(), &tag);
+  });
   Ptr out = cast_output(x, name, dt, std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -108,8 +158,9 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
     const TraceTag gtag{grad_name, "cast", grad_kind(*xp)};
     // The backward of a cast rounds the gradient back into the source dtype.
     out->backward_fn = [o, xp, r, gtag]() {
-      Vec g = o->grad;
-      send_grad(*r, *xp, std::move(g), &gtag);
+      by_width(o->grad.wide(), [&](auto z) {
+        add_grad(*r, *xp, rounded(*r, xp->dtype, ptr<decltype(z)>(o->grad), o->grad.size(), &gtag));
+      });
     };
   }
   return Tensor(out);
@@ -157,6 +208,25 @@ DType prepare(OpKind op, std::vector<Tensor>& ts, std::initializer_list<const ch
   return dt;
 }
 
+/// A GEMM operand: a tensor's binary32 storage, or binary64 values (fp64 tensors, fp8 and
+/// block-scaled copies).
+struct Src {
+  const float* f = nullptr;
+  const double* d = nullptr;
+  Src() = default;
+  Src(const float* p) : f(p) {}
+  Src(const double* p) : d(p) {}
+  Src(const Vec& v) : d(v.data()) {}
+  Src(const Values& v) {
+    if (v.wide())
+      d = v.f64();
+    else
+      f = v.f32();
+  }
+  explicit operator bool() const { return f || d; }
+  Src operator+(int64_t i) const { return f ? Src(f + i) : Src(d + i); }
+};
+
 Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
   Vec t(static_cast<size_t>(rows * cols));
   constexpr int64_t kTile = 32;  // tiles keep both sides' cache lines in use
@@ -169,9 +239,10 @@ Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
   return t;
 }
 
-/// Rows × cols of row-major binary32 from `src`: the same layout, or (`transposed`) src holding
-/// the cols × rows transpose. Values of fp32 or narrower dtypes convert exactly.
-void load_f32(const double* src, int64_t rows, int64_t cols, bool transposed, float* dst) {
+/// Rows × cols of row-major binary32 from `src` into dst: the same layout, or (`transposed`)
+/// src holding the cols × rows transpose. Values of fp32 or narrower dtypes convert exactly.
+template <class T>
+void load_f32(const T* src, int64_t rows, int64_t cols, bool transposed, float* dst) {
   if (!transposed) {
     std::copy(src, src + rows * cols, dst);
     return;
@@ -191,29 +262,53 @@ float* scratch(std::vector<float>& v, size_t n) {
   return v.data();
 }
 
+/// Rows × cols of row-major binary32 from `src` (see load_f32): binary32 storage in its own
+/// layout as it is, anything else converted into `buf`.
+const float* as_f32(Src src, int64_t rows, int64_t cols, bool transposed,
+                    std::vector<float>& buf) {
+  if (src.f && !transposed) return src.f;
+  float* dst = scratch(buf, size_t(rows * cols));
+  if (src.f)
+    load_f32(src.f, rows, cols, transposed, dst);
+  else
+    load_f32(src.d, rows, cols, transposed, dst);
+  return dst;
+}
+
+/// src as binary64 (for fp64 GEMMs, whose operands are fp64 storage).
+const double* as_f64(Src src, size_t n, Vec& buf) {
+  if (src.d) return src.d;
+  buf.assign(src.f, src.f + n);
+  return buf.data();
+}
+
 /// C = A·B (+ bias) with `dt`'s arithmetic (binary64, or the runtime's accumulation model);
 /// C is not yet rounded into dt. `layout` also says how the operands are stored: Layout::tn
 /// passes A as its transpose (k × m), Layout::nt passes B as its transpose (n × k), as the
 /// backward pass and a linear layer's weight hold them; the transposition happens while the
 /// values are converted to binary32.
-void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, const double* A,
-             const double* B, const double* bias, double* C, Layout layout) {
+void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, Src A, Src B,
+             Src bias, double* C, Layout layout) {
   const BulkOptions o = next_rounding(rt);
   const bool at = layout == Layout::tn, bt = layout == Layout::nt;
   if (dt.is_f64()) {
-    const Vec ta = at ? transpose2d(A, k, m) : Vec(), tb = bt ? transpose2d(B, n, k) : Vec();
-    gemm_f64(m, n, k, at ? ta.data() : A, bt ? tb.data() : B, bias, C);
+    Vec wa, wb, wbias;
+    const double* a = as_f64(A, size_t(m * k), wa);
+    const double* b = as_f64(B, size_t(k * n), wb);
+    const Vec ta = at ? transpose2d(a, k, m) : Vec(), tb = bt ? transpose2d(b, n, k) : Vec();
+    gemm_f64(m, n, k, at ? ta.data() : a, bt ? tb.data() : b,
+             bias ? as_f64(bias, size_t(n), wbias) : nullptr, C);
     return;
   }
   thread_local std::vector<float> fa, fb, fc, fbias;
-  load_f32(A, m, k, at, scratch(fa, size_t(m * k)));
-  load_f32(B, k, n, bt, scratch(fb, size_t(k * n)));
+  const float* a = as_f32(A, m, k, at, fa);
+  const float* b = as_f32(B, k, n, bt, fb);
   float* c = scratch(fc, size_t(m * n));
-  if (bias) load_f32(bias, 1, n, false, scratch(fbias, size_t(n)));
+  const float* pbias = bias ? as_f32(bias, 1, n, false, fbias) : nullptr;
   const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
   const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
-  gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, fa.data(), fb.data(),
-       bias ? fbias.data() : nullptr, c, o, rt.threads);
+  gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, a, b, pbias, c, o,
+       rt.threads);
   std::copy(c, c + m * n, C);
 }
 
@@ -277,8 +372,11 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   Runtime& rt = runtime();
   const char* op = op_name(kind);
   Vec y(x.data().size());
-  for (size_t i = 0; i < y.size(); ++i) y[i] = f(x.data()[i]);
-  Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
+  by_width(x.data().wide(), [&](auto z) {
+    const auto* xv = ptr<decltype(z)>(x.data());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = f(double(xv[i]));
+  });
+  Ptr out = output_node(rt, op, x.shape(), dt, y, {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -290,8 +388,12 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
       out->saved = {xp};
     out->backward_fn = [o, xp, r, gtag, bw]() {
       Vec g(o->grad.size());
-      for (size_t i = 0; i < g.size(); ++i) g[i] = bw(o->grad[i], xp->data[i], o->data[i]);
-      send_grad(*r, *xp, std::move(g), &gtag);
+      by_width(o->grad.wide(), [&](auto z) {
+        using T = decltype(z);
+        const T *gv = ptr<T>(o->grad), *xv = ptr<T>(xp->data), *yv = ptr<T>(o->data);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = bw(double(gv[i]), double(xv[i]), double(yv[i]));
+      });
+      send_grad(*r, *xp, g, &gtag);
     };
   }
   return Tensor(out);
@@ -308,9 +410,14 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
   const char* op = op_name(kind);
   const Bcast bc = broadcast(a.shape(), b.shape());
   Vec y(static_cast<size_t>(numel(bc.out)));
-  const double *pa = a.data().data(), *pb = b.data().data();
-  bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) { y[size_t(o)] = f(pa[ia], pb[ib]); });
-  Ptr out = output_node(rt, op, bc.out, dt, std::move(y), {a.ptr(), b.ptr()});
+  by_width(dt.is_f64(), [&](auto z) {
+    using T = decltype(z);
+    const T *pa = ptr<T>(a.data()), *pb = ptr<T>(b.data());
+    bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) {
+      y[size_t(o)] = f(double(pa[ia]), double(pb[ib]));
+    });
+  });
+  Ptr out = output_node(rt, op, bc.out, dt, y, {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr ap = a.ptr(), bp = b.ptr();
@@ -319,21 +426,25 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
     const TraceTag tb{scoped("grad_other"), op, grad_kind(*bp)};
     if (save_inputs) out->saved = {ap, bp};
     out->backward_fn = [o, ap, bp, r, ta, tb, bc, ga, gb]() {
-      const double *xa = ap->data.data(), *xb = bp->data.data();
-      if (ap->requires_grad) {
-        Vec g(ap->data.size(), 0.0);
-        bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
-          g[size_t(ia)] += ga(o->grad[size_t(i)], xa[ia], xb[ib], o->data[size_t(i)]);
-        });
-        send_grad(*r, *ap, std::move(g), &ta);
-      }
-      if (bp->requires_grad) {
-        Vec g(bp->data.size(), 0.0);
-        bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
-          g[size_t(ib)] += gb(o->grad[size_t(i)], xa[ia], xb[ib], o->data[size_t(i)]);
-        });
-        send_grad(*r, *bp, std::move(g), &tb);
-      }
+      by_width(o->grad.wide(), [&](auto z) {
+        using T = decltype(z);
+        const T *xa = ptr<T>(ap->data), *xb = ptr<T>(bp->data);
+        const T *gv = ptr<T>(o->grad), *yv = ptr<T>(o->data);
+        if (ap->requires_grad) {
+          Vec g(ap->data.size(), 0.0);
+          bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
+            g[size_t(ia)] += ga(double(gv[i]), double(xa[ia]), double(xb[ib]), double(yv[i]));
+          });
+          send_grad(*r, *ap, g, &ta);
+        }
+        if (bp->requires_grad) {
+          Vec g(bp->data.size(), 0.0);
+          bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
+            g[size_t(ib)] += gb(double(gv[i]), double(xa[ia]), double(xb[ib]), double(yv[i]));
+          });
+          send_grad(*r, *bp, g, &tb);
+        }
+      });
     };
   }
   return Tensor(out);
@@ -359,12 +470,12 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 /// A linear layer's output y (x's shape with the last dimension nout) rounded into dt, as the
 /// node whose parents are x, w and, when present, b.
 Ptr linear_output(Runtime& rt, const DType& dt, const Tensor& x, const Tensor& w, const Tensor& b,
-                  int64_t nout, Vec y) {
+                  int64_t nout, const Vec& y) {
   Shape os = x.shape();
   os.back() = nout;
   std::vector<Ptr> parents{x.ptr(), w.ptr()};
   if (b) parents.push_back(b.ptr());
-  return output_node(rt, "linear", std::move(os), dt, std::move(y), std::move(parents));
+  return output_node(rt, "linear", std::move(os), dt, y, std::move(parents));
 }
 
 // ---- fp8: Transformer Engine's per-tensor scaling ---------------------------------------------
@@ -386,11 +497,11 @@ bool fp8_lowers(OpKind op) {
 }
 
 /// x quantized into f with the per-tensor scale kept under `key` (also its trace name).
-Fp8Operand fp8_quantize(Runtime& rt, const std::string& key, const Format& f, const Vec& x,
+Fp8Operand fp8_quantize(Runtime& rt, const std::string& key, const Format& f, const Values& x,
                         TraceKind kind, const char* op) {
   Fp8Operand o;
   const TraceTag tag{key, op, kind};
-  o.inv = 1.0f / fp8_state(rt).quantize(key, f, x.data(), x.size(), o.q, rt, &tag);
+  o.inv = 1.0f / fp8_state(rt).quantize(key, f, Wide(x).data(), x.size(), o.q, rt, &tag);
   return o;
 }
 
@@ -399,6 +510,8 @@ Vec dequantize(Fp8Operand&& o) {
   for (double& v : o.q) v = static_cast<float>(v) * o.inv;
   return std::move(o.q);
 }
+/// The same, as fp32 storage.
+Values dequantized(Fp8Operand&& o) { return Values(dequantize(std::move(o)), false); }
 
 /// The fp8 copy a GEMM's backward keeps (memory accounting).
 std::shared_ptr<const TensorImpl> fp8_copy(const Vec& q, const Shape& s, const Format& f,
@@ -406,37 +519,39 @@ std::shared_ptr<const TensorImpl> fp8_copy(const Vec& q, const Shape& s, const F
   auto t = std::make_shared<TensorImpl>();
   t->shape = s;
   t->dtype = DType::low(f);
-  t->data = q;
+  t->data = Values(q, false);
   t->weight = weight;
   return t;
 }
 
 /// C = A·B with `dt`'s arithmetic, for the batched loops below.
-using GemmFn = std::function<void(int64_t m, int64_t n, int64_t k, const double* A,
-                                  const double* B, double* C, Layout layout)>;
+using GemmFn =
+    std::function<void(int64_t m, int64_t n, int64_t k, Src A, Src B, double* C, Layout layout)>;
 
 GemmFn gemm_in(Runtime* rt, DType dt) {
-  return [rt, dt](int64_t m, int64_t n, int64_t k, const double* A, const double* B, double* C,
-                  Layout l) { gemm_dt(*rt, dt, m, n, k, A, B, nullptr, C, l); };
+  return [rt, dt](int64_t m, int64_t n, int64_t k, Src A, Src B, double* C, Layout l) {
+    gemm_dt(*rt, dt, m, n, k, A, B, Src(), C, l);
+  };
 }
 
 /// An fp8 GEMM (cuBLASLt's scaled fp8 GEMM with an fp32 output): the fp8 products accumulate
 /// in fp32, then C = fl32(fl32(acc)·alpha) (+ bias in fp32), alpha the product of the operands'
 /// inverse scales.
-void gemm_fp8(Runtime& rt, int64_t m, int64_t n, int64_t k, const double* A, const double* B,
-              const double* bias, double* C, Layout layout, float alpha) {
-  gemm_dt(rt, DType::f32(), m, n, k, A, B, nullptr, C, layout);
+void gemm_fp8(Runtime& rt, int64_t m, int64_t n, int64_t k, Src A, Src B, const Values* bias,
+              double* C, Layout layout, float alpha) {
+  gemm_dt(rt, DType::f32(), m, n, k, A, B, Src(), C, layout);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float v = static_cast<float>(C[i * n + j]) * alpha;
-      if (bias) v = v + static_cast<float>(bias[j]);
+      if (bias) v = v + static_cast<float>((*bias)[size_t(j)]);
       C[i * n + j] = v;
     }
 }
 
 GemmFn gemm_fp8_fn(Runtime* rt, float alpha) {
-  return [rt, alpha](int64_t m, int64_t n, int64_t k, const double* A, const double* B,
-                     double* C, Layout l) { gemm_fp8(*rt, m, n, k, A, B, nullptr, C, l, alpha); };
+  return [rt, alpha](int64_t m, int64_t n, int64_t k, Src A, Src B, double* C, Layout l) {
+    gemm_fp8(*rt, m, n, k, A, B, nullptr, C, l, alpha);
+  };
 }
 
 /// An op's input under an fp8 policy that opts the op in: quantized with its own per-tensor
@@ -447,7 +562,7 @@ Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string
                      const char* op) {
   Runtime& rt = runtime();
   const Fp8Config& cfg = fp8_state(rt).config();
-  Vec y = dequantize(fp8_quantize(rt, name, cfg.fwd, x.data(), fwd_kind(*x.impl()), op));
+  Values y = dequantized(fp8_quantize(rt, name, cfg.fwd, x.data(), fwd_kind(*x.impl()), op));
   Ptr out = cast_output(x, name, DType::f32(), std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -455,8 +570,8 @@ Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string
     Runtime* r = &rt;
     out->backward_fn = [o, xp, r, grad_name, op]() {
       const Format bwd = fp8_state(*r).config().bwd;
-      Vec g = dequantize(fp8_quantize(*r, grad_name, bwd, o->grad, grad_kind(*xp), op));
-      send_grad(*r, *xp, std::move(g), nullptr);
+      send_grad(*r, *xp, dequantize(fp8_quantize(*r, grad_name, bwd, o->grad, grad_kind(*xp), op)),
+                nullptr);
     };
   }
   return Tensor(out);
@@ -491,7 +606,7 @@ MatmulDims matmul_dims(const Tensor& a, const Tensor& b) {
 }
 
 /// Y = A·B.
-Vec mm_forward(const MatmulDims& d, const double* A, const double* B, const GemmFn& gemm) {
+Vec mm_forward(const MatmulDims& d, Src A, Src B, const GemmFn& gemm) {
   Vec y(size_t(d.batch * d.m * d.n));
   if (d.b2) {
     gemm(d.batch * d.m, d.n, d.k, A, B, y.data(), Layout::nn);
@@ -504,7 +619,7 @@ Vec mm_forward(const MatmulDims& d, const double* A, const double* B, const Gemm
 }
 
 /// dA = G·Bᵀ.
-Vec mm_grad_a(const MatmulDims& d, const double* G, const double* B, const GemmFn& gemm) {
+Vec mm_grad_a(const MatmulDims& d, Src G, Src B, const GemmFn& gemm) {
   Vec g(size_t(d.batch * d.m * d.k));
   if (d.b2) {
     gemm(d.batch * d.m, d.k, d.n, G, B, g.data(), Layout::nt);
@@ -518,7 +633,7 @@ Vec mm_grad_a(const MatmulDims& d, const double* G, const double* B, const GemmF
 }
 
 /// dB = Aᵀ·G (over the whole batch when B is shared).
-Vec mm_grad_b(const MatmulDims& d, const double* A, const double* G, const GemmFn& gemm) {
+Vec mm_grad_b(const MatmulDims& d, Src A, Src G, const GemmFn& gemm) {
   Vec g(size_t((d.b2 ? 1 : d.batch) * d.k * d.n));
   if (d.b2) {
     gemm(d.k, d.n, d.batch * d.m, A, G, g.data(), Layout::tn);
@@ -570,7 +685,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   const DType dt = prepare(OpKind::matmul, in, {"input", "other"});
   const Tensor &a = in[0], &b = in[1];
   Runtime& rt = runtime();
-  Vec y = mm_forward(d, a.data().data(), b.data().data(), gemm_in(&rt, dt));
+  Vec y = mm_forward(d, a.data(), b.data(), gemm_in(&rt, dt));
   Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -582,12 +697,10 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     out->backward_fn = [o, ap, bp, r, ta, tb, dt, d]() {
       const GemmFn gemm = gemm_in(r, dt);
       if (ap->requires_grad) {
-        Vec g = mm_grad_a(d, o->grad.data(), bp->data.data(), gemm);
-        send_grad(*r, *ap, std::move(g), &ta);
+        send_grad(*r, *ap, mm_grad_a(d, o->grad, bp->data, gemm), &ta);
       }
       if (bp->requires_grad) {
-        Vec g = mm_grad_b(d, ap->data.data(), o->grad.data(), gemm);
-        send_grad(*r, *bp, std::move(g), &tb);
+        send_grad(*r, *bp, mm_grad_b(d, ap->data, o->grad, gemm), &tb);
       }
     };
   }
@@ -611,8 +724,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   const int64_t M = nin ? x.numel() / nin : 0;
   Runtime& rt = runtime();
   Vec y(size_t(M * nout));
-  gemm_dt(rt, dt, M, nout, nin, x.data().data(), w.data().data(),
-          b ? b.data().data() : nullptr, y.data(), Layout::nt);
+  gemm_dt(rt, dt, M, nout, nin, x.data(), w.data(), b ? Src(b.data()) : Src(), y.data(),
+          Layout::nt);
   Ptr out = linear_output(rt, dt, x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -624,16 +737,16 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
                       bp ? grad_kind(*bp) : TraceKind::weight_grad};
     out->saved = {xp, wp};
     out->backward_fn = [o, xp, wp, bp, r, tx, tw, tb, dt, M, nin, nout]() {
-      const double* G = o->grad.data();
+      const Values& G = o->grad;
       if (xp->requires_grad) {
         Vec g(size_t(M * nin));
-        gemm_dt(*r, dt, M, nin, nout, G, wp->data.data(), nullptr, g.data(), Layout::nn);
-        send_grad(*r, *xp, std::move(g), &tx);
+        gemm_dt(*r, dt, M, nin, nout, G, wp->data, Src(), g.data(), Layout::nn);
+        send_grad(*r, *xp, g, &tx);
       }
       if (wp->requires_grad) {
         Vec g(size_t(nout * nin));
-        gemm_dt(*r, dt, nout, nin, M, G, xp->data.data(), nullptr, g.data(), Layout::tn);
-        send_grad(*r, *wp, std::move(g), &tw);
+        gemm_dt(*r, dt, nout, nin, M, G, xp->data, Src(), g.data(), Layout::tn);
+        send_grad(*r, *wp, g, &tw);
       }
       if (bp && bp->requires_grad) {
         send_grad(*r, *bp, bias_grad(G, M, nout), &tb);
@@ -654,7 +767,7 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       fp8_quantize(rt, scoped("input"), cfg.fwd, a.data(), fwd_kind(*a.impl()), "matmul");
   const Fp8Operand bq =
       fp8_quantize(rt, scoped("other"), cfg.fwd, b.data(), fwd_kind(*b.impl()), "matmul");
-  Vec y = mm_forward(d, aq.q.data(), bq.q.data(), gemm_fp8_fn(&rt, aq.inv * bq.inv));
+  Vec y = mm_forward(d, aq.q, bq.q, gemm_fp8_fn(&rt, aq.inv * bq.inv));
   const DType dt = fp8_out_dtype(a, b);
   Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
@@ -670,12 +783,10 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       const Format bwd = fp8_state(*r).config().bwd;
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "matmul");
       if (ap->requires_grad) {
-        Vec ga = mm_grad_a(d, g.q.data(), bq.q.data(), gemm_fp8_fn(r, g.inv * bq.inv));
-        send_grad(*r, *ap, std::move(ga), &ta);
+        send_grad(*r, *ap, mm_grad_a(d, g.q, bq.q, gemm_fp8_fn(r, g.inv * bq.inv)), &ta);
       }
       if (bp->requires_grad) {
-        Vec gb = mm_grad_b(d, aq.q.data(), g.q.data(), gemm_fp8_fn(r, g.inv * aq.inv));
-        send_grad(*r, *bp, std::move(gb), &tb);
+        send_grad(*r, *bp, mm_grad_b(d, aq.q, g.q, gemm_fp8_fn(r, g.inv * aq.inv)), &tb);
       }
     };
   }
@@ -694,8 +805,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
   const Fp8Operand wq =
       fp8_quantize(rt, scoped("weight"), cfg.fwd, w.data(), TraceKind::weight, "linear");
   Vec y(size_t(M * nout));
-  gemm_fp8(rt, M, nout, nin, xq.q.data(), wq.q.data(), b ? b.data().data() : nullptr, y.data(),
-           Layout::nt, xq.inv * wq.inv);
+  gemm_fp8(rt, M, nout, nin, xq.q, wq.q, b ? &b.data() : nullptr, y.data(), Layout::nt,
+           xq.inv * wq.inv);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     out->saved = {fp8_copy(xq.q, x.shape(), cfg.fwd, false),
@@ -712,18 +823,16 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "linear");
       if (xp->requires_grad) {
         Vec gx(size_t(M * nin));
-        gemm_fp8(*r, M, nin, nout, g.q.data(), wq.q.data(), nullptr, gx.data(), Layout::nn,
-                 g.inv * wq.inv);
-        send_grad(*r, *xp, std::move(gx), &tgx);
+        gemm_fp8(*r, M, nin, nout, g.q, wq.q, nullptr, gx.data(), Layout::nn, g.inv * wq.inv);
+        send_grad(*r, *xp, gx, &tgx);
       }
       if (wp->requires_grad) {
         Vec gw(size_t(nout * nin));
-        gemm_fp8(*r, nout, nin, M, g.q.data(), xq.q.data(), nullptr, gw.data(), Layout::tn,
-                 g.inv * xq.inv);
-        send_grad(*r, *wp, std::move(gw), &tgw);
+        gemm_fp8(*r, nout, nin, M, g.q, xq.q, nullptr, gw.data(), Layout::tn, g.inv * xq.inv);
+        send_grad(*r, *wp, gw, &tgw);
       }
       if (bp && bp->requires_grad) {
-        send_grad(*r, *bp, bias_grad(o->grad.data(), M, nout), &tgb);
+        send_grad(*r, *bp, bias_grad(o->grad, M, nout), &tgb);
       }
     };
   }
@@ -742,15 +851,15 @@ size_t padded(size_t n, size_t a, size_t b = 1) {
 /// C = A·B of two padded block-scaled copies (pm×pk and pk×pn as `layout` reads them): fp32
 /// accumulation, then the leading m×n of the result, plus the bias in fp32.
 Vec gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk, const Vec& A,
-                const Vec& B, const double* bias, Layout layout) {
+                const Vec& B, const Values* bias, Layout layout) {
   Vec c(pm * pn);
-  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.data(), B.data(), nullptr,
-          c.data(), layout);
+  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A, B, Src(), c.data(),
+          layout);
   Vec y(m * n);
   for (size_t i = 0; i < m; ++i)
     for (size_t j = 0; j < n; ++j) {
       float v = static_cast<float>(c[i * pn + j]);
-      if (bias) v = v + static_cast<float>(bias[j]);
+      if (bias) v = v + static_cast<float>((*bias)[j]);
       y[i * n + j] = v;
     }
   return y;
@@ -792,9 +901,10 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [xr, xc] = copy_tile(cp.x_fprop);
   const auto [wr, wc] = copy_tile(cp.w_fprop);
   const size_t Mp = padded(M, xr), Np = padded(N, wr), Kp = padded(K, xc, wc);
-  const Vec xq = block_copy(rt, cp.x_fprop, tx, x.data().data(), M, K, Mp, Kp);
-  const Vec wq = block_copy(rt, cp.w_fprop, tw, w.data().data(), N, K, Np, Kp);
-  Vec y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? b.data().data() : nullptr, Layout::nt);
+  const Wide xv(x.data()), wv(w.data());
+  const Vec xq = block_copy(rt, cp.x_fprop, tx, xv.data(), M, K, Mp, Kp);
+  const Vec wq = block_copy(rt, cp.w_fprop, tw, wv.data(), N, K, Np, Kp);
+  Vec y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? &b.data() : nullptr, Layout::nt);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, int64_t(N), std::move(y));
   if (!out->requires_grad) return Tensor(out);
   Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
@@ -806,8 +916,8 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [xwr, xwc] = copy_tile(cp.x_wgrad);
   const size_t Mw = padded(M, gwr, xwr), Nw = padded(N, gwc), Kw = padded(K, xwc);
   Vec wd, xw;
-  if (xp->requires_grad) wd = block_copy(rt, cp.w_dgrad, tw, w.data().data(), N, K, Nd, Kd);
-  if (wp->requires_grad) xw = block_copy(rt, cp.x_wgrad, tx, x.data().data(), M, K, Mw, Kw);
+  if (xp->requires_grad) wd = block_copy(rt, cp.w_dgrad, tw, wv.data(), N, K, Nd, Kd);
+  if (wp->requires_grad) xw = block_copy(rt, cp.x_wgrad, tx, xv.data(), M, K, Mw, Kw);
   if (!xw.empty()) out->saved.push_back(block_saved(xw, Mw, Kw, cp.x_wgrad, false));
   if (!wd.empty()) out->saved.push_back(block_saved(wd, Nd, Kd, cp.w_dgrad, true));
   TensorImpl* o = out.get();
@@ -816,7 +926,8 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
   const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
   out->backward_fn = [=]() {
-    const double* G = o->grad.data();
+    const Wide gv(o->grad);
+    const double* G = gv.data();
     if (xp->requires_grad) {
       const Vec gq = block_copy(*r, cp.g_dgrad, tg, G, M, N, Md, Nd);
       send_grad(*r, *xp, gemm_blocks(*r, M, K, Md, Kd, Nd, gq, wd, nullptr, Layout::nn), &tgx);
@@ -825,7 +936,8 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
       const Vec gq = block_copy(*r, cp.g_wgrad, tg, G, M, N, Mw, Nw);
       send_grad(*r, *wp, gemm_blocks(*r, N, K, Nw, Kw, Mw, gq, xw, nullptr, Layout::tn), &tgw);
     }
-    if (bp && bp->requires_grad) send_grad(*r, *bp, bias_grad(G, int64_t(M), int64_t(N)), &tgb);
+    if (bp && bp->requires_grad)
+      send_grad(*r, *bp, bias_grad(o->grad, int64_t(M), int64_t(N)), &tgb);
   };
   return Tensor(out);
 }
@@ -934,9 +1046,10 @@ Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
   const char* op = op_name(kind);
   const auto [R, D] = rows_of(x, op);
   Vec y(x.data().size());
-  for (int64_t r = 0; r < R; ++r) fwd(x.data().data() + r * D, y.data() + r * D, D);
+  const Wide xv(x.data());
+  for (int64_t r = 0; r < R; ++r) fwd(xv.data() + r * D, y.data() + r * D, D);
   Runtime& rt = runtime();
-  Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, op, x.shape(), dt, y, {x.ptr()});
   if (out->requires_grad) {
     out->saves_output = true;
     TensorImpl* o = out.get();
@@ -945,9 +1058,9 @@ Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
     const TraceTag gt{scoped("grad_input"), op, grad_kind(*xp)};
     out->backward_fn = [o, xp, r, gt, R = R, D = D, bwd]() {
       Vec g(o->grad.size());
-      for (int64_t i = 0; i < R; ++i)
-        bwd(o->grad.data() + i * D, o->data.data() + i * D, g.data() + i * D, D);
-      send_grad(*r, *xp, std::move(g), &gt);
+      const Wide gv(o->grad), yv(o->data);
+      for (int64_t i = 0; i < R; ++i) bwd(gv.data() + i * D, yv.data() + i * D, g.data() + i * D, D);
+      send_grad(*r, *xp, g, &gt);
     };
   }
   return Tensor(out);
@@ -1012,8 +1125,9 @@ Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) 
   // registers, not rounded into a low dtype).
   Vec p(x.data().size());
   double total = 0;
+  const Wide xv(x.data());
   for (int64_t r = 0; r < N; ++r) {
-    const double* xr = x.data().data() + r * C;
+    const double* xr = xv.data() + r * C;
     double mx = -std::numeric_limits<double>::infinity();
     for (int64_t j = 0; j < C; ++j) mx = std::max(mx, xr[j]);
     double s = 0;
@@ -1023,7 +1137,7 @@ Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) 
   }
   Vec y{N ? total / double(N) : 0.0};
   Runtime& rt = runtime();
-  Ptr out = output_node(rt, "cross_entropy", {}, dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, "cross_entropy", {}, dt, y, {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -1036,7 +1150,7 @@ Tensor cross_entropy(const Tensor& logits0, const std::vector<int32_t>& target) 
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j < C; ++j)
           g[size_t(i * C + j)] = g0 * (p[size_t(i * C + j)] - (j == target[size_t(i)] ? 1.0 : 0.0));
-      send_grad(*r, *xp, std::move(g), &gt);
+      send_grad(*r, *xp, g, &gt);
     };
   }
   return Tensor(out);
@@ -1057,7 +1171,7 @@ Tensor mse(const Tensor& p0, const Tensor& t0) {
   }
   Vec y{n ? s / double(n) : 0.0};
   Runtime& rt = runtime();
-  Ptr out = output_node(rt, "mse", {}, dt, std::move(y), {p.ptr(), t.ptr()});
+  Ptr out = output_node(rt, "mse", {}, dt, y, {p.ptr(), t.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr pp = p.ptr(), tp = t.ptr();
@@ -1072,10 +1186,10 @@ Tensor mse(const Tensor& p0, const Tensor& t0) {
       if (tp->requires_grad) {
         Vec gt(n);
         for (size_t i = 0; i < n; ++i) gt[i] = -g[i];
-        send_grad(*r, *tp, std::move(gt), &gtt);
+        send_grad(*r, *tp, gt, &gtt);
       }
       if (pp->requires_grad) {
-        send_grad(*r, *pp, std::move(g), &gp);
+        send_grad(*r, *pp, g, &gp);
       }
     };
   }
@@ -1093,8 +1207,9 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   const int64_t R = R0, D = D0;
   Vec y(x.data().size()), mean(static_cast<size_t>(R)), rstd(static_cast<size_t>(R));
+  const Wide xv(x.data());
   for (int64_t r = 0; r < R; ++r) {
-    const double* xr = x.data().data() + r * D;
+    const double* xr = xv.data() + r * D;
     double s = 0;
     for (int64_t j = 0; j < D; ++j) s += xr[j];
     const double mu = s / double(D);
@@ -1114,7 +1229,7 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
   std::vector<Ptr> parents{x.ptr()};
   if (w) parents.push_back(w.ptr());
   if (b) parents.push_back(b.ptr());
-  Ptr out = output_node(rt, "layer_norm", x.shape(), dt, std::move(y), std::move(parents));
+  Ptr out = output_node(rt, "layer_norm", x.shape(), dt, y, std::move(parents));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr(), wp = w ? w.ptr() : nullptr, bp = b ? b.ptr() : nullptr;
@@ -1125,10 +1240,11 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
     const TraceTag tw{scoped("weight.grad"), "layer_norm", TraceKind::weight_grad};
     const TraceTag tb{scoped("bias.grad"), "layer_norm", TraceKind::weight_grad};
     out->backward_fn = [o, xp, wp, bp, r, tx, tw, tb, mean, rstd, R, D]() {
-      const double* G = o->grad.data();
+      const Wide gv(o->grad), xv(xp->data);
+      const double* G = gv.data();
       Vec gx(size_t(R * D)), gw(size_t(D), 0.0), gb(size_t(D), 0.0);
       for (int64_t i = 0; i < R; ++i) {
-        const double* xr = xp->data.data() + i * D;
+        const double* xr = xv.data() + i * D;
         const double mu = mean[size_t(i)], rs = rstd[size_t(i)];
         double m1 = 0, m2 = 0;
         for (int64_t j = 0; j < D; ++j) {
@@ -1149,13 +1265,13 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
         }
       }
       if (xp->requires_grad) {
-        send_grad(*r, *xp, std::move(gx), &tx);
+        send_grad(*r, *xp, gx, &tx);
       }
       if (wp && wp->requires_grad) {
-        send_grad(*r, *wp, std::move(gw), &tw);
+        send_grad(*r, *wp, gw, &tw);
       }
       if (bp && bp->requires_grad) {
-        send_grad(*r, *bp, std::move(gb), &tb);
+        send_grad(*r, *bp, gb, &tb);
       }
     };
   }
@@ -1195,7 +1311,7 @@ Tensor reduce(OpKind kind, const Tensor& x0, int dim, bool all) {
     for (double& v : y) v /= double(len);
   Runtime& rt = runtime();
   const char* op = op_name(kind);
-  Ptr out = output_node(rt, op, os, dt, std::move(y), {x.ptr()});
+  Ptr out = output_node(rt, op, os, dt, y, {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -1209,7 +1325,7 @@ Tensor reduce(OpKind kind, const Tensor& x0, int dim, bool all) {
             const double v = o->grad[size_t(a * inner + i)];
             g[size_t((a * len + l) * inner + i)] = is_mean ? v / double(len) : v;
           }
-      send_grad(*r, *xp, std::move(g), &gt);
+      send_grad(*r, *xp, g, &gt);
     };
   }
   return Tensor(out);
@@ -1244,14 +1360,14 @@ Tensor reshape(const Tensor& x, Shape shape) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
     Runtime* r = &runtime();
-    out->backward_fn = [o, xp, r]() { add_grad(*r, *xp, Vec(o->grad)); };
+    out->backward_fn = [o, xp, r]() { add_grad(*r, *xp, Values(o->grad)); };
   }
   return Tensor(out);
 }
 
 namespace {
 
-Vec permute_swap(const Vec& v, const Shape& s, int d0, int d1, Shape& os) {
+Values permute_swap(const Values& v, const Shape& s, int d0, int d1, Shape& os) {
   if (d0 > d1) std::swap(d0, d1);
   os = s;
   std::swap(os[size_t(d0)], os[size_t(d1)]);
@@ -1264,15 +1380,20 @@ Vec permute_swap(const Vec& v, const Shape& s, int d0, int d1, Shape& os) {
   };
   const int64_t outer = prod(0, d0), n0 = s[size_t(d0)], mid = prod(d0 + 1, d1),
                 n1 = s[size_t(d1)], inner = prod(d1 + 1, int(s.size()));
-  Vec out(v.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i0 = 0; i0 < n0; ++i0)
-      for (int64_t m = 0; m < mid; ++m)
-        for (int64_t i1 = 0; i1 < n1; ++i1) {
-          const double* src = v.data() + (((o * n0 + i0) * mid + m) * n1 + i1) * inner;
-          double* dst = out.data() + (((o * n1 + i1) * mid + m) * n0 + i0) * inner;
-          std::copy(src, src + inner, dst);
-        }
+  Values out = Values::uninitialized(v.size(), v.wide());
+  by_width(v.wide(), [&](auto z) {
+    using T = decltype(z);
+    const T* in = ptr<T>(v);
+    T* res = ptr<T>(out);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i0 = 0; i0 < n0; ++i0)
+        for (int64_t m = 0; m < mid; ++m)
+          for (int64_t i1 = 0; i1 < n1; ++i1) {
+            const T* src = in + (((o * n0 + i0) * mid + m) * n1 + i1) * inner;
+            T* dst = res + (((o * n1 + i1) * mid + m) * n0 + i0) * inner;
+            std::copy(src, src + inner, dst);
+          }
+  });
   return out;
 }
 
@@ -1285,8 +1406,8 @@ Tensor transpose(const Tensor& x, int d0, int d1) {
   if (d0 < 0 || d1 < 0 || d0 >= r || d1 >= r)
     throw InputError("transpose: dimension out of range for " + shape_str(x.shape()));
   Shape os;
-  Vec y = permute_swap(x.data(), x.shape(), d0, d1, os);
-  Ptr out = make_node("transpose", os, x.dtype(), std::move(y), {x.ptr()});
+  Ptr out = make_node("transpose", os, x.dtype(), permute_swap(x.data(), x.shape(), d0, d1, os),
+                      {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -1311,9 +1432,12 @@ Tensor embedding(const std::vector<int32_t>& ids, const Shape& ids_shape, const 
   std::vector<Tensor> in{w0};
   const DType dt = prepare(OpKind::embedding, in, {"weight"});
   const Tensor& w = in[0];
-  Vec y(ids.size() * size_t(D));
-  for (size_t i = 0; i < ids.size(); ++i)
-    std::copy_n(w.data().begin() + ids[i] * D, D, y.begin() + int64_t(i) * D);
+  Values y = Values::uninitialized(ids.size() * size_t(D), w.data().wide());
+  by_width(y.wide(), [&](auto z) {
+    using T = decltype(z);
+    for (size_t i = 0; i < ids.size(); ++i)
+      std::copy_n(ptr<T>(w.data()) + ids[i] * D, D, ptr<T>(y) + int64_t(i) * D);
+  });
   Shape os = ids_shape;
   os.push_back(D);
   Ptr out = make_node("embedding", os, dt, std::move(y), {w.ptr()});
@@ -1326,11 +1450,27 @@ Tensor embedding(const std::vector<int32_t>& ids, const Shape& ids_shape, const 
       Vec g(wp->data.size(), 0.0);
       for (size_t i = 0; i < ids.size(); ++i)
         for (int64_t j = 0; j < D; ++j) g[size_t(ids[i] * D + j)] += o->grad[i * size_t(D) + size_t(j)];
-      send_grad(*r, *wp, std::move(g), &gt);
+      send_grad(*r, *wp, g, &gt);
     };
   }
   return Tensor(out);
 }
+
+namespace {
+
+/// Every element above the diagonal of each T × S matrix set to `fill` (representable).
+void fill_causal(Values& v, int64_t T, int64_t S, double fill) {
+  by_width(v.wide(), [&](auto z) {
+    using E = decltype(z);
+    E* p = ptr<E>(v);
+    for (size_t n = 0; n < v.size(); ++n) {
+      const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
+      if (j > i) p[n] = E(fill);
+    }
+  });
+}
+
+}  // namespace
 
 Tensor masked_fill_causal(const Tensor& x0) {
   if (x0.rank() < 2) throw InputError("causal mask needs at least 2 dimensions");
@@ -1339,22 +1479,16 @@ Tensor masked_fill_causal(const Tensor& x0) {
   const Tensor& x = in[0];
   const int64_t T = x.dim(-2), S = x.dim(-1);
   const double fill = neg_fill(dt);
-  Vec y = x.data();
-  for (size_t n = 0; n < y.size(); ++n) {
-    const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
-    if (j > i) y[n] = fill;
-  }
+  Values y = x.data();
+  fill_causal(y, T, S, fill);
   Ptr out = make_node("masked_fill", x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
     Runtime* r = &runtime();
     out->backward_fn = [o, xp, r, T, S]() {
-      Vec g = o->grad;
-      for (size_t n = 0; n < g.size(); ++n) {
-        const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
-        if (j > i) g[n] = 0.0;
-      }
+      Values g = o->grad;
+      fill_causal(g, T, S, 0.0);
       add_grad(*r, *xp, std::move(g));
     };
   }

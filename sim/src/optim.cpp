@@ -211,7 +211,7 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
         ++st.nonzero;
         st.vanished += nv[i] == double(old[i]);
       }
-    P.data = std::move(nv);
+    P.data = Values(nv, P.dtype.is_f64());
   }
 }
 

@@ -1,5 +1,6 @@
 // round_into: every rounding of the simulator into a tensor's dtype, traced and observed.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "halfway/bulk.hpp"
@@ -21,21 +22,54 @@ BulkOptions next_rounding(Runtime& rt) {
   return o;
 }
 
-void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTag* tag) {
+namespace {
+
+/// `on_round` with the rounded values as binary64.
+template <class T>
+void observe(Runtime& rt, const TraceTag* tag, const DType& dt, const T* v, size_t n) {
+  if (!tag || !rt.on_round) return;
+  if constexpr (std::is_same_v<T, double>) {
+    rt.on_round(*tag, dt, v, n);
+  } else {
+    const std::vector<double> w(v, v + n);
+    rt.on_round(*tag, dt, w.data(), n);
+  }
+}
+
+/// Round n values from `src` into `dt`, into `dst` (which may be `src`): see `round_into`.
+template <class S, class D>
+void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
+                  const TraceTag* tag) {
   const BulkOptions o = next_rounding(rt);
-  if (dt.is_f64()) return;
-  if (!dt.is_low()) {
-    for (size_t i = 0; i < n; ++i) v[i] = static_cast<double>(static_cast<float>(v[i]));
-    if (tag && rt.on_round) rt.on_round(*tag, dt, v, n);
+  if (dt.is_f64()) {
+    if (static_cast<const void*>(src) != static_cast<const void*>(dst)) std::copy(src, src + n, dst);
     return;
   }
-  // Two buffers: the binary32 "opmath" values before rounding (for the histogram) and the
-  // rounded results.
+  if (!dt.is_low()) {
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<float>(src[i]));
+    observe(rt, tag, dt, dst, n);
+    return;
+  }
+  // The binary32 "opmath" values before rounding (for the histogram; binary32 sources serve
+  // as they are unless rounded in place) and the rounded results (binary32 destinations take
+  // them directly).
+  constexpr bool kFloatIn = std::is_same_v<S, float>, kFloatOut = std::is_same_v<D, float>;
+  const bool copy_in = !kFloatIn || static_cast<const void*>(src) == static_cast<const void*>(dst);
   thread_local std::vector<float> pre, out;
-  pre.resize(n);
-  out.resize(n);
-  float* const pv = pre.data();  // this thread's buffers, for the pool's threads too
-  float* const ov = out.data();
+  const float* pv;
+  float* ov;
+  if (copy_in) {
+    pre.resize(n);
+    pv = pre.data();  // this thread's buffers, for the pool's threads too
+  } else {
+    if constexpr (kFloatIn) pv = src;
+  }
+  if constexpr (kFloatOut) {
+    ov = dst;
+  } else {
+    out.resize(n);
+    ov = out.data();
+  }
   Tracer* tr = (tag && rt.tracer && rt.tracer->active()) ? rt.tracer : nullptr;
   // Large tensors in parts on the thread pool: element i keeps its place in the rounding's
   // stream (offset i), and the parts' event counts and histograms are integer sums, so the
@@ -45,15 +79,17 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
       int(std::max<size_t>(1, std::min<size_t>(size_t(std::max(rt.threads, 1)), n / kMinPart)));
   std::vector<EventCounts> ev(static_cast<size_t>(np));
   std::vector<TraceRecord> hist(tr ? size_t(np) : 0);
+  float* const pw = copy_in ? pre.data() : nullptr;
   ThreadPool::global().run(np, [&](int p) {
     const size_t lo = n * size_t(p) / size_t(np), hi = n * size_t(p + 1) / size_t(np);
-    for (size_t i = lo; i < hi; ++i) pv[i] = static_cast<float>(v[i]);
+    if (copy_in)
+      for (size_t i = lo; i < hi; ++i) pw[i] = static_cast<float>(src[i]);
     BulkOptions op = o;
     op.offset = o.offset + lo;
-    quantize_f32(dt.fmt, pv + lo, ov + lo, hi - lo, op,
-                 tr ? &ev[size_t(p)] : nullptr);
+    quantize_f32(dt.fmt, pv + lo, ov + lo, hi - lo, op, tr ? &ev[size_t(p)] : nullptr);
     if (tr) add_values(hist[size_t(p)], pv + lo, hi - lo);
-    for (size_t i = lo; i < hi; ++i) v[i] = static_cast<double>(ov[i]);
+    if constexpr (!kFloatOut)
+      for (size_t i = lo; i < hi; ++i) dst[i] = static_cast<double>(ov[i]);
   });
   if (tr) {
     for (int p = 1; p < np; ++p) {
@@ -62,7 +98,42 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
     }
     tr->record(*tag, dt, hist[0], ev[0]);
   }
-  if (tag && rt.on_round) rt.on_round(*tag, dt, v, n);
+  observe(rt, tag, dt, dst, n);
+}
+
+template <class S>
+Values rounded_from(Runtime& rt, const DType& dt, const S* v, size_t n, const TraceTag* tag) {
+  Values out = Values::uninitialized(n, dt.is_f64());
+  if (out.wide())
+    round_values(rt, dt, v, out.f64(), n, tag);
+  else
+    round_values(rt, dt, v, out.f32(), n, tag);
+  return out;
+}
+
+}  // namespace
+
+void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTag* tag) {
+  round_values(rt, dt, v, v, n, tag);
+}
+
+Values rounded(Runtime& rt, const DType& dt, const double* v, size_t n, const TraceTag* tag) {
+  return rounded_from(rt, dt, v, n, tag);
+}
+
+Values rounded(Runtime& rt, const DType& dt, const float* v, size_t n, const TraceTag* tag) {
+  return rounded_from(rt, dt, v, n, tag);
+}
+
+void round_into(Runtime& rt, const DType& dt, Values& v, const TraceTag* tag) {
+  if (v.wide() == dt.is_f64()) {
+    if (v.wide())
+      round_values(rt, dt, v.f64(), v.f64(), v.size(), tag);
+    else
+      round_values(rt, dt, v.f32(), v.f32(), v.size(), tag);
+    return;
+  }
+  v = v.wide() ? rounded(rt, dt, v.f64(), v.size(), tag) : rounded(rt, dt, v.f32(), v.size(), tag);
 }
 
 }  // namespace halfway::sim

@@ -39,8 +39,7 @@ Tensor Tensor::from(Shape shape, std::vector<double> values, DType dt, bool requ
   auto p = std::make_shared<TensorImpl>();
   p->shape = std::move(shape);
   p->dtype = dt;
-  p->data = std::move(values);
-  round_into(default_runtime(), dt, p->data, nullptr);
+  p->data = rounded(default_runtime(), dt, values, nullptr);
   p->requires_grad = requires_grad;
   return Tensor(std::move(p));
 }
@@ -93,12 +92,11 @@ void Tensor::backward(double seed) const {
   const auto order = topo_order(p_.get());
   std::vector<double> g(p_->data.size(), seed);
   round_into(runtime(), p_->dtype, g, nullptr);
-  if (p_->grad.empty()) {
-    p_->grad = std::move(g);
-  } else {
-    for (size_t i = 0; i < g.size(); ++i) p_->grad[i] += g[i];
-    round_into(runtime(), p_->dtype, p_->grad, nullptr);
+  if (!p_->grad.empty()) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] += p_->grad[i];
+    round_into(runtime(), p_->dtype, g, nullptr);
   }
+  p_->grad = Values(g, p_->dtype.is_f64());
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     TensorImpl* n = *it;
     if (n->backward_fn && !n->grad.empty()) n->backward_fn();

@@ -316,7 +316,7 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
 }
 
 /// ‖w − w_ref‖₂ / ‖w_ref‖₂ in binary64, summed in element order (NaN when w_ref is all zero).
-double relative_drift(const std::vector<double>& w, const std::vector<double>& ref) {
+double relative_drift(const Values& w, const Values& ref) {
   double d = 0, r = 0;
   for (size_t i = 0; i < w.size(); ++i) {
     d += (w[i] - ref[i]) * (w[i] - ref[i]);
@@ -482,7 +482,7 @@ void write_weights_npz(const std::string& path, const std::vector<Param>& params
     NpyArray a;
     a.dtype = "f4";
     a.shape = p.t.shape();
-    a.values = p.t.data();
+    a.values = p.t.data().to_vector();
     arrays.emplace_back(p.name, a);
   }
   write_npz(path, arrays);

@@ -107,5 +107,15 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
 inline void round_into(Runtime& rt, const DType& dt, std::vector<double>& v, const TraceTag* tag) {
   round_into(rt, dt, v.data(), v.size(), tag);
 }
+/// The same rounding of n values into a tensor's storage for `dt` (binary64 only for fp64).
+/// From binary32 values (a GEMM's fp32 results) the first rounding is exact.
+Values rounded(Runtime& rt, const DType& dt, const double* v, size_t n, const TraceTag* tag);
+Values rounded(Runtime& rt, const DType& dt, const float* v, size_t n, const TraceTag* tag);
+inline Values rounded(Runtime& rt, const DType& dt, const std::vector<double>& v,
+                      const TraceTag* tag) {
+  return rounded(rt, dt, v.data(), v.size(), tag);
+}
+/// A tensor's values rounded again into `dt`, in place (their storage follows `dt`).
+void round_into(Runtime& rt, const DType& dt, Values& v, const TraceTag* tag);
 
 }  // namespace halfway::sim

@@ -35,11 +35,90 @@ enum class TraceKind : uint8_t {
 };
 const char* kind_name(TraceKind k);
 
+/// A tensor's values (or its gradient): binary32 for every dtype but fp64, whose values are
+/// binary64. Every format halfway simulates fits binary32 exactly, so a low-precision or fp32
+/// tensor holds its values at half the memory of binary64 and hands them to the GEMMs and the
+/// bulk roundings without a conversion. Elements read as `double`.
+class Values {
+  /// Leaves new elements uninitialized where no value is given (`uninitialized`).
+  template <class T>
+  struct NoInit : std::allocator<T> {
+    template <class U>
+    struct rebind {
+      using other = NoInit<U>;
+    };
+    NoInit() = default;
+    template <class U>
+    NoInit(const NoInit<U>&) noexcept {}
+    template <class U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <class U, class... A>
+    void construct(U* p, A&&... a) {
+      ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+    }
+  };
+
+ public:
+  Values() = default;
+  /// n values to be written before they are read (no zero fill).
+  static Values uninitialized(size_t n, bool wide) {
+    Values v;
+    v.wide_ = wide;
+    if (wide)
+      v.d_.resize(n);
+    else
+      v.f_.resize(n);
+    return v;
+  }
+  /// n zeros; binary64 when `wide`.
+  Values(size_t n, bool wide) : wide_(wide) {
+    if (wide)
+      d_.assign(n, 0.0);
+    else
+      f_.assign(n, 0.0f);
+  }
+  /// v's values; unless `wide`, each must be exactly representable in binary32.
+  Values(const std::vector<double>& v, bool wide) : wide_(wide) {
+    if (wide)
+      d_.assign(v.begin(), v.end());
+    else
+      f_.assign(v.begin(), v.end());
+  }
+  /// v's values, binary32 storage.
+  explicit Values(const std::vector<float>& v) : f_(v.begin(), v.end()) {}
+  size_t size() const { return wide_ ? d_.size() : f_.size(); }
+  bool empty() const { return size() == 0; }
+  bool wide() const { return wide_; }
+  double operator[](size_t i) const { return wide_ ? d_[i] : static_cast<double>(f_[i]); }
+  /// The binary32 values (not `wide`).
+  float* f32() { return f_.data(); }
+  const float* f32() const { return f_.data(); }
+  /// The binary64 values (`wide`).
+  double* f64() { return d_.data(); }
+  const double* f64() const { return d_.data(); }
+  /// The values as binary64.
+  std::vector<double> to_vector() const {
+    return wide_ ? std::vector<double>(d_.begin(), d_.end())
+                 : std::vector<double>(f_.begin(), f_.end());
+  }
+  void clear() {
+    f_.clear();
+    d_.clear();
+  }
+
+ private:
+  std::vector<float, NoInit<float>> f_;
+  std::vector<double, NoInit<double>> d_;
+  bool wide_ = false;
+};
+
 struct TensorImpl {
   Shape shape;
   DType dtype;
-  std::vector<double> data;  ///< row-major values, each exactly representable in `dtype`
-  std::vector<double> grad;  ///< empty until a gradient arrives; values representable in dtype
+  Values data;  ///< row-major values, each exactly representable in `dtype`
+  Values grad;  ///< empty until a gradient arrives; values representable in dtype
   bool requires_grad = false;
   bool is_param = false;
   bool weight = false;        ///< a parameter or a cast of one (trace kinds, memory)
@@ -73,9 +152,8 @@ class Tensor {
   int rank() const { return static_cast<int>(p_->shape.size()); }
   int64_t numel() const { return static_cast<int64_t>(p_->data.size()); }
   const DType& dtype() const { return p_->dtype; }
-  const std::vector<double>& data() const { return p_->data; }
-  std::vector<double>& data() { return p_->data; }
-  const std::vector<double>& grad() const { return p_->grad; }
+  const Values& data() const { return p_->data; }
+  const Values& grad() const { return p_->grad; }
   bool requires_grad() const { return p_->requires_grad; }
   const std::string& name() const { return p_->name; }
   double item() const;
