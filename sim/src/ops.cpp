@@ -102,6 +102,12 @@ Ptr output_node(Runtime& rt, const char* op, Shape shape, const DType& dt, const
   const TraceTag tag{scoped("output"), op, TraceKind::activation};
   return make_node(op, std::move(shape), dt, rounded(rt, dt, y, &tag), std::move(parents));
 }
+Ptr output_node(Runtime& rt, const char* op, Shape shape, const DType& dt, Values&& y,
+                std::vector<Ptr> parents) {
+  const TraceTag tag{scoped("output"), op, TraceKind::activation};
+  return make_node(op, std::move(shape), dt, rounded(rt, dt, std::move(y), &tag),
+                   std::move(parents));
+}
 
 /// Add a gradient contribution (already rounded into t's dtype) to t.grad; a second
 /// contribution is summed and rounded again, as PyTorch accumulates in the tensor's dtype.
@@ -120,6 +126,9 @@ void add_grad(Runtime& rt, TensorImpl& t, Values&& g) {
 /// Send an input gradient g to t: round it into t's dtype (traced under `tag`), then add it.
 void send_grad(Runtime& rt, TensorImpl& t, const Vec& g, const TraceTag* tag) {
   add_grad(rt, t, rounded(rt, t.dtype, g, tag));
+}
+void send_grad(Runtime& rt, TensorImpl& t, Values&& g, const TraceTag* tag) {
+  add_grad(rt, t, rounded(rt, t.dtype, std::move(g), tag));
 }
 
 /// A bias's gradient: the column sums of G [rows × n], in binary64.
@@ -227,6 +236,26 @@ struct Src {
   Src operator+(int64_t i) const { return f ? Src(f + i) : Src(d + i); }
 };
 
+/// Where a GEMM writes its results: binary32, or binary64 for fp64.
+struct Dst {
+  float* f = nullptr;
+  double* d = nullptr;
+  Dst(float* p) : f(p) {}
+  Dst(double* p) : d(p) {}
+  Dst(Values& v) {
+    if (v.wide())
+      d = v.f64();
+    else
+      f = v.f32();
+  }
+  Dst operator+(int64_t i) const { return f ? Dst(f + i) : Dst(d + i); }
+};
+
+/// Storage for the m × n results of a GEMM in `dt`.
+Values gemm_out(const DType& dt, int64_t m, int64_t n) {
+  return Values::uninitialized(size_t(m * n), dt.is_f64());
+}
+
 Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
   Vec t(static_cast<size_t>(rows * cols));
   constexpr int64_t kTile = 32;  // tiles keep both sides' cache lines in use
@@ -288,7 +317,7 @@ const double* as_f64(Src src, size_t n, Vec& buf) {
 /// backward pass and a linear layer's weight hold them; the transposition happens while the
 /// values are converted to binary32.
 void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, Src A, Src B,
-             Src bias, double* C, Layout layout) {
+             Src bias, Dst C, Layout layout) {
   const BulkOptions o = next_rounding(rt);
   const bool at = layout == Layout::tn, bt = layout == Layout::nt;
   if (dt.is_f64()) {
@@ -296,20 +325,21 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, Src 
     const double* a = as_f64(A, size_t(m * k), wa);
     const double* b = as_f64(B, size_t(k * n), wb);
     const Vec ta = at ? transpose2d(a, k, m) : Vec(), tb = bt ? transpose2d(b, n, k) : Vec();
+    if (!C.d) throw std::logic_error("fp64 GEMM into binary32");
     gemm_f64(m, n, k, at ? ta.data() : a, bt ? tb.data() : b,
-             bias ? as_f64(bias, size_t(n), wbias) : nullptr, C);
+             bias ? as_f64(bias, size_t(n), wbias) : nullptr, C.d);
     return;
   }
   thread_local std::vector<float> fa, fb, fc, fbias;
   const float* a = as_f32(A, m, k, at, fa);
   const float* b = as_f32(B, k, n, bt, fb);
-  float* c = scratch(fc, size_t(m * n));
+  float* c = C.f ? C.f : scratch(fc, size_t(m * n));
   const float* pbias = bias ? as_f32(bias, 1, n, false, fbias) : nullptr;
   const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
   const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
   gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, a, b, pbias, c, o,
        rt.threads);
-  std::copy(c, c + m * n, C);
+  if (!C.f) std::copy(c, c + m * n, C.d);
 }
 
 // ---- broadcasting ----------------------------------------------------------------------------
@@ -470,12 +500,12 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 /// A linear layer's output y (x's shape with the last dimension nout) rounded into dt, as the
 /// node whose parents are x, w and, when present, b.
 Ptr linear_output(Runtime& rt, const DType& dt, const Tensor& x, const Tensor& w, const Tensor& b,
-                  int64_t nout, const Vec& y) {
+                  int64_t nout, Values&& y) {
   Shape os = x.shape();
   os.back() = nout;
   std::vector<Ptr> parents{x.ptr(), w.ptr()};
   if (b) parents.push_back(b.ptr());
-  return output_node(rt, "linear", std::move(os), dt, y, std::move(parents));
+  return output_node(rt, "linear", std::move(os), dt, std::move(y), std::move(parents));
 }
 
 // ---- fp8: Transformer Engine's per-tensor scaling ---------------------------------------------
@@ -525,33 +555,41 @@ std::shared_ptr<const TensorImpl> fp8_copy(const Vec& q, const Shape& s, const F
 }
 
 /// C = A·B with `dt`'s arithmetic, for the batched loops below.
-using GemmFn =
-    std::function<void(int64_t m, int64_t n, int64_t k, Src A, Src B, double* C, Layout layout)>;
+/// The GEMMs of a matmul and the dtype of their results (the storage they write).
+struct GemmFn {
+  std::function<void(int64_t m, int64_t n, int64_t k, Src A, Src B, Dst C, Layout layout)> run;
+  DType out;
+  void operator()(int64_t m, int64_t n, int64_t k, Src A, Src B, Dst C, Layout l) const {
+    run(m, n, k, A, B, C, l);
+  }
+};
 
 GemmFn gemm_in(Runtime* rt, DType dt) {
-  return [rt, dt](int64_t m, int64_t n, int64_t k, Src A, Src B, double* C, Layout l) {
-    gemm_dt(*rt, dt, m, n, k, A, B, Src(), C, l);
-  };
+  return {[rt, dt](int64_t m, int64_t n, int64_t k, Src A, Src B, Dst C, Layout l) {
+            gemm_dt(*rt, dt, m, n, k, A, B, Src(), C, l);
+          },
+          dt};
 }
 
 /// An fp8 GEMM (cuBLASLt's scaled fp8 GEMM with an fp32 output): the fp8 products accumulate
 /// in fp32, then C = fl32(fl32(acc)·alpha) (+ bias in fp32), alpha the product of the operands'
 /// inverse scales.
 void gemm_fp8(Runtime& rt, int64_t m, int64_t n, int64_t k, Src A, Src B, const Values* bias,
-              double* C, Layout layout, float alpha) {
+              float* C, Layout layout, float alpha) {
   gemm_dt(rt, DType::f32(), m, n, k, A, B, Src(), C, layout);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float v = static_cast<float>(C[i * n + j]) * alpha;
+      float v = C[i * n + j] * alpha;
       if (bias) v = v + static_cast<float>((*bias)[size_t(j)]);
       C[i * n + j] = v;
     }
 }
 
 GemmFn gemm_fp8_fn(Runtime* rt, float alpha) {
-  return [rt, alpha](int64_t m, int64_t n, int64_t k, Src A, Src B, double* C, Layout l) {
-    gemm_fp8(*rt, m, n, k, A, B, nullptr, C, l, alpha);
-  };
+  return {[rt, alpha](int64_t m, int64_t n, int64_t k, Src A, Src B, Dst C, Layout l) {
+            gemm_fp8(*rt, m, n, k, A, B, nullptr, C.f, l, alpha);
+          },
+          DType::f32()};
 }
 
 /// An op's input under an fp8 policy that opts the op in: quantized with its own per-tensor
@@ -606,26 +644,26 @@ MatmulDims matmul_dims(const Tensor& a, const Tensor& b) {
 }
 
 /// Y = A·B.
-Vec mm_forward(const MatmulDims& d, Src A, Src B, const GemmFn& gemm) {
-  Vec y(size_t(d.batch * d.m * d.n));
+Values mm_forward(const MatmulDims& d, Src A, Src B, const GemmFn& gemm) {
+  Values y = gemm_out(gemm.out, d.batch * d.m, d.n);
   if (d.b2) {
-    gemm(d.batch * d.m, d.n, d.k, A, B, y.data(), Layout::nn);
+    gemm(d.batch * d.m, d.n, d.k, A, B, y, Layout::nn);
   } else {
     for (int64_t i = 0; i < d.batch; ++i)
-      gemm(d.m, d.n, d.k, A + i * d.m * d.k, B + i * d.k * d.n, y.data() + i * d.m * d.n,
+      gemm(d.m, d.n, d.k, A + i * d.m * d.k, B + i * d.k * d.n, Dst(y) + i * d.m * d.n,
            Layout::nn);
   }
   return y;
 }
 
 /// dA = G·Bᵀ.
-Vec mm_grad_a(const MatmulDims& d, Src G, Src B, const GemmFn& gemm) {
-  Vec g(size_t(d.batch * d.m * d.k));
+Values mm_grad_a(const MatmulDims& d, Src G, Src B, const GemmFn& gemm) {
+  Values g = gemm_out(gemm.out, d.batch * d.m, d.k);
   if (d.b2) {
-    gemm(d.batch * d.m, d.k, d.n, G, B, g.data(), Layout::nt);
+    gemm(d.batch * d.m, d.k, d.n, G, B, g, Layout::nt);
   } else {
     for (int64_t i = 0; i < d.batch; ++i) {
-      gemm(d.m, d.k, d.n, G + i * d.m * d.n, B + i * d.k * d.n, g.data() + i * d.m * d.k,
+      gemm(d.m, d.k, d.n, G + i * d.m * d.n, B + i * d.k * d.n, Dst(g) + i * d.m * d.k,
            Layout::nt);
     }
   }
@@ -633,13 +671,13 @@ Vec mm_grad_a(const MatmulDims& d, Src G, Src B, const GemmFn& gemm) {
 }
 
 /// dB = Aᵀ·G (over the whole batch when B is shared).
-Vec mm_grad_b(const MatmulDims& d, Src A, Src G, const GemmFn& gemm) {
-  Vec g(size_t((d.b2 ? 1 : d.batch) * d.k * d.n));
+Values mm_grad_b(const MatmulDims& d, Src A, Src G, const GemmFn& gemm) {
+  Values g = gemm_out(gemm.out, (d.b2 ? 1 : d.batch) * d.k, d.n);
   if (d.b2) {
-    gemm(d.k, d.n, d.batch * d.m, A, G, g.data(), Layout::tn);
+    gemm(d.k, d.n, d.batch * d.m, A, G, g, Layout::tn);
   } else {
     for (int64_t i = 0; i < d.batch; ++i) {
-      gemm(d.k, d.n, d.m, A + i * d.m * d.k, G + i * d.m * d.n, g.data() + i * d.k * d.n,
+      gemm(d.k, d.n, d.m, A + i * d.m * d.k, G + i * d.m * d.n, Dst(g) + i * d.k * d.n,
            Layout::tn);
     }
   }
@@ -685,7 +723,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   const DType dt = prepare(OpKind::matmul, in, {"input", "other"});
   const Tensor &a = in[0], &b = in[1];
   Runtime& rt = runtime();
-  Vec y = mm_forward(d, a.data(), b.data(), gemm_in(&rt, dt));
+  Values y = mm_forward(d, a.data(), b.data(), gemm_in(&rt, dt));
   Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -723,9 +761,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   const int64_t M = nin ? x.numel() / nin : 0;
   Runtime& rt = runtime();
-  Vec y(size_t(M * nout));
-  gemm_dt(rt, dt, M, nout, nin, x.data(), w.data(), b ? Src(b.data()) : Src(), y.data(),
-          Layout::nt);
+  Values y = gemm_out(dt, M, nout);
+  gemm_dt(rt, dt, M, nout, nin, x.data(), w.data(), b ? Src(b.data()) : Src(), y, Layout::nt);
   Ptr out = linear_output(rt, dt, x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
@@ -739,14 +776,14 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     out->backward_fn = [o, xp, wp, bp, r, tx, tw, tb, dt, M, nin, nout]() {
       const Values& G = o->grad;
       if (xp->requires_grad) {
-        Vec g(size_t(M * nin));
-        gemm_dt(*r, dt, M, nin, nout, G, wp->data, Src(), g.data(), Layout::nn);
-        send_grad(*r, *xp, g, &tx);
+        Values g = gemm_out(dt, M, nin);
+        gemm_dt(*r, dt, M, nin, nout, G, wp->data, Src(), g, Layout::nn);
+        send_grad(*r, *xp, std::move(g), &tx);
       }
       if (wp->requires_grad) {
-        Vec g(size_t(nout * nin));
-        gemm_dt(*r, dt, nout, nin, M, G, xp->data, Src(), g.data(), Layout::tn);
-        send_grad(*r, *wp, g, &tw);
+        Values g = gemm_out(dt, nout, nin);
+        gemm_dt(*r, dt, nout, nin, M, G, xp->data, Src(), g, Layout::tn);
+        send_grad(*r, *wp, std::move(g), &tw);
       }
       if (bp && bp->requires_grad) {
         send_grad(*r, *bp, bias_grad(G, M, nout), &tb);
@@ -767,7 +804,7 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       fp8_quantize(rt, scoped("input"), cfg.fwd, a.data(), fwd_kind(*a.impl()), "matmul");
   const Fp8Operand bq =
       fp8_quantize(rt, scoped("other"), cfg.fwd, b.data(), fwd_kind(*b.impl()), "matmul");
-  Vec y = mm_forward(d, aq.q, bq.q, gemm_fp8_fn(&rt, aq.inv * bq.inv));
+  Values y = mm_forward(d, aq.q, bq.q, gemm_fp8_fn(&rt, aq.inv * bq.inv));
   const DType dt = fp8_out_dtype(a, b);
   Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
@@ -804,8 +841,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       fp8_quantize(rt, scoped("input"), cfg.fwd, x.data(), fwd_kind(*x.impl()), "linear");
   const Fp8Operand wq =
       fp8_quantize(rt, scoped("weight"), cfg.fwd, w.data(), TraceKind::weight, "linear");
-  Vec y(size_t(M * nout));
-  gemm_fp8(rt, M, nout, nin, xq.q, wq.q, b ? &b.data() : nullptr, y.data(), Layout::nt,
+  Values y = gemm_out(DType::f32(), M, nout);
+  gemm_fp8(rt, M, nout, nin, xq.q, wq.q, b ? &b.data() : nullptr, y.f32(), Layout::nt,
            xq.inv * wq.inv);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
@@ -822,14 +859,14 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       const Format bwd = fp8_state(*r).config().bwd;
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "linear");
       if (xp->requires_grad) {
-        Vec gx(size_t(M * nin));
-        gemm_fp8(*r, M, nin, nout, g.q, wq.q, nullptr, gx.data(), Layout::nn, g.inv * wq.inv);
-        send_grad(*r, *xp, gx, &tgx);
+        Values gx = gemm_out(DType::f32(), M, nin);
+        gemm_fp8(*r, M, nin, nout, g.q, wq.q, nullptr, gx.f32(), Layout::nn, g.inv * wq.inv);
+        send_grad(*r, *xp, std::move(gx), &tgx);
       }
       if (wp->requires_grad) {
-        Vec gw(size_t(nout * nin));
-        gemm_fp8(*r, nout, nin, M, g.q, xq.q, nullptr, gw.data(), Layout::tn, g.inv * xq.inv);
-        send_grad(*r, *wp, gw, &tgw);
+        Values gw = gemm_out(DType::f32(), nout, nin);
+        gemm_fp8(*r, nout, nin, M, g.q, xq.q, nullptr, gw.f32(), Layout::tn, g.inv * xq.inv);
+        send_grad(*r, *wp, std::move(gw), &tgw);
       }
       if (bp && bp->requires_grad) {
         send_grad(*r, *bp, bias_grad(o->grad, M, nout), &tgb);
@@ -850,17 +887,18 @@ size_t padded(size_t n, size_t a, size_t b = 1) {
 
 /// C = A·B of two padded block-scaled copies (pm×pk and pk×pn as `layout` reads them): fp32
 /// accumulation, then the leading m×n of the result, plus the bias in fp32.
-Vec gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk, const Vec& A,
-                const Vec& B, const Values* bias, Layout layout) {
-  Vec c(pm * pn);
+Values gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk,
+                   const Vec& A, const Vec& B, const Values* bias, Layout layout) {
+  std::vector<float> c(pm * pn);
   gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A, B, Src(), c.data(),
           layout);
-  Vec y(m * n);
+  Values y = gemm_out(DType::f32(), int64_t(m), int64_t(n));
+  float* yv = y.f32();
   for (size_t i = 0; i < m; ++i)
     for (size_t j = 0; j < n; ++j) {
-      float v = static_cast<float>(c[i * pn + j]);
+      float v = c[i * pn + j];
       if (bias) v = v + static_cast<float>((*bias)[j]);
-      y[i * n + j] = v;
+      yv[i * n + j] = v;
     }
   return y;
 }
@@ -904,7 +942,7 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const Wide xv(x.data()), wv(w.data());
   const Vec xq = block_copy(rt, cp.x_fprop, tx, xv.data(), M, K, Mp, Kp);
   const Vec wq = block_copy(rt, cp.w_fprop, tw, wv.data(), N, K, Np, Kp);
-  Vec y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? &b.data() : nullptr, Layout::nt);
+  Values y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? &b.data() : nullptr, Layout::nt);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, int64_t(N), std::move(y));
   if (!out->requires_grad) return Tensor(out);
   Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
@@ -1463,9 +1501,10 @@ void fill_causal(Values& v, int64_t T, int64_t S, double fill) {
   by_width(v.wide(), [&](auto z) {
     using E = decltype(z);
     E* p = ptr<E>(v);
-    for (size_t n = 0; n < v.size(); ++n) {
-      const int64_t j = int64_t(n) % S, i = (int64_t(n) / S) % T;
-      if (j > i) p[n] = E(fill);
+    const int64_t rows = S ? int64_t(v.size()) / S : 0;
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t i = row % T;  // row i of its matrix: columns j > i are masked
+      if (i + 1 < S) std::fill(p + row * S + i + 1, p + (row + 1) * S, E(fill));
     }
   });
 }

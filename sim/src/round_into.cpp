@@ -50,19 +50,19 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
     observe(rt, tag, dt, dst, n);
     return;
   }
-  // The binary32 "opmath" values before rounding (for the histogram; binary32 sources serve
-  // as they are unless rounded in place) and the rounded results (binary32 destinations take
-  // them directly).
+  // The binary32 "opmath" values before rounding (binary32 sources as they are) and the
+  // rounded results (binary32 destinations take them directly, also in place: each part's
+  // histogram is taken before it is rounded).
   constexpr bool kFloatIn = std::is_same_v<S, float>, kFloatOut = std::is_same_v<D, float>;
-  const bool copy_in = !kFloatIn || static_cast<const void*>(src) == static_cast<const void*>(dst);
+  constexpr bool copy_in = !kFloatIn;
   thread_local std::vector<float> pre, out;
   const float* pv;
   float* ov;
-  if (copy_in) {
+  if constexpr (kFloatIn) {
+    pv = src;
+  } else {
     pre.resize(n);
     pv = pre.data();  // this thread's buffers, for the pool's threads too
-  } else {
-    if constexpr (kFloatIn) pv = src;
   }
   if constexpr (kFloatOut) {
     ov = dst;
@@ -82,12 +82,12 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
   float* const pw = copy_in ? pre.data() : nullptr;
   ThreadPool::global().run(np, [&](int p) {
     const size_t lo = n * size_t(p) / size_t(np), hi = n * size_t(p + 1) / size_t(np);
-    if (copy_in)
+    if constexpr (copy_in)
       for (size_t i = lo; i < hi; ++i) pw[i] = static_cast<float>(src[i]);
+    if (tr) add_values(hist[size_t(p)], pv + lo, hi - lo);
     BulkOptions op = o;
     op.offset = o.offset + lo;
     quantize_f32(dt.fmt, pv + lo, ov + lo, hi - lo, op, tr ? &ev[size_t(p)] : nullptr);
-    if (tr) add_values(hist[size_t(p)], pv + lo, hi - lo);
     if constexpr (!kFloatOut)
       for (size_t i = lo; i < hi; ++i) dst[i] = static_cast<double>(ov[i]);
   });
@@ -123,6 +123,11 @@ Values rounded(Runtime& rt, const DType& dt, const double* v, size_t n, const Tr
 
 Values rounded(Runtime& rt, const DType& dt, const float* v, size_t n, const TraceTag* tag) {
   return rounded_from(rt, dt, v, n, tag);
+}
+
+Values rounded(Runtime& rt, const DType& dt, Values&& v, const TraceTag* tag) {
+  round_into(rt, dt, v, tag);
+  return std::move(v);
 }
 
 void round_into(Runtime& rt, const DType& dt, Values& v, const TraceTag* tag) {

@@ -115,6 +115,8 @@ inline Values rounded(Runtime& rt, const DType& dt, const std::vector<double>& v
                       const TraceTag* tag) {
   return rounded(rt, dt, v.data(), v.size(), tag);
 }
+/// v rounded into `dt`, in place where its storage fits `dt`.
+Values rounded(Runtime& rt, const DType& dt, Values&& v, const TraceTag* tag);
 /// A tensor's values rounded again into `dt`, in place (their storage follows `dt`).
 void round_into(Runtime& rt, const DType& dt, Values& v, const TraceTag* tag);
 
