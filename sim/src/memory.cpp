@@ -75,10 +75,10 @@ uint64_t total_bytes(const std::vector<MemoryRow>& rows) {
 
 namespace {
 
-// Sizes below are in elements of 8 bytes (every simulated value is a double) unless named
-// bytes. `kNode` is a graph node's fixed cost (TensorImpl, its name, the backward closure and
+// Sizes below are in bytes per element: `kValue` for binary64 values (data, and an op's
+// temporaries), `kTensor` for a tensor's stored values (binary32 for every dtype but fp64). `kNode` is a graph node's fixed cost (TensorImpl, its name, the backward closure and
 // its trace tags); `kRecord` a tracer record (two 277-bin histograms and names).
-constexpr double kValue = 8, kNode = 1024, kRecord = sizeof(TraceRecord) + 256;
+constexpr double kValue = 8, kTensor = 4, kNode = 1024, kRecord = sizeof(TraceRecord) + 256;
 // The process before the run allocates anything: code, libraries, stacks, the allocator.
 constexpr double kBase = 16.0 * 1024 * 1024;
 
@@ -193,11 +193,13 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
   const GraphSize g = mlp ? mlp_graph(c, B, casts) : transformer_graph(c, B, casts);
   MemoryEstimate e;
   e.base = kBase;
-  // Parameters: values and gradient (doubles), the step's fp32 gradients, the optimizer's fp32
+  // fp64 activations (a policy computing in fp64) are stored as binary64.
+  const double act = c.policy.low.is_f64() ? kValue : kTensor;
+  // Parameters: values and gradient (binary32), the step's fp32 gradients, the optimizer's fp32
   // state and its per-tensor fp32 temporaries; an initial .npz read and copied; weights.npz.
   const auto& o = c.optimizer;
   const double state = o.kind == "sgd" ? (o.momentum != 0 ? 4 : 0) : 8;
-  double per_param = kValue * 2 + 4 + state;
+  double per_param = kTensor * 2 + 4 + state;
   if (c.policy.update.method == UpdateMethod::kahan) per_param += 4;  // fp32 compensation
   if (!c.init_npz.empty()) per_param += kValue * 2 + 4;
   if (c.save_weights) per_param += kValue + 8;
@@ -207,12 +209,12 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
   if (c.save_grads) e.params += g.params * (kValue + 8) + g.param_tensors * kNode;
   // The graph: every node's values and, after the backward, its gradient; the backward's
   // temporaries are a few of the largest node.
-  e.activations = g.elems * kValue * 2 + g.largest * kValue * 4 + g.nodes * kNode;
+  e.activations = g.elems * act * 2 + g.largest * kValue * 4 + g.nodes * kNode;
   if (!c.reference.empty()) {
     // The reference run holds a second model, optimizer and graph (fp32: no casts).
     const GraphSize r = mlp ? mlp_graph(c, B, false) : transformer_graph(c, B, false);
-    e.params += r.params * (kValue * 2 + 4 + state) + r.param_tensors * kNode;
-    e.activations += r.elems * kValue * 2 + r.nodes * kNode;
+    e.params += r.params * (kTensor * 2 + 4 + state) + r.param_tensors * kNode;
+    e.activations += r.elems * kTensor * 2 + r.nodes * kNode;
   }
   // Records: a forward and a gradient rounding per node and parameter, when traced.
   if (c.trace) e.trace = (g.nodes + g.param_tensors) * 2 * kRecord;

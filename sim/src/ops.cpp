@@ -393,6 +393,19 @@ void bcast_loop(const Bcast& bc, F f) {
 
 // ---- generic elementwise ---------------------------------------------------------------------
 
+/// n values f(i) (computed in binary64) as the storage of a `wide` or binary32 dtype: binary32
+/// storage holds fl32(f(i)), the first step of rounding into any dtype but fp64.
+template <class F>
+Values computed(bool wide, size_t n, F f) {
+  Values v = Values::uninitialized(n, wide);
+  by_width(wide, [&](auto z) {
+    using T = decltype(z);
+    T* p = ptr<T>(v);
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(f(i));
+  });
+  return v;
+}
+
 /// f(x) forward; bw(g, x, y) the input gradient.
 template <class F, class BW>
 Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
@@ -401,12 +414,12 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   const Tensor& x = in[0];
   Runtime& rt = runtime();
   const char* op = op_name(kind);
-  Vec y(x.data().size());
+  Values y;
   by_width(x.data().wide(), [&](auto z) {
     const auto* xv = ptr<decltype(z)>(x.data());
-    for (size_t i = 0; i < y.size(); ++i) y[i] = f(double(xv[i]));
+    y = computed(dt.is_f64(), x.data().size(), [&](size_t i) { return f(double(xv[i])); });
   });
-  Ptr out = output_node(rt, op, x.shape(), dt, y, {x.ptr()});
+  Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -417,13 +430,15 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
     else
       out->saved = {xp};
     out->backward_fn = [o, xp, r, gtag, bw]() {
-      Vec g(o->grad.size());
+      Values g;
       by_width(o->grad.wide(), [&](auto z) {
         using T = decltype(z);
         const T *gv = ptr<T>(o->grad), *xv = ptr<T>(xp->data), *yv = ptr<T>(o->data);
-        for (size_t i = 0; i < g.size(); ++i) g[i] = bw(double(gv[i]), double(xv[i]), double(yv[i]));
+        g = computed(xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
+          return bw(double(gv[i]), double(xv[i]), double(yv[i]));
+        });
       });
-      send_grad(*r, *xp, g, &gtag);
+      send_grad(*r, *xp, std::move(g), &gtag);
     };
   }
   return Tensor(out);
@@ -439,15 +454,16 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
   Runtime& rt = runtime();
   const char* op = op_name(kind);
   const Bcast bc = broadcast(a.shape(), b.shape());
-  Vec y(static_cast<size_t>(numel(bc.out)));
+  Values y = Values::uninitialized(size_t(numel(bc.out)), dt.is_f64());
   by_width(dt.is_f64(), [&](auto z) {
     using T = decltype(z);
     const T *pa = ptr<T>(a.data()), *pb = ptr<T>(b.data());
+    T* py = ptr<T>(y);
     bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) {
-      y[size_t(o)] = f(double(pa[ia]), double(pb[ib]));
+      py[o] = static_cast<T>(f(double(pa[ia]), double(pb[ib])));
     });
   });
-  Ptr out = output_node(rt, op, bc.out, dt, y, {a.ptr(), b.ptr()});
+  Ptr out = output_node(rt, op, bc.out, dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr ap = a.ptr(), bp = b.ptr();
