@@ -17,6 +17,7 @@
 #include "halfway/sim/block_quant.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/fp8.hpp"
+#include "halfway/thread_pool.hpp"
 
 namespace halfway::sim {
 
@@ -393,15 +394,39 @@ void bcast_loop(const Bcast& bc, F f) {
 
 // ---- generic elementwise ---------------------------------------------------------------------
 
-/// n values f(i) (computed in binary64) as the storage of a `wide` or binary32 dtype: binary32
-/// storage holds fl32(f(i)), the first step of rounding into any dtype but fp64.
+/// body(lo, hi) over [0, n) in parts on the thread pool (up to `threads`, none smaller than
+/// `min_part`). For loops whose elements are computed each on their own, so the results do not
+/// depend on the parts.
 template <class F>
-Values computed(bool wide, size_t n, F f) {
+void parallel_for(int threads, size_t n, size_t min_part, F body) {
+  const int np =
+      int(std::max<size_t>(1, std::min<size_t>(size_t(std::max(threads, 1)), n / min_part)));
+  if (np == 1) {
+    body(size_t(0), n);
+    return;
+  }
+  ThreadPool::global().run(np, [&](int p) {
+    body(n * size_t(p) / size_t(np), n * size_t(p + 1) / size_t(np));
+  });
+}
+
+/// The fewest rows of length D worth a part of their own (about 16 Ki values).
+size_t rows_per_part(int64_t D) {
+  return std::max<size_t>(1, (size_t(1) << 14) / size_t(std::max<int64_t>(D, 1)));
+}
+
+/// n values f(i) (computed in binary64) as the storage of a `wide` or binary32 dtype: binary32
+/// storage holds fl32(f(i)), the first step of rounding into any dtype but fp64. Large
+/// tensors are computed in parts on up to `threads` threads.
+template <class F>
+Values computed(int threads, bool wide, size_t n, F f) {
   Values v = Values::uninitialized(n, wide);
   by_width(wide, [&](auto z) {
     using T = decltype(z);
     T* p = ptr<T>(v);
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(f(i));
+    parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) p[i] = static_cast<T>(f(i));
+    });
   });
   return v;
 }
@@ -417,7 +442,8 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   Values y;
   by_width(x.data().wide(), [&](auto z) {
     const auto* xv = ptr<decltype(z)>(x.data());
-    y = computed(dt.is_f64(), x.data().size(), [&](size_t i) { return f(double(xv[i])); });
+    y = computed(rt.threads, dt.is_f64(), x.data().size(),
+                 [&](size_t i) { return f(double(xv[i])); });
   });
   Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
@@ -434,7 +460,7 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
       by_width(o->grad.wide(), [&](auto z) {
         using T = decltype(z);
         const T *gv = ptr<T>(o->grad), *xv = ptr<T>(xp->data), *yv = ptr<T>(o->data);
-        g = computed(xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
+        g = computed(r->threads, xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
           return bw(double(gv[i]), double(xv[i]), double(yv[i]));
         });
       });
@@ -1101,8 +1127,11 @@ Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
   const auto [R, D] = rows_of(x, op);
   Vec y(x.data().size());
   const Wide xv(x.data());
-  for (int64_t r = 0; r < R; ++r) fwd(xv.data() + r * D, y.data() + r * D, D);
   Runtime& rt = runtime();
+  // Rows in parts on the thread pool: each row is computed on its own.
+  parallel_for(rt.threads, size_t(R), rows_per_part(D), [&](size_t lo, size_t hi) {
+    for (size_t r = lo; r < hi; ++r) fwd(xv.data() + r * D, y.data() + r * D, D);
+  });
   Ptr out = output_node(rt, op, x.shape(), dt, y, {x.ptr()});
   if (out->requires_grad) {
     out->saves_output = true;
@@ -1113,7 +1142,10 @@ Tensor row_op(OpKind kind, const Tensor& x0, Fwd fwd, Bwd bwd) {
     out->backward_fn = [o, xp, r, gt, R = R, D = D, bwd]() {
       Vec g(o->grad.size());
       const Wide gv(o->grad), yv(o->data);
-      for (int64_t i = 0; i < R; ++i) bwd(gv.data() + i * D, yv.data() + i * D, g.data() + i * D, D);
+      parallel_for(r->threads, size_t(R), rows_per_part(D), [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i)
+          bwd(gv.data() + i * D, yv.data() + i * D, g.data() + i * D, D);
+      });
       send_grad(*r, *xp, g, &gt);
     };
   }

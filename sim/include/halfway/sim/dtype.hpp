@@ -1,7 +1,8 @@
 /// \file dtype.hpp
 /// The logical dtype of a tensor: binary64, binary32, or any halfway low-precision `Format`.
-/// Values are always held as `double`, but a tensor of dtype D only ever holds values that are
-/// exactly representable in D: every op result passes through one rounding into its dtype.
+/// A tensor of dtype D only ever holds values that are exactly representable in D: every op
+/// result passes through one rounding into its dtype. They are stored as binary32 for every
+/// dtype but fp64 (`Values`: every format halfway simulates fits binary32) and read as `double`.
 ///
 ///     DType h = parse_dtype("fp16");            // low-precision, Format fp16
 ///     DType w = widest(h, DType::f32());        // fp32 (PyTorch type promotion)
