@@ -48,29 +48,6 @@ class Wide {
   const double* p_ = nullptr;
 };
 
-/// f(T{}) with T the storage type of values of `wide`-ness: float, or double for fp64.
-template <class F>
-void by_width(bool wide, F f) {
-  if (wide)
-    f(double{});
-  else
-    f(float{});
-}
-template <class T>
-const T* ptr(const Values& v) {
-  if constexpr (std::is_same_v<T, double>)
-    return v.f64();
-  else
-    return v.f32();
-}
-template <class T>
-T* ptr(Values& v) {
-  if constexpr (std::is_same_v<T, double>)
-    return v.f64();
-  else
-    return v.f32();
-}
-
 TraceKind fwd_kind(const TensorImpl& t) {
   return t.weight ? TraceKind::weight : TraceKind::activation;
 }
@@ -135,8 +112,7 @@ void send_grad(Runtime& rt, TensorImpl& t, Values&& g, const TraceTag* tag) {
 /// A bias's gradient: the column sums of G [rows × n], in binary64.
 Vec bias_grad(const Values& G, int64_t rows, int64_t n) {
   Vec g(size_t(n), 0.0);
-  by_width(G.wide(), [&](auto z) {
-    const auto* p = ptr<decltype(z)>(G);
+  G.visit([&](const auto* p) {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < n; ++j) g[size_t(j)] += double(p[i * n + j]);
   });
@@ -156,11 +132,9 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
   if (x.dtype() == dt) return x;
   Runtime& rt = runtime();
   const TraceTag tag{name, "cast", kind};
-  Values y;
-  by_width(x.data().wide(), [&](auto z) {
-    y = rounded(rt, dt, ptr<decltype(z)>(x.data()), x.data().size(), &tag);
-  });
-  Ptr out = cast_output(x, name, dt, std::move(y));
+  Ptr out = cast_output(x, name, dt, x.data().visit([&](const auto* p) {
+    return rounded(rt, dt, p, x.data().size(), &tag);
+  }));
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
@@ -168,8 +142,8 @@ Tensor cast_node(const Tensor& x, const DType& dt, const std::string& name, Trac
     const TraceTag gtag{grad_name, "cast", grad_kind(*xp)};
     // The backward of a cast rounds the gradient back into the source dtype.
     out->backward_fn = [o, xp, r, gtag]() {
-      by_width(o->grad.wide(), [&](auto z) {
-        add_grad(*r, *xp, rounded(*r, xp->dtype, ptr<decltype(z)>(o->grad), o->grad.size(), &gtag));
+      o->grad.visit([&](const auto* p) {
+        add_grad(*r, *xp, rounded(*r, xp->dtype, p, o->grad.size(), &gtag));
       });
     };
   }
@@ -399,15 +373,8 @@ void bcast_loop(const Bcast& bc, F f) {
 /// depend on the parts.
 template <class F>
 void parallel_for(int threads, size_t n, size_t min_part, F body) {
-  const int np =
-      int(std::max<size_t>(1, std::min<size_t>(size_t(std::max(threads, 1)), n / min_part)));
-  if (np == 1) {
-    body(size_t(0), n);
-    return;
-  }
-  ThreadPool::global().run(np, [&](int p) {
-    body(n * size_t(p) / size_t(np), n * size_t(p + 1) / size_t(np));
-  });
+  parallel_slices(even_parts(n, min_part, threads), n,
+                  [&](int, uint64_t lo, uint64_t hi) { body(size_t(lo), size_t(hi)); });
 }
 
 /// The fewest rows of length D worth a part of their own (about 16 Ki values).
@@ -421,9 +388,8 @@ size_t rows_per_part(int64_t D) {
 template <class F>
 Values computed(int threads, bool wide, size_t n, F f) {
   Values v = Values::uninitialized(n, wide);
-  by_width(wide, [&](auto z) {
-    using T = decltype(z);
-    T* p = ptr<T>(v);
+  v.visit([&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
     parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) {
       for (size_t i = lo; i < hi; ++i) p[i] = static_cast<T>(f(i));
     });
@@ -439,11 +405,9 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   const Tensor& x = in[0];
   Runtime& rt = runtime();
   const char* op = op_name(kind);
-  Values y;
-  by_width(x.data().wide(), [&](auto z) {
-    const auto* xv = ptr<decltype(z)>(x.data());
-    y = computed(rt.threads, dt.is_f64(), x.data().size(),
-                 [&](size_t i) { return f(double(xv[i])); });
+  Values y = x.data().visit([&](const auto* xv) {
+    return computed(rt.threads, dt.is_f64(), x.data().size(),
+                    [&](size_t i) { return f(double(xv[i])); });
   });
   Ptr out = output_node(rt, op, x.shape(), dt, std::move(y), {x.ptr()});
   if (out->requires_grad) {
@@ -456,11 +420,10 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
     else
       out->saved = {xp};
     out->backward_fn = [o, xp, r, gtag, bw]() {
-      Values g;
-      by_width(o->grad.wide(), [&](auto z) {
-        using T = decltype(z);
-        const T *gv = ptr<T>(o->grad), *xv = ptr<T>(xp->data), *yv = ptr<T>(o->data);
-        g = computed(r->threads, xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
+      Values g = o->grad.visit([&](const auto* gv) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(gv)>>;
+        const T *xv = xp->data.as<T>(), *yv = o->data.as<T>();
+        return computed(r->threads, xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
           return bw(double(gv[i]), double(xv[i]), double(yv[i]));
         });
       });
@@ -481,10 +444,9 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
   const char* op = op_name(kind);
   const Bcast bc = broadcast(a.shape(), b.shape());
   Values y = Values::uninitialized(size_t(numel(bc.out)), dt.is_f64());
-  by_width(dt.is_f64(), [&](auto z) {
-    using T = decltype(z);
-    const T *pa = ptr<T>(a.data()), *pb = ptr<T>(b.data());
-    T* py = ptr<T>(y);
+  y.visit([&](auto* py) {
+    using T = std::remove_pointer_t<decltype(py)>;
+    const T *pa = a.data().as<T>(), *pb = b.data().as<T>();
     bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) {
       py[o] = static_cast<T>(f(double(pa[ia]), double(pb[ib])));
     });
@@ -498,10 +460,9 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
     const TraceTag tb{scoped("grad_other"), op, grad_kind(*bp)};
     if (save_inputs) out->saved = {ap, bp};
     out->backward_fn = [o, ap, bp, r, ta, tb, bc, ga, gb]() {
-      by_width(o->grad.wide(), [&](auto z) {
-        using T = decltype(z);
-        const T *xa = ptr<T>(ap->data), *xb = ptr<T>(bp->data);
-        const T *gv = ptr<T>(o->grad), *yv = ptr<T>(o->data);
+      o->grad.visit([&](const auto* gv) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(gv)>>;
+        const T *xa = ap->data.as<T>(), *xb = bp->data.as<T>(), *yv = o->data.as<T>();
         if (ap->requires_grad) {
           Vec g(ap->data.size(), 0.0);
           bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
@@ -1467,10 +1428,9 @@ Values permute_swap(const Values& v, const Shape& s, int d0, int d1, Shape& os) 
   const int64_t outer = prod(0, d0), n0 = s[size_t(d0)], mid = prod(d0 + 1, d1),
                 n1 = s[size_t(d1)], inner = prod(d1 + 1, int(s.size()));
   Values out = Values::uninitialized(v.size(), v.wide());
-  by_width(v.wide(), [&](auto z) {
-    using T = decltype(z);
-    const T* in = ptr<T>(v);
-    T* res = ptr<T>(out);
+  out.visit([&](auto* res) {
+    using T = std::remove_pointer_t<decltype(res)>;
+    const T* in = v.as<T>();
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i0 = 0; i0 < n0; ++i0)
         for (int64_t m = 0; m < mid; ++m)
@@ -1519,10 +1479,10 @@ Tensor embedding(const std::vector<int32_t>& ids, const Shape& ids_shape, const 
   const DType dt = prepare(OpKind::embedding, in, {"weight"});
   const Tensor& w = in[0];
   Values y = Values::uninitialized(ids.size() * size_t(D), w.data().wide());
-  by_width(y.wide(), [&](auto z) {
-    using T = decltype(z);
+  y.visit([&](auto* py) {
+    using T = std::remove_pointer_t<decltype(py)>;
     for (size_t i = 0; i < ids.size(); ++i)
-      std::copy_n(ptr<T>(w.data()) + ids[i] * D, D, ptr<T>(y) + int64_t(i) * D);
+      std::copy_n(w.data().as<T>() + ids[i] * D, D, py + int64_t(i) * D);
   });
   Shape os = ids_shape;
   os.push_back(D);
@@ -1546,9 +1506,8 @@ namespace {
 
 /// Every element above the diagonal of each T × S matrix set to `fill` (representable).
 void fill_causal(Values& v, int64_t T, int64_t S, double fill) {
-  by_width(v.wide(), [&](auto z) {
-    using E = decltype(z);
-    E* p = ptr<E>(v);
+  v.visit([&](auto* p) {
+    using E = std::remove_pointer_t<decltype(p)>;
     const int64_t rows = S ? int64_t(v.size()) / S : 0;
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t i = row % T;  // row i of its matrix: columns j > i are masked

@@ -1,6 +1,7 @@
 // round_into: every rounding of the simulator into a tensor's dtype, traced and observed.
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "halfway/bulk.hpp"
@@ -54,15 +55,15 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
   // rounded results (binary32 destinations take them directly, also in place: each part's
   // histogram is taken before it is rounded).
   constexpr bool kFloatIn = std::is_same_v<S, float>, kFloatOut = std::is_same_v<D, float>;
-  constexpr bool copy_in = !kFloatIn;
-  thread_local std::vector<float> pre, out;
-  const float* pv;
+  thread_local std::vector<float> pre, out;  // this thread's buffers, for the pool's too
+  const float* pv = nullptr;
+  float* pw = nullptr;  // binary64 sources narrowed here
   float* ov;
   if constexpr (kFloatIn) {
     pv = src;
   } else {
     pre.resize(n);
-    pv = pre.data();  // this thread's buffers, for the pool's threads too
+    pv = pw = pre.data();
   }
   if constexpr (kFloatOut) {
     ov = dst;
@@ -74,15 +75,11 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
   // Large tensors in parts on the thread pool: element i keeps its place in the rounding's
   // stream (offset i), and the parts' event counts and histograms are integer sums, so the
   // result does not depend on the number of parts.
-  constexpr size_t kMinPart = size_t(1) << 15;
-  const int np =
-      int(std::max<size_t>(1, std::min<size_t>(size_t(std::max(rt.threads, 1)), n / kMinPart)));
+  const int np = even_parts(n, uint64_t(1) << 15, rt.threads);
   std::vector<EventCounts> ev(static_cast<size_t>(np));
   std::vector<TraceRecord> hist(tr ? size_t(np) : 0);
-  float* const pw = copy_in ? pre.data() : nullptr;
-  ThreadPool::global().run(np, [&](int p) {
-    const size_t lo = n * size_t(p) / size_t(np), hi = n * size_t(p + 1) / size_t(np);
-    if constexpr (copy_in)
+  parallel_slices(np, n, [&](int p, uint64_t lo, uint64_t hi) {
+    if constexpr (!kFloatIn)
       for (size_t i = lo; i < hi; ++i) pw[i] = static_cast<float>(src[i]);
     if (tr) add_values(hist[size_t(p)], pv + lo, hi - lo);
     BulkOptions op = o;
@@ -104,10 +101,7 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
 template <class S>
 Values rounded_from(Runtime& rt, const DType& dt, const S* v, size_t n, const TraceTag* tag) {
   Values out = Values::uninitialized(n, dt.is_f64());
-  if (out.wide())
-    round_values(rt, dt, v, out.f64(), n, tag);
-  else
-    round_values(rt, dt, v, out.f32(), n, tag);
+  out.visit([&](auto* p) { round_values(rt, dt, v, p, n, tag); });
   return out;
 }
 
@@ -131,14 +125,10 @@ Values rounded(Runtime& rt, const DType& dt, Values&& v, const TraceTag* tag) {
 }
 
 void round_into(Runtime& rt, const DType& dt, Values& v, const TraceTag* tag) {
-  if (v.wide() == dt.is_f64()) {
-    if (v.wide())
-      round_values(rt, dt, v.f64(), v.f64(), v.size(), tag);
-    else
-      round_values(rt, dt, v.f32(), v.f32(), v.size(), tag);
-    return;
-  }
-  v = v.wide() ? rounded(rt, dt, v.f64(), v.size(), tag) : rounded(rt, dt, v.f32(), v.size(), tag);
+  if (v.wide() == dt.is_f64())
+    v.visit([&](auto* p) { round_values(rt, dt, p, p, v.size(), tag); });
+  else
+    v = std::as_const(v).visit([&](const auto* p) { return rounded(rt, dt, p, v.size(), tag); });
 }
 
 }  // namespace halfway::sim

@@ -59,6 +59,27 @@ inline int chunk_parts(uint64_t n, uint64_t chunk, int threads) {
   return int(std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(threads), chunks)));
 }
 
+/// How many equal parts [0, n) splits into for `threads` threads (at least 1 thread) with no
+/// part smaller than `min_part`: at least 1, at most `threads`.
+inline int even_parts(uint64_t n, uint64_t min_part, int threads) {
+  const uint64_t most = min_part ? n / min_part : n;
+  return int(std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(std::max(threads, 1)), most)));
+}
+
+/// body(part, lo, hi) on `parts` equal slices of [0, n), part p always the same slice: the
+/// static form, for per-part results merged in part order and for loops whose elements are
+/// computed each on their own.
+template <class Body>
+void parallel_slices(int parts, uint64_t n, Body&& body) {
+  if (parts <= 1) {
+    body(0, uint64_t(0), n);
+    return;
+  }
+  ThreadPool::global().run(parts, [&](int p) {
+    body(p, n * uint64_t(p) / uint64_t(parts), n * uint64_t(p + 1) / uint64_t(parts));
+  });
+}
+
 /// body(part, lo, hi) over [0, n) in chunks of `chunk`, on chunk_parts(n, chunk, threads)
 /// parts of the pool, each taking the next chunk when it is done with one. `part` (0 ..
 /// parts-1) names the part that runs the chunk, for per-part partial results that are merged

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "halfway/sim/dtype.hpp"
@@ -72,13 +73,6 @@ class Values {
       v.f_.resize(n);
     return v;
   }
-  /// n zeros; binary64 when `wide`.
-  Values(size_t n, bool wide) : wide_(wide) {
-    if (wide)
-      d_.assign(n, 0.0);
-    else
-      f_.assign(n, 0.0f);
-  }
   /// v's values; unless `wide`, each must be exactly representable in binary32.
   Values(const std::vector<double>& v, bool wide) : wide_(wide) {
     if (wide)
@@ -86,8 +80,6 @@ class Values {
     else
       f_.assign(v.begin(), v.end());
   }
-  /// v's values, binary32 storage.
-  explicit Values(const std::vector<float>& v) : f_(v.begin(), v.end()) {}
   size_t size() const { return wide_ ? d_.size() : f_.size(); }
   bool empty() const { return size() == 0; }
   bool wide() const { return wide_; }
@@ -98,6 +90,30 @@ class Values {
   /// The binary64 values (`wide`).
   double* f64() { return d_.data(); }
   const double* f64() const { return d_.data(); }
+  /// The values as T, the storage type: float, or double when `wide`.
+  template <class T>
+  T* as() {
+    if constexpr (std::is_same_v<T, double>)
+      return f64();
+    else
+      return f32();
+  }
+  template <class T>
+  const T* as() const {
+    if constexpr (std::is_same_v<T, double>)
+      return f64();
+    else
+      return f32();
+  }
+  /// f(p) with p the storage: a float pointer, or a double pointer when `wide`.
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return wide_ ? f(f64()) : f(f32());
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return wide_ ? f(f64()) : f(f32());
+  }
   /// The values as binary64.
   std::vector<double> to_vector() const {
     return wide_ ? std::vector<double>(d_.begin(), d_.end())
