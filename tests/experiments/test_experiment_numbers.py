@@ -222,6 +222,14 @@ def window(res, row):
     return ks[0], ks[-1]
 
 
+def expect_transformer_title(doc, cfg):
+    """The figure names the transformer of the run's config; returns the config."""
+    m = cfg["model"]
+    doc.expect("{I} blocks, d_model {I}, {I} heads, seq {I}, batch {I}", m["blocks"],
+               m["d_model"], m["heads"], m["seq_len"], cfg["data"]["batch_size"], full=True)
+    return cfg
+
+
 def provenance(doc, res):
     """The caption's 'sweep FILE (hash H), N runs, halfway V, git R' against sweep.json, sweep.csv
     and the manifests."""
@@ -645,10 +653,7 @@ def check_update_rounding(res, figs, con):
 def check_text_lm(res, figs, con):
     df = sweep(res)
     doc = figs["text_lm"]
-    cfg = manifest(res, df.iloc[0])["config"]
-    m = cfg["model"]
-    doc.expect("{I} blocks, d_model {I}, {I} heads, seq {I}, batch {I}", m["blocks"],
-               m["d_model"], m["heads"], m["seq_len"], cfg["data"]["batch_size"], full=True)
+    cfg = expect_transformer_title(doc, manifest(res, df.iloc[0])["config"])
     for t in ("step", "step", "validation loss (nats per byte)",
               "gradient values flushed to zero (%)", "gradient underflow of the traced steps"):
         doc.text(t)
@@ -674,10 +679,7 @@ def check_text_lm(res, figs, con):
 def check_block_formats(res, figs, con):
     df = sweep(res)
     doc = figs["block_formats"]
-    cfg = manifest(res, df.iloc[0])["config"]
-    m = cfg["model"]
-    doc.expect("{I} blocks, d_model {I}, {I} heads, seq {I}, batch {I}", m["blocks"],
-               m["d_model"], m["heads"], m["seq_len"], cfg["data"]["batch_size"], full=True)
+    cfg = expect_transformer_title(doc, manifest(res, df.iloc[0])["config"])
     for t in ("step", "step", "step", "validation loss (nats per byte)", "SNR (dB)",
               "quantization SNR of the GEMM operands", "elements flushed to zero (%)",
               "flushed elements of the GEMM operands", "X", "W", "dY"):
