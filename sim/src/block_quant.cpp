@@ -91,27 +91,29 @@ std::pair<size_t, size_t> copy_tile(const BlockCopy& c) {
   return block_tile(parse_block_scheme(c.scheme), c.axis);
 }
 
-std::vector<double> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
-                               const double* x, size_t rows, size_t cols, size_t prows,
-                               size_t pcols) {
+std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
+                              const Values& x, size_t rows, size_t cols, size_t prows,
+                              size_t pcols) {
   if (prows < rows || pcols < cols) throw std::logic_error("block_copy: padding below the size");
   const BlockScheme s = parse_block_scheme(c.scheme);
   const BlockOptions o = block_options(rt, c);
   std::vector<float> xf(prows * pcols, 0.0f);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t j = 0; j < cols; ++j) xf[r * pcols + j] = static_cast<float>(x[r * cols + j]);
+  x.visit([&](const auto* v) {
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < cols; ++j) xf[r * pcols + j] = static_cast<float>(v[r * cols + j]);
+  });
   if (s.family != BlockFamily::mx && !all_finite(xf)) {
     // lib refuses NaN and infinity for NVFP4 and fp8_block (TE's kernels define no result):
     // the copy becomes NaN, so the step's gradients are non-finite and a scaler skips it.
     if (rt.tracer && rt.tracer->active())
       rt.tracer->record_blocks(nonfinite_record(c, tag, s, prows, pcols));
-    return std::vector<double>(xf.size(), std::numeric_limits<double>::quiet_NaN());
+    return std::vector<float>(xf.size(), std::numeric_limits<float>::quiet_NaN());
   }
   const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
   std::vector<float> q(xf.size());
   decode_blocks(s, e, q.data());
   if (rt.tracer && rt.tracer->active()) rt.tracer->record_blocks(make_record(c, tag, e, xf, q));
-  return std::vector<double>(q.begin(), q.end());
+  return q;
 }
 
 }  // namespace halfway::sim

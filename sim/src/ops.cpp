@@ -547,12 +547,12 @@ Vec dequantize(Fp8Operand&& o) {
 Values dequantized(Fp8Operand&& o) { return Values(dequantize(std::move(o)), false); }
 
 /// The fp8 copy a GEMM's backward keeps (memory accounting).
-std::shared_ptr<const TensorImpl> fp8_copy(const Vec& q, const Shape& s, const Format& f,
+std::shared_ptr<const TensorImpl> fp8_copy(Values q, const Shape& s, const Format& f,
                                            bool weight) {
   auto t = std::make_shared<TensorImpl>();
   t->shape = s;
   t->dtype = DType::low(f);
-  t->data = Values(q, false);
+  t->data = std::move(q);
   t->weight = weight;
   return t;
 }
@@ -811,8 +811,8 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
   const DType dt = fp8_out_dtype(a, b);
   Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
-    out->saved = {fp8_copy(aq.q, a.shape(), cfg.fwd, false),
-                  fp8_copy(bq.q, b.shape(), cfg.fwd, false)};
+    out->saved = {fp8_copy(Values(aq.q, false), a.shape(), cfg.fwd, false),
+                  fp8_copy(Values(bq.q, false), b.shape(), cfg.fwd, false)};
     TensorImpl* o = out.get();
     Ptr ap = a.ptr(), bp = b.ptr();
     Runtime* r = &rt;
@@ -849,8 +849,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
            xq.inv * wq.inv);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
-    out->saved = {fp8_copy(xq.q, x.shape(), cfg.fwd, false),
-                  fp8_copy(wq.q, w.shape(), cfg.fwd, true)};
+    out->saved = {fp8_copy(Values(xq.q, false), x.shape(), cfg.fwd, false),
+                  fp8_copy(Values(wq.q, false), w.shape(), cfg.fwd, true)};
     TensorImpl* o = out.get();
     Ptr xp = x.ptr(), wp = w.ptr(), bp = b ? b.ptr() : nullptr;
     Runtime* r = &rt;
@@ -891,10 +891,11 @@ size_t padded(size_t n, size_t a, size_t b = 1) {
 /// C = A·B of two padded block-scaled copies (pm×pk and pk×pn as `layout` reads them): fp32
 /// accumulation, then the leading m×n of the result, plus the bias in fp32.
 Values gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk,
-                   const Vec& A, const Vec& B, const Values* bias, Layout layout) {
+                   const std::vector<float>& A, const std::vector<float>& B, const Values* bias,
+                   Layout layout) {
   std::vector<float> c(pm * pn);
-  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A, B, Src(), c.data(),
-          layout);
+  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.data(), B.data(), Src(),
+          c.data(), layout);
   Values y = gemm_out(DType::f32(), int64_t(m), int64_t(n));
   float* yv = y.f32();
   for (size_t i = 0; i < m; ++i)
@@ -920,10 +921,10 @@ struct LinearCopies {
 };
 
 /// A copy saved for the backward (memory accounting: the element format's bits).
-std::shared_ptr<const TensorImpl> block_saved(const Vec& q, size_t rows, size_t cols,
-                                              const BlockCopy& c, bool weight) {
-  return fp8_copy(q, Shape{int64_t(rows), int64_t(cols)}, parse_block_scheme(c.scheme).element,
-                  weight);
+std::shared_ptr<const TensorImpl> block_saved(const std::vector<float>& q, size_t rows,
+                                              size_t cols, const BlockCopy& c, bool weight) {
+  return fp8_copy(Values(q), Shape{int64_t(rows), int64_t(cols)},
+                  parse_block_scheme(c.scheme).element, weight);
 }
 
 /// A block-scaled linear layer (TE's Linear under a block-scaling recipe): fprop
@@ -942,9 +943,8 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [xr, xc] = copy_tile(cp.x_fprop);
   const auto [wr, wc] = copy_tile(cp.w_fprop);
   const size_t Mp = padded(M, xr), Np = padded(N, wr), Kp = padded(K, xc, wc);
-  const Wide xv(x.data()), wv(w.data());
-  const Vec xq = block_copy(rt, cp.x_fprop, tx, xv.data(), M, K, Mp, Kp);
-  const Vec wq = block_copy(rt, cp.w_fprop, tw, wv.data(), N, K, Np, Kp);
+  const auto xq = block_copy(rt, cp.x_fprop, tx, x.data(), M, K, Mp, Kp);
+  const auto wq = block_copy(rt, cp.w_fprop, tw, w.data(), N, K, Np, Kp);
   Values y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? &b.data() : nullptr, Layout::nt);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, int64_t(N), std::move(y));
   if (!out->requires_grad) return Tensor(out);
@@ -956,9 +956,9 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [gwr, gwc] = copy_tile(cp.g_wgrad);
   const auto [xwr, xwc] = copy_tile(cp.x_wgrad);
   const size_t Mw = padded(M, gwr, xwr), Nw = padded(N, gwc), Kw = padded(K, xwc);
-  Vec wd, xw;
-  if (xp->requires_grad) wd = block_copy(rt, cp.w_dgrad, tw, wv.data(), N, K, Nd, Kd);
-  if (wp->requires_grad) xw = block_copy(rt, cp.x_wgrad, tx, xv.data(), M, K, Mw, Kw);
+  std::vector<float> wd, xw;
+  if (xp->requires_grad) wd = block_copy(rt, cp.w_dgrad, tw, w.data(), N, K, Nd, Kd);
+  if (wp->requires_grad) xw = block_copy(rt, cp.x_wgrad, tx, x.data(), M, K, Mw, Kw);
   if (!xw.empty()) out->saved.push_back(block_saved(xw, Mw, Kw, cp.x_wgrad, false));
   if (!wd.empty()) out->saved.push_back(block_saved(wd, Nd, Kd, cp.w_dgrad, true));
   TensorImpl* o = out.get();
@@ -967,14 +967,13 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
   const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
   out->backward_fn = [=]() {
-    const Wide gv(o->grad);
-    const double* G = gv.data();
+    const Values& G = o->grad;
     if (xp->requires_grad) {
-      const Vec gq = block_copy(*r, cp.g_dgrad, tg, G, M, N, Md, Nd);
+      const auto gq = block_copy(*r, cp.g_dgrad, tg, G, M, N, Md, Nd);
       send_grad(*r, *xp, gemm_blocks(*r, M, K, Md, Kd, Nd, gq, wd, nullptr, Layout::nn), &tgx);
     }
     if (wp->requires_grad) {
-      const Vec gq = block_copy(*r, cp.g_wgrad, tg, G, M, N, Mw, Nw);
+      const auto gq = block_copy(*r, cp.g_wgrad, tg, G, M, N, Mw, Nw);
       send_grad(*r, *wp, gemm_blocks(*r, N, K, Nw, Kw, Mw, gq, xw, nullptr, Layout::tn), &tgw);
     }
     if (bp && bp->requires_grad)

@@ -4,7 +4,7 @@
 /// the operand zero-padded to whole blocks, traced as a BlockRecord (blocks.csv).
 ///
 ///     const BlockCopy c{"mxfp8_e4m3:ceil", BlockAxis::last, "fprop"};
-///     std::vector<double> xq = block_copy(rt, c, tag, x.data(), M, K, M, pad(K, 32));
+///     std::vector<float> xq = block_copy(rt, c, tag, x.data(), M, K, M, pad(K, 32));
 #pragma once
 
 #include <cstddef>
@@ -28,14 +28,14 @@ struct BlockCopy {
 /// The (rows, cols) tile of a copy's scheme along its axis.
 std::pair<size_t, size_t> copy_tile(const BlockCopy& c);
 
-/// x (rows×cols, row-major, fp32 values held as doubles) zero-padded to prows×pcols (each a
+/// x (rows×cols, row-major, fp32 values; fp64 storage narrowed) zero-padded to prows×pcols (each a
 /// multiple of the copy's tile, at least the tensor's size), quantized and dequantized: the
 /// prows×pcols fp32 values the GEMM reads. Stochastic rounding draws from the stream of the
 /// runtime's next rounding call (next_rounding: the run's seed, subsequence step·2^32 +
 /// call), which every copy advances, stochastic or not. When the runtime's tracer is active
 /// the copy is recorded under tag's name and op.
-std::vector<double> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
-                               const double* x, size_t rows, size_t cols, size_t prows,
-                               size_t pcols);
+std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
+                              const Values& x, size_t rows, size_t cols, size_t prows,
+                              size_t pcols);
 
 }  // namespace halfway::sim

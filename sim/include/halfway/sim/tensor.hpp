@@ -73,6 +73,8 @@ class Values {
       v.f_.resize(n);
     return v;
   }
+  /// v's values, binary32 storage.
+  explicit Values(const std::vector<float>& v) : f_(v.begin(), v.end()) {}
   /// v's values; unless `wide`, each must be exactly representable in binary32.
   Values(const std::vector<double>& v, bool wide) : wide_(wide) {
     if (wide)
