@@ -307,3 +307,38 @@ TEST_CASE("an operand permutation forms interleaved blocks", "[accumulate]") {
   }
   CHECK(bad == 0);
 }
+
+TEST_CASE("AMX model: two chains from +0, then + C, worked by hand", "[accumulate]") {
+  const Format bf16 = formats::bf16;
+  const AccumulationModel m = accumulation::amx_bf16;
+  Env env;
+  // bf16 encodings: 1.0 = 0x3F80, 2^-24 = 0x3380, 0 = 0x0000.
+  // Products: 1 (even chain), 2^-24 (odd), 0 (even), 2^-24 (odd); C = +0.
+  const uint32_t a[4] = {0x3F80, 0x3380, 0x0000, 0x3380}, b[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80};
+  // E = 1; O = 2^-24 + 2^-24 = 2^-23 exactly; R = 1 + 2^-23 = 0x3F800001; + C = 0x3F800001.
+  CHECK(dot(m, bf16, a, b, 4, 0u, env) == 0x3F800001u);
+  // One chain (Intel's pseudo-code): 1 + 2^-24 is a tie, to even 1; again 1: 0x3F800000.
+  AccumulationModel one = m;
+  one.chains = 1;
+  CHECK(dot(one, bf16, a, b, 4, 0u, env) == 0x3F800000u);
+  // C joins last: with C = -1, R + C = (1 + 2^-23) - 1 = 2^-23 = 0x34000000.
+  // With C = 2^-23 and products 1, 2^-24: E = 1, O = 2^-24, R = 1 (a tie, to even), and then
+  // 1 + 2^-23; a chain from C would give 2^-23 + 1 = 1 + 2^-23, then + 2^-24 (a tie, to even
+  // 1 + 2^-22), so the order shows.
+  CHECK(dot(m, bf16, a, b, 4, 0xBF800000u, env) == 0x34000000u);
+  const uint32_t a2[2] = {0x3F80, 0x3380};
+  CHECK(dot(m, bf16, a2, b, 2, 0x34000000u, env) == 0x3F800001u);
+  AccumulationModel from_c = accumulation::avx512_dpbf16;  // one chain from C, even first
+  from_c.period = 0;
+  CHECK(dot(from_c, bf16, a2, b, 2, 0x34000000u, env) == 0x3F800002u);
+  // A second instruction (K > 32) starts its chains from +0 again, with the first's result as C:
+  // 33 products of 1·1 give 32 (E = O = 16) and then 32 + 1 = 33.
+  std::vector<uint32_t> ones(33, 0x3F80);
+  CHECK(dot(m, bf16, ones.data(), ones.data(), 33, 0u, env) == 0x42040000u);
+  // Subnormal bf16 inputs read as zero (DAZ); a NaN C wins over a NaN product.
+  const uint32_t sub[2] = {0x0001, 0x3F80};
+  CHECK(dot(m, bf16, sub, b, 2, 0u, env) == 0x3F800000u);
+  const uint32_t nan_a[2] = {0x7FA1, 0x3F80};
+  CHECK(dot(m, bf16, nan_a, b, 2, 0x7F812345u, env) == 0x7FC12345u);
+  CHECK(dot(m, bf16, nan_a, b, 2, 0u, env) == 0x7FE10000u);
+}

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "amx_tiles.hpp"
 #include "backend.hpp"
 #include "halfway/hw/dot_cases.hpp"
 
@@ -83,6 +84,11 @@ std::vector<ClassReport> dot_class_reports(const CheckStats& st, const DotInstru
 }  // namespace
 
 DotReport compare_dot(const DotInstruction& d, uint64_t n, unsigned threads) {
+  if (d.full_tiles()) {
+    std::vector<AmxTile> tiles = amx_tile_cases(d.input(), size_t((n + kAmxOutputs - 1) / kAmxOutputs));
+    d.run_tiles(tiles.data(), tiles.size());
+    return compare_tiles(d.name(), d.documented(), d.input(), tiles, threads);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const AccumulationModel model = d.documented();
   const Format in = d.input(), f32 = fmt_fp32();
@@ -127,7 +133,8 @@ DotReport compare_dot(const DotInstruction& d, uint64_t n, unsigned threads) {
   r.classes = dot_class_reports(all.doc, d, model);
   r.ieee_mismatches = all.ieee.mismatches;
   r.ieee_classes = dot_class_reports(all.ieee, d, kIeee);
-  for (int f = 0; f < kDotFamilies; ++f) r.family_mismatches[f] = all.family[f];
+  r.family_mismatches.assign(all.family, all.family + kDotFamilies);
+  r.family_name = dot_family_name;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -168,6 +175,24 @@ std::vector<AccumulationModel> dot_candidates() {
             out.push_back(m);
           }
     }
+  // Interleaved chains from +0 per AMX instruction (K = 32), then added to C.
+  for (int chains : {1, 2, 4})
+    for (bool daz : {false, true})
+      for (bool ftz : {false, true})
+        for (Rounding r : {Rounding::near_even, Rounding::minMag})
+          for (bool nan_first : {false, true}) {
+            AccumulationModel m;
+            m.kind = K::split_fma;
+            m.acc = fmt_fp32();
+            m.rounding = r;
+            m.block = 32;
+            m.chains = uint8_t(chains);
+            m.daz = daz;
+            m.ftz = ftz;
+            m.tininess = Tininess::after_rounding;
+            m.nan_accumulator_first = nan_first;
+            out.push_back(m);
+          }
   return out;
 }
 
@@ -175,16 +200,20 @@ std::string describe_dot_model(const AccumulationModel& m) {
   using K = AccumulationModel::Kind;
   std::string s = m.kind == K::sequential_fma ? "sequential fma"
                   : m.kind == K::sequential   ? "sequential multiply-then-add"
-                                              : "exact sum, " + std::to_string(m.kept_bits) +
-                                                    " bits kept, one rounding";
-  if (m.kind != K::block_fma)
+                  : m.kind == K::split_fma
+                      ? std::to_string(m.chains) + " fma chain" + (m.chains == 1 ? "" : "s") +
+                            " from +0 per " + std::to_string(m.block) +
+                            " products (element i in chain i mod " + std::to_string(m.chains) +
+                            "), then summed and added to C"
+                      : "exact sum, " + std::to_string(m.kept_bits) + " bits kept, one rounding";
+  if (m.kind == K::sequential_fma || m.kind == K::sequential)
     s += (m.period == 2 && m.order[0] == 1) ? ", odd element first" : ", even element first";
   s += m.daz ? ", DAZ" : ", no DAZ";
   s += !m.ftz ? ", no FTZ"
               : (m.tininess == Tininess::after_rounding ? ", FTZ (after rounding)"
                                                         : ", FTZ (before rounding)");
   s += m.rounding == Rounding::near_even ? ", near_even" : ", minMag";
-  if (m.kind == K::sequential_fma)
+  if (m.kind == K::sequential_fma || m.kind == K::split_fma)
     s += m.nan_accumulator_first ? ", NaN accumulator over inf*0" : ", inf*0 gives the default NaN";
   return s;
 }
@@ -198,12 +227,19 @@ bool same_dot_model(const AccumulationModel& x, const AccumulationModel& y) {
   if (x.kind == AccumulationModel::Kind::block_fma &&
       (x.block != y.block || x.kept_bits != y.kept_bits || x.floor_alignment != y.floor_alignment))
     return false;
+  if (x.kind == AccumulationModel::Kind::split_fma && (x.block != y.block || x.chains != y.chains))
+    return false;
   for (int j = 0; j < px; ++j)
     if (x.order[j] != y.order[j]) return false;
   return true;
 }
 
 DotSearchResult search_dot(const DotInstruction& d, uint64_t n, unsigned threads) {
+  if (d.full_tiles()) {
+    std::vector<AmxTile> tiles = amx_tile_cases(d.input(), size_t((n + kAmxOutputs - 1) / kAmxOutputs));
+    d.run_tiles(tiles.data(), tiles.size());
+    return search_tiles(d.input(), tiles, tiles.size(), threads);
+  }
   std::vector<uint32_t> a(n), b(n), c(n), hw(n);
   for_each_case(d, n, threads, [&](unsigned, uint64_t i, uint32_t x, uint32_t y, uint32_t z,
                                    uint32_t out) {
@@ -222,11 +258,16 @@ DotSearchResult search_dot(const DotInstruction& d, uint64_t n, unsigned threads
       miss[k] = m;
     }
   }, int(threads));
+  return rank_candidates(cands, miss, n);
+}
+
+DotSearchResult rank_candidates(const std::vector<AccumulationModel>& candidates,
+                                const std::vector<uint64_t>& mismatches, uint64_t cases) {
   DotSearchResult r;
-  r.cases = n;
-  for (size_t k = 0; k < cands.size(); ++k) {
-    if (miss[k] == 0) r.matched.push_back(cands[k]);
-    else r.others.emplace_back(cands[k], miss[k]);
+  r.cases = cases;
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    if (mismatches[k] == 0) r.matched.push_back(candidates[k]);
+    else r.others.emplace_back(candidates[k], mismatches[k]);
   }
   std::stable_sort(r.others.begin(), r.others.end(),
                    [](const auto& x, const auto& y) { return x.second < y.second; });

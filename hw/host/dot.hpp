@@ -23,6 +23,8 @@
 
 namespace halfway::hw {
 
+struct AmxTile;  // amx_tiles.hpp
+
 class DotInstruction {
  public:
   virtual ~DotInstruction() = default;
@@ -35,9 +37,17 @@ class DotInstruction {
   virtual AccumulationModel documented() const = 0;
   /// Empty when the instruction can run here (and HALFWAY_HW_DISABLE does not name it).
   std::string absent_reason() const;
-  /// out[i] = lane(a[i], b[i], c[i]). Only call when present.
+  /// out[i] = lane(a[i], b[i], c[i]). Only call when present. Not for full-tile instructions.
   virtual void run(const uint32_t* a, const uint32_t* b, const uint32_t* c, uint32_t* out,
                    size_t n) const = 0;
+  /// True for the AMX instructions, which are checked on full tiles (amx_tiles.hpp): every
+  /// output sums C and 32 products, so compare_dot() and search_dot() run generated tiles
+  /// through run_tiles() and count outputs as lanes.
+  virtual bool full_tiles() const { return false; }
+  /// Fills each tile's C after from its A, B and C before. Only call when present.
+  virtual void run_tiles(AmxTile* tiles, size_t n) const {
+    (void)tiles, (void)n;
+  }
 
  protected:
   virtual std::string missing() const = 0;
@@ -55,16 +65,23 @@ struct DotReport {
   std::vector<ClassReport> classes;    ///< differences from the documented model
   uint64_t ieee_mismatches = 0;        ///< against IEEE fp32 fmas in index order, no flushing
   std::vector<ClassReport> ieee_classes;
-  uint64_t family_mismatches[8] = {};  ///< per dot_operands family (documented model)
+  /// Mismatches per case family (documented model): dot_operands' families for lanes, the
+  /// record families for tiles; `family_name(f)` names family f.
+  std::vector<uint64_t> family_mismatches;
+  const char* (*family_name)(int) = nullptr;
   double seconds = 0;
 };
 
-/// Cases 0..n-1 of the kDotSeed stream (dot_cases.hpp) through the instruction and the model.
+/// Cases 0..n-1 of the kDotSeed stream (dot_cases.hpp) through the instruction and the model;
+/// for a full-tile instruction, the outputs of ceil(n / 256) generated tiles (amx_tile_cases).
 DotReport compare_dot(const DotInstruction& d, uint64_t n, unsigned threads = 0);
 
 /// The alternative models searched: sequential fma or multiply-then-add (two roundings) in
 /// either element order, or one rounding of the exact sum (block of 2, 24 or 48 bits kept);
-/// with or without DAZ; FTZ off, after or before rounding; nearest-even or toward zero.
+/// with or without DAZ; FTZ off, after or before rounding; nearest-even or toward zero; and
+/// 1, 2 or 4 interleaved fma chains from +0 added to C at the end (split_fma, a block of 32:
+/// one AMX instruction), FTZ off or after rounding (the recorded tiles hold no result that is
+/// tiny before rounding and not after, so the two cannot be told apart there).
 std::vector<AccumulationModel> dot_candidates();
 /// One line for a candidate ("sequential fma, odd element first, DAZ, FTZ (after rounding), near_even").
 std::string describe_dot_model(const AccumulationModel& m);
@@ -76,7 +93,11 @@ struct DotSearchResult {
   std::vector<std::pair<AccumulationModel, uint64_t>> others;     ///< the rest, fewest first
   uint64_t cases = 0;
 };
-/// Run cases 0..n-1 on the instruction once, then score every candidate on those outputs.
+/// The search's result from each candidate's mismatch count on `cases` outputs.
+DotSearchResult rank_candidates(const std::vector<AccumulationModel>& candidates,
+                                const std::vector<uint64_t>& mismatches, uint64_t cases);
+/// Run cases 0..n-1 on the instruction once, then score every candidate on those outputs
+/// (full-tile instructions: ceil(n / 256) generated tiles).
 DotSearchResult search_dot(const DotInstruction& d, uint64_t n, unsigned threads = 0);
 
 }  // namespace halfway::hw

@@ -4,7 +4,9 @@
 // Rapids). Functions that use an instruction are compiled for its target only, so the binary
 // runs on any x86-64 CPU; elsewhere every instruction reports itself absent.
 #include <cstring>
+#include <stdexcept>
 
+#include "amx_tiles.hpp"
 #include "dot.hpp"
 
 #if defined(__x86_64__)
@@ -19,12 +21,6 @@
 
 namespace halfway::hw {
 namespace {
-
-AccumulationModel pair_model(bool odd_first) {
-  AccumulationModel m = accumulation::avx512_dpbf16;
-  if (!odd_first) m.period = 0;
-  return m;
-}
 
 #if defined(HALFWAY_HW_X86_64)
 
@@ -82,9 +78,7 @@ bool amx_permitted() {
 #endif
 }
 
-// One tile multiply per 16 cases: C (16×16 fp32) += A (16 rows, one element pair each) ·
-// B (one row of 16 pairs). With one pair per row every output is c + a0·b0 + a1·b1 of its own
-// row and column; case m of the group uses row m and column m (the diagonal).
+// Full tiles: every tile 16 rows × 64 bytes, so each output sums C and 16 element pairs.
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
   uint16_t colsb[16] = {};
@@ -92,29 +86,18 @@ struct alignas(64) TileConfig {
 };
 
 template <bool kFp16>
-__attribute__((target("amx-tile,amx-bf16"))) void amx_dot(const uint32_t* a, const uint32_t* b,
-                                                          const uint32_t* c, uint32_t* out,
-                                                          size_t n) {
+__attribute__((target("amx-tile,amx-bf16"))) void amx_tiles(AmxTile* tiles, size_t n) {
   TileConfig cfg;
-  cfg.colsb[0] = 64, cfg.rows[0] = 16;  // tmm0: C
-  cfg.colsb[1] = 4, cfg.rows[1] = 16;   // tmm1: A
-  cfg.colsb[2] = 64, cfg.rows[2] = 1;   // tmm2: B
+  for (int t = 0; t < 3; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;  // tmm0 C, tmm1 A, tmm2 B
   _tile_loadconfig(&cfg);
-  for (size_t i = 0; i < n; i += 16) {
-    alignas(64) uint32_t ta[16] = {}, tb[16] = {}, tc[16][16] = {};
-    const size_t m = n - i < 16 ? n - i : 16;
-    for (size_t k = 0; k < m; ++k) {
-      ta[k] = a[i + k];
-      tb[k] = b[i + k];
-      tc[k][k] = c[i + k];
-    }
-    _tile_loadd(0, tc, 64);
-    _tile_loadd(1, ta, 4);
-    _tile_loadd(2, tb, 64);
+  for (size_t i = 0; i < n; ++i) {
+    AmxTile& t = tiles[i];
+    _tile_loadd(0, t.c, 64);
+    _tile_loadd(1, t.a, 64);
+    _tile_loadd(2, t.b, 64);
     if constexpr (kFp16) __asm__ volatile("tdpfp16ps %%tmm2, %%tmm1, %%tmm0" ::: "memory");
     else __asm__ volatile("tdpbf16ps %%tmm2, %%tmm1, %%tmm0" ::: "memory");
-    _tile_stored(0, tc, 64);
-    for (size_t k = 0; k < m; ++k) out[i + k] = tc[k][k];
+    _tile_stored(0, t.d, 64);
   }
   _tile_release();
 }
@@ -148,25 +131,30 @@ class Avx512Bf16Dot final : public DotInstruction {
   }
 };
 
-// Intel documents the AMX dot products as the even element first, each step a round-to-nearest-
-// even FMA with DAZ and FTZ, MXCSR ignored: the documented model is vdpbf16ps's with the
-// other order.
+// Intel documents the AMX dot products as one chain of round-to-nearest-even FMAs, even element
+// first, with DAZ and FTZ, MXCSR ignored; recorded tiles show two chains instead (even and odd
+// elements, each from +0, then summed and added to C: accumulation::amx_bf16), which is the
+// documented model here. tdpfp16ps is taken to work the same way: a hypothesis until tiles
+// recorded on an AMX-FP16 machine confirm it.
 template <bool kFp16>
 class AmxDot final : public DotInstruction {
  public:
   const char* name() const override { return kFp16 ? "amx-fp16" : "amx-bf16"; }
   const char* description() const override {
-    return kFp16 ? "x86 AMX-FP16 tdpfp16ps, one element pair per row (16 lanes per tile multiply)"
-                 : "x86 AMX-BF16 tdpbf16ps, one element pair per row (16 lanes per tile multiply)";
+    return kFp16 ? "x86 AMX-FP16 tdpfp16ps on full 16x16 tiles (C + 32 fp16 products per output)"
+                 : "x86 AMX-BF16 tdpbf16ps on full 16x16 tiles (C + 32 bf16 products per output)";
   }
   Format input() const override { return kFp16 ? fmt_fp16() : fmt_bf16(); }
-  AccumulationModel documented() const override { return pair_model(false); }
-  void run(const uint32_t* a, const uint32_t* b, const uint32_t* c, uint32_t* out,
-           size_t n) const override {
+  AccumulationModel documented() const override { return accumulation::amx_bf16; }
+  bool full_tiles() const override { return true; }
+  void run(const uint32_t*, const uint32_t*, const uint32_t*, uint32_t*, size_t) const override {
+    throw std::logic_error(std::string(name()) + " runs full tiles (run_tiles), not lanes");
+  }
+  void run_tiles(AmxTile* tiles, size_t n) const override {
 #if defined(HALFWAY_HW_X86_64)
-    amx_dot<kFp16>(a, b, c, out, n);
+    amx_tiles<kFp16>(tiles, n);
 #else
-    (void)a, (void)b, (void)c, (void)out, (void)n;
+    (void)tiles, (void)n;
 #endif
   }
 

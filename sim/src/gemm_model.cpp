@@ -397,6 +397,7 @@ bool binary32_values(const Format& f) {
 
 bool gemm_model_vectorizable(const AccumulationModel& m, const Format& in, const BulkOptions& o) {
   (void)o;
+  if (m.kind == Kind::split_fma) return false;
   if (m.period > 1 || m.daz || m.ftz || m.rounding == Rounding::stochastic) return false;
   if (!binary32_values(in) || !binary32_values(m.acc)) return false;
   if (m.kind == Kind::block_fma) {

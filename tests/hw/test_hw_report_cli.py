@@ -128,5 +128,48 @@ else:
     ieee = {c["class"] for c in dot["ieee_classes"]}
     check({"daz", "ftz"} <= ieee, f"IEEE baseline classes {ieee}")
 
+# Recorded AMX tiles, on any machine: the first 20 records of the committed file, then the same
+# with one output changed by one ulp (which must show as exactly one mismatch).
+import tempfile
+TILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "amx",
+                     "tdpbf16ps_tiles.bin")
+RECORD = 4112
+with open(TILES, "rb") as f:
+    head = f.read(20 * RECORD)
+with tempfile.TemporaryDirectory() as tmp:
+    good, bad, cut = (os.path.join(tmp, n) for n in ("good.bin", "bad.bin", "cut.bin"))
+    with open(good, "wb") as f:
+        f.write(head)
+    flipped = bytearray(head)
+    flipped[5 * RECORD + 3072] ^= 1  # C after of record 5, output (0, 0): its last bit
+    with open(bad, "wb") as f:
+        f.write(bytes(flipped))
+    with open(cut, "wb") as f:
+        f.write(head[:RECORD + 7])
+    for path, want in ((good, 0), (bad, 1)):
+        rc, out, err = run(["--backend", "amx-bf16", "--from-file", path, "--json"],
+                           {"HALFWAY_HW_DISABLE": "amx-bf16"})  # no instruction needed
+        check(rc == 0, f"--from-file {path}: exit {rc}: {err}")
+        if rc == 0:
+            doc = json.loads(out)
+            dot = doc["backends"][0]["dot"]
+            check(doc["coverage"] == "recorded", f"coverage {doc['coverage']}")
+            check(dot["lanes"] == 20 * 256 and dot["mismatches"] == want,
+                  f"--from-file: {dot['lanes']} outputs, {dot['mismatches']} mismatches, want {want}")
+            check(dot["family_mismatches"]["overflow_range"] == 0,
+                  f"family counts {dot['family_mismatches']}")
+            check(dot["family_mismatches"]["sparse"] == want,
+                  f"the changed output is in record 5 (sparse): {dot['family_mismatches']}")
+            check(dot["search"]["lanes"] == 20 * 256, f"search outputs {dot['search']['lanes']}")
+            if want == 0:
+                check(dot["search"]["documented_matched"], "the documented model must match")
+                check(dot["ieee_mismatches"] > 0, "Intel's IEEE fmas differ on real tiles")
+    expect_exit2(["--backend", "avx512bf16-dot", "--from-file", good], "needs --backend amx-bf16")
+    expect_exit2(["--backend", "amx-bf16", "--from-file", cut], "whole number")
+    expect_exit2(["--backend", "amx-bf16", "--from-file", os.path.join(tmp, "none.bin")],
+                 "cannot open")
+    expect_exit2(["--backend", "amx-bf16", "--from-file", good, "--cases", "5"], "no --cases")
+    expect_exit2(["--backend", "amx-bf16", "--from-file"], "--from-file needs a value")
+
 print("FAILED" if failures else "ok", f"({len(failures)} failures)")
 sys.exit(1 if failures else 0)

@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "compare.hpp"
+#include "amx_tiles.hpp"
 #include "dot.hpp"
 #include "halfway/names.hpp"
 
@@ -22,7 +23,7 @@ using hw::OpReport;
 
 const char* kHelp =
     "usage: halfway hw-report [--backend NAME] [--op OP] [--exhaustive] [--cases N] [--json]\n"
-    "                         [--threads N]\n"
+    "                         [--threads N] [--from-file FILE] [--record FILE]\n"
     "Compares hardware implementations available without a GPU with the library, operation by\n"
     "operation, and classifies every difference (\"NaN payload canonicalized to 0x7FFF\",\n"
     "\"fp32 subnormal inputs flushed to zero\", ...), with a count and an example each.\n"
@@ -37,7 +38,13 @@ const char* kHelp =
     "                  2^22 inputs (every 8/16-bit input domain is always covered in full);\n"
     "                  fma: 2^22 random triples, 2^30 with --exhaustive; dot instructions:\n"
     "                  2^22 structured and random lanes, 2^27 with --exhaustive\n"
-    "  --cases N       dot instructions: this many lanes (1..2^36)\n"
+    "  --cases N       dot instructions: this many lanes (1..2^36); AMX runs full 16x16 tiles,\n"
+    "                  and N counts their outputs (256 a tile)\n"
+    "  --from-file FILE  amx-bf16, amx-fp16: compare and search on tiles recorded in FILE (the\n"
+    "                  record layout of tests/data/amx/README.md) instead of running the\n"
+    "                  instruction; works on any machine\n"
+    "  --record FILE   amx-bf16, amx-fp16 on an AMX machine: also write the tiles run, in\n"
+    "                  that layout\n"
     "  --json          machine-readable output\n"
     "  --threads N     worker threads (default: one per hardware thread)\n"
     "Exit status: 0 when the comparison ran (differences are findings, not failures), 2 on bad\n"
@@ -129,8 +136,9 @@ void print_dot(const hw::DotInstruction& d, const DotRun& run) {
   const hw::OpInfo info = dot_info(d);
   fmt::print("backend {}: {}\n", d.name(), d.description());
   fmt::print("  documented model: {}\n", hw::describe_dot_model(d.documented()));
-  fmt::print("  {:>10} lanes  {:>10} mismatches against the documented model  ({:.1f} s)\n", r.total,
-             r.mismatches, r.seconds);
+  const char* unit = d.full_tiles() ? "outputs" : "lanes";
+  fmt::print("  {:>10} {}  {:>10} mismatches against the documented model  ({:.1f} s)\n", r.total,
+             unit, r.mismatches, r.seconds);
   auto classes = [&](const std::vector<hw::ClassReport>& cs) {
     for (const auto& c : cs)
       fmt::print("      {:>10}  {:<46} e.g. {} -> hw {}, model {}\n", c.count, c.description,
@@ -138,15 +146,15 @@ void print_dot(const hw::DotInstruction& d, const DotRun& run) {
                  hw::hex_enc(info.out, c.example.ref));
   };
   classes(r.classes);
-  for (int f = 0; f < hw::kDotFamilies; ++f)
+  for (size_t f = 0; f < r.family_mismatches.size(); ++f)
     if (r.family_mismatches[f])
-      fmt::print("      {:>10}  of them in family {}\n", r.family_mismatches[f], hw::dot_family_name(f));
+      fmt::print("      {:>10}  of them in family {}\n", r.family_mismatches[f], r.family_name(int(f)));
   fmt::print("  {:>10} differences from IEEE fp32 fmas in index order without flushing:\n",
              r.ieee_mismatches);
   classes(r.ieee_classes);
   const hw::DotSearchResult& s = run.search;
-  fmt::print("  search: {} of {} candidate models reproduce all {} lanes searched\n",
-             s.matched.size(), s.matched.size() + s.others.size(), s.cases);
+  fmt::print("  search: {} of {} candidate models reproduce all {} {} searched\n",
+             s.matched.size(), s.matched.size() + s.others.size(), s.cases, unit);
   for (const auto& m : s.matched)
     fmt::print("      match: {}{}\n", hw::describe_dot_model(m),
                hw::same_dot_model(m, d.documented()) ? " (the documented model)" : "");
@@ -159,8 +167,8 @@ std::string dot_json(const hw::DotInstruction& d, const DotRun& run) {
   const hw::DotReport& r = run.report;
   const hw::OpInfo info = dot_info(d);
   std::string fams;
-  for (int f = 0; f < hw::kDotFamilies; ++f)
-    fams += fmt::format("{}\"{}\": {}", f ? ", " : "", hw::dot_family_name(f), r.family_mismatches[f]);
+  for (size_t f = 0; f < r.family_mismatches.size(); ++f)
+    fams += fmt::format("{}\"{}\": {}", f ? ", " : "", r.family_name(int(f)), r.family_mismatches[f]);
   const hw::DotSearchResult& s = run.search;
   std::string matched, others;
   bool documented_matched = false;
@@ -184,6 +192,30 @@ std::string dot_json(const hw::DotInstruction& d, const DotRun& run) {
       others);
 }
 
+/// The documented model and the search on tiles (recorded or just run).
+DotRun tile_run(const hw::DotInstruction& d, const std::vector<hw::AmxTile>& tiles,
+                unsigned threads) {
+  DotRun run;
+  run.report = hw::compare_tiles(d.name(), d.documented(), d.input(), tiles, threads);
+  run.search = hw::search_tiles(d.input(), tiles, size_t(kDotSearchCases / hw::kAmxOutputs), threads);
+  return run;
+}
+
+std::string json_document(const char* coverage, const std::vector<std::string>& parts) {
+  std::string js = fmt::format("{{\"coverage\": \"{}\", \"backends\": [", coverage);
+  for (size_t i = 0; i < parts.size(); ++i) js += (i ? ", " : "") + parts[i];
+  return js + "]}";
+}
+
+/// hw-report --from-file: the tiles of a file against the backend's documented model.
+int report_tiles(const hw::DotInstruction& d, const std::vector<hw::AmxTile>& tiles, bool json,
+                 unsigned threads) {
+  const DotRun run = tile_run(d, tiles, threads);
+  if (json) fmt::print("{}\n", json_document("recorded", {dot_json(d, run)}));
+  else print_dot(d, run);
+  return 0;
+}
+
 std::string names_list() {
   std::string s;
   for (const auto& n : hw::known_backend_names()) s += (s.empty() ? "" : " ") + n;
@@ -197,6 +229,7 @@ int cmd_hw_report(int argc, char** argv) {
   bool exhaustive = false, json = false;
   unsigned threads = 0;
   uint64_t dot_cases = 0;
+  std::string from_file, record;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* opt) -> std::string {
@@ -221,6 +254,10 @@ int cmd_hw_report(int argc, char** argv) {
       if (v.empty() || v[0] == '-' || *end || c < 1 || c > (1ull << 36))
         throw InputError("--cases needs 1..2^36, got '" + v + "'");
       dot_cases = c;
+    } else if (a == "--from-file") {
+      from_file = value("--from-file");
+    } else if (a == "--record") {
+      record = value("--record");
     } else if (a == "--threads") {
       const std::string v = value("--threads");
       char* end = nullptr;
@@ -234,7 +271,22 @@ int cmd_hw_report(int argc, char** argv) {
 
   std::vector<const Backend*> chosen;
   std::vector<const hw::DotInstruction*> dots;
-  if (const hw::DotInstruction* d = hw::find_dot_instruction(backend_name)) {
+  const hw::DotInstruction* tile_backend = hw::find_dot_instruction(backend_name);
+  if (!from_file.empty() || !record.empty()) {
+    if (!tile_backend || !tile_backend->full_tiles())
+      throw InputError(std::string(from_file.empty() ? "--record" : "--from-file") +
+                       " needs --backend amx-bf16 or amx-fp16");
+    if (!from_file.empty() && !record.empty())
+      throw InputError("--from-file and --record exclude each other");
+    if (dot_cases || exhaustive) {
+      if (!from_file.empty()) throw InputError("--from-file compares the file's tiles: no --cases or --exhaustive");
+    }
+  }
+  if (!from_file.empty()) {
+    const std::vector<hw::AmxTile> tiles = hw::read_amx_tiles(from_file);
+    return report_tiles(*tile_backend, tiles, json, threads);
+  }
+  if (const hw::DotInstruction* d = tile_backend) {
     if (!op_name.empty())
       throw InputError("--op does not apply to backend '" + backend_name +
                        "' (it checks one instruction)");
@@ -311,17 +363,23 @@ int cmd_hw_report(int argc, char** argv) {
         fmt::print("backend {}: absent ({})\n", d->name(), why);
       continue;
     }
+    if (d->full_tiles()) {
+      std::vector<hw::AmxTile> tiles =
+          hw::amx_tile_cases(d->input(), size_t((lanes + hw::kAmxOutputs - 1) / hw::kAmxOutputs));
+      d->run_tiles(tiles.data(), tiles.size());
+      if (!record.empty()) hw::write_amx_tiles(record, tiles);
+      const DotRun run = tile_run(*d, tiles, threads);
+      if (json) parts.push_back(dot_json(*d, run));
+      else print_dot(*d, run);
+      continue;
+    }
     DotRun run;
     run.report = hw::compare_dot(*d, lanes, threads);
     run.search = hw::search_dot(*d, std::min(lanes, kDotSearchCases), threads);
     if (json) parts.push_back(dot_json(*d, run));
     else print_dot(*d, run);
   }
-  if (json) {
-    std::string js = fmt::format("{{\"coverage\": \"{}\", \"backends\": [", exhaustive ? "exhaustive" : "sample");
-    for (size_t i = 0; i < parts.size(); ++i) js += (i ? ", " : "") + parts[i];
-    fmt::print("{}]}}\n", js);
-  }
+  if (json) fmt::print("{}\n", json_document(exhaustive ? "exhaustive" : "sample", parts));
   return 0;
 }
 

@@ -40,6 +40,9 @@ enum class Layout : uint8_t { nn, nt, tn };
 ///    accumulator, `h100-fp16` with an fp16 one, `h100-fp8` for fp8 inputs): the low-precision
 ///    operands' exact products summed in blocks, aligned and truncated as the model says, and
 ///    the bias added in the accumulator format. GEMMs whose operands are fp32 run `fp32`.
+///  - the x86 CPU presets: `amx-bf16` (Intel AMX `tdpbf16ps`, measured from recorded tiles: per
+///    32 products two fma chains from +0, then + C) and `avx512-dpbf16` (`vdpbf16ps`: fmas in
+///    pairs, odd element first), both with DAZ/FTZ; the bias is added as for the block presets.
 /// The sequential models round with the run's rounding direction; every model keeps each
 /// output element's order, so no result depends on the thread count.
 struct Accumulation {
