@@ -2,6 +2,8 @@
 // thread runs curand_init(seed, subsequence, offset) and draws with curand(); every draw must
 // equal halfway::sr_bits(seed, subsequence, offset + k), computed both in the same kernel and
 // on the host by the library. Exit 0 when all agree, 1 otherwise, 77 without a GPU.
+// `--out FILE`: also a JSON report (the GPU campaign's part "philox"); `--budget` is ignored
+// (the run takes well under a second).
 #include <curand_kernel.h>
 
 #include <cstdio>
@@ -9,6 +11,7 @@
 
 #include "gpu_common.cuh"
 #include "halfway/env.hpp"
+#include "halfway/hw/json_out.hpp"
 
 namespace {
 
@@ -31,8 +34,14 @@ __global__ void draw(uint64_t seed, uint64_t subsequence, uint64_t offset, uint3
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  using halfway::hw::Report;
+  using halfway::hw::report;
+  using halfway::hw::strf;
   halfway::gpu::require_device_or_skip();
+  report().open(halfway::gpu::arg(argc, argv, "--out", ""), "philox");
+  report().set("device", halfway::gpu::device_json(halfway::gpu::device_info()));
+  report().set("build", halfway::gpu::build_json());
   struct Case {
     uint64_t seed, subsequence, offset;
   };
@@ -62,6 +71,14 @@ int main() {
                 (unsigned long long)c.offset, kThreads * kDraws, device_bad, host_bad);
     total_device += device_bad;
     total_host += host_bad;
+    report().append("cases", strf("{\"seed\": \"%llu\", \"subsequence\": \"%llu\", \"offset\": "
+                                  "\"%llu\", \"draws\": %d, \"device_mismatches\": %llu, "
+                                  "\"host_mismatches\": %llu}",
+                                  (unsigned long long)c.seed, (unsigned long long)c.subsequence,
+                                  (unsigned long long)c.offset, kThreads * kDraws, device_bad,
+                                  host_bad));
   }
+  report().set("status", Report::quote("complete"));
+  report().save();
   return total_device == 0 && total_host == 0 ? 0 : 1;
 }

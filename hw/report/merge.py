@@ -18,9 +18,10 @@ import re
 import subprocess
 import sys
 
-PARTS = ["math", "conversions", "arith", "fma", "mma", "wgmma", "cublas", "replay"]
+PARTS = ["math", "conversions", "arith", "fma", "mma", "wgmma", "cublas", "replay", "philox",
+         "device_reference"]
 PROGRAMS = ["halfway_gpu_elementwise", "halfway_gpu_mma", "halfway_gpu_wgmma", "halfway_gpu_cublas",
-            "halfway_gpu_replay"]
+            "halfway_gpu_replay", "halfway_gpu_philox", "halfway_device_reference"]
 
 
 def read_status(path):

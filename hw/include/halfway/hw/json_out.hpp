@@ -5,9 +5,12 @@
 /// killed by a timeout still leaves a complete, valid file with everything it finished. Host only.
 #pragma once
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +18,9 @@
 namespace halfway::hw {
 
 /// The report of one program: an ordered list of top-level keys with raw JSON values. `save()`
-/// writes the whole document to `path` through a temporary file and a rename.
+/// writes the whole document to `path` through a temporary file and a rename; when the write,
+/// flush, close or rename fails it says so on stderr (one line) and exits with status 1, the
+/// previous complete report left as it was.
 class Report {
  public:
   void open(std::string path, std::string part) {
@@ -62,11 +67,20 @@ class Report {
     }
     doc += "\n}\n";
     const std::string tmp = path_ + ".tmp";
-    if (FILE* f = std::fopen(tmp.c_str(), "w")) {
-      std::fwrite(doc.data(), 1, doc.size(), f);
-      std::fclose(f);
-      std::rename(tmp.c_str(), path_.c_str());
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    bool ok = f != nullptr;
+    if (f) {
+      ok = std::fwrite(doc.data(), 1, doc.size(), f) == doc.size();
+      ok = std::fflush(f) == 0 && ok;
+      ok = std::fclose(f) == 0 && ok;
     }
+    const int err = errno;
+    if (ok && std::rename(tmp.c_str(), path_.c_str()) == 0) return;
+    // The last complete report stays in place; a program that cannot record its results stops.
+    std::fprintf(stderr, "report: writing '%s' failed: %s\n", path_.c_str(),
+                 std::strerror(ok ? errno : err));
+    std::remove(tmp.c_str());
+    std::exit(1);
   }
   static std::string quote(const std::string& s) {
     std::string o = "\"";
