@@ -743,9 +743,9 @@ sim::DType op_dtype(const std::string& name, const char* fn) {
 /// the accumulator's values, not yet rounded into dt. With `alpha` (the scaled GEMMs of the fp8
 /// and block-scaled recipes) the operands accumulate as fp32 and C = fl32(acc·alpha) (+ bias in
 /// fp32), cuBLASLt's epilogue, as sim's gemm_fp8 and gemm_blocks do.
-py::array_t<float> gemm_values(sim::Runtime& rt, const sim::DType& dt, py::handle a, py::handle b,
-                               py::handle bias, sim::Layout layout, std::optional<float> alpha,
-                               const char* fn) {
+py::array_t<float> gemm_values(sim::Runtime& rt, const sim::Accumulation& acc,
+                               const sim::DType& dt, py::handle a, py::handle b, py::handle bias,
+                               sim::Layout layout, std::optional<float> alpha, const char* fn) {
   const py::array_t<float> A = matrix_input<float>(a, fn, "a", "float32");
   const py::array_t<float> B = matrix_input<float>(b, fn, "b", "float32");
   const int64_t m = A.shape(0), k = A.shape(1), n = B.shape(1);
@@ -765,7 +765,6 @@ py::array_t<float> gemm_values(sim::Runtime& rt, const sim::DType& dt, py::handl
   const sim::DType gdt = alpha ? sim::DType::f32() : dt;
   const Format in = gdt.is_low() ? gdt.fmt : accumulation::kF32;
   const BulkOptions o = sim::next_rounding(rt);
-  const sim::Accumulation& acc = rt.accumulator ? *rt.accumulator : sim::accumulator_by_name("fp32");
   const AccumulationModel model = acc.resolve(gdt, m, n, k, layout, o);
   py::array_t<float> out({py::ssize_t(m), py::ssize_t(n)});
   const float *pa = A.data(), *pb = B.data(), *pbias = bv ? bv->data() : nullptr;
@@ -809,14 +808,14 @@ py::array_t<float> gemm_py(py::handle a, py::handle b, py::handle bias, const st
                            const std::string& rounding, py::handle seed, int threads) {
   if (threads < 1) throw py::value_error("halfway.gemm: threads must be at least 1");
   sim::Runtime rt;
-  rt.accumulator = &sim::accumulator_by_name(accumulation);
+  const sim::Accumulation& acc = sim::accumulator_by_name(accumulation);
   rt.rounding.rounding = parse_rounding(rounding);
   if (rt.rounding.rounding == Rounding::stochastic && seed.is_none())
     throw InputError("stochastic rounding needs seed=<int>, so that results can be reproduced");
   if (!seed.is_none()) rt.rounding.seed = to_u64(seed, "seed");
   rt.threads = threads;
   const sim::DType dt = op_dtype(dtype, "gemm");
-  const py::array_t<float> c = gemm_values(rt, dt, a, b, bias, to_layout(layout), std::nullopt, "gemm");
+  const py::array_t<float> c = gemm_values(rt, acc, dt, a, b, bias, to_layout(layout), std::nullopt, "gemm");
   return rounded_values(rt, dt, c, nullptr, "gemm");
 }
 
@@ -869,10 +868,8 @@ py::dict recipe_dict(const std::string& name) {
 /// as `halfway train` writes them.
 class Emulator {
  public:
-  Emulator(const std::string& accumulation, uint64_t seed, int threads, const std::string& dir)
-      : acc_(&sim::accumulator_by_name(accumulation)) {
+  Emulator(uint64_t seed, int threads, const std::string& dir) {
     if (threads < 1) throw py::value_error("halfway.torch.emulate: threads must be at least 1");
-    rt_.accumulator = acc_;
     rt_.rounding.seed = seed;
     rt_.threads = threads;
     if (!dir.empty()) {
@@ -917,9 +914,10 @@ class Emulator {
   }
 
   py::array_t<float> gemm(py::handle a, py::handle b, py::handle bias, const std::string& dtype,
-                          const std::string& layout, std::optional<float> alpha) {
-    return gemm_values(rt_, op_dtype(dtype, "emulate"), a, b, bias, to_layout(layout), alpha,
-                       "emulate");
+                          const std::string& layout, const std::string& accumulation,
+                          std::optional<float> alpha) {
+    return gemm_values(rt_, sim::accumulator_by_name(accumulation), op_dtype(dtype, "emulate"),
+                       a, b, bias, to_layout(layout), alpha, "emulate");
   }
 
   py::array_t<float> round(py::handle x, const std::string& dtype, const std::string& rounding,
@@ -1020,7 +1018,6 @@ class Emulator {
     return *it->second;
   }
 
-  const sim::Accumulation* acc_;
   sim::Runtime rt_;
   sim::Tracer tracer_;
   std::map<std::string, std::unique_ptr<sim::Fp8State>> fp8_;
@@ -1034,17 +1031,22 @@ void bind_emulation(py::module_& m) {
         py::arg("layout") = "nn", py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
         py::arg("threads") = 1);
   m.def("_recipe", &recipe_dict, py::arg("name"));
+  m.def("_block_tile",
+        [](const std::string& scheme, int axis) {
+          return block_tile(parse_block_scheme(scheme), to_axis(axis, "emulate"));
+        },
+        py::arg("scheme"), py::arg("axis"), "The (rows, cols) tile of a scheme along an axis.");
   m.def("_recipe_names", &sim::policy_names);
   m.def("_accumulation_names", &sim::accumulation_names);
   py::class_<Emulator>(m, "_Emulator")
-      .def(py::init<const std::string&, uint64_t, int, const std::string&>(),
-           py::arg("accumulation"), py::arg("seed"), py::arg("threads"), py::arg("dir"))
+      .def(py::init<uint64_t, int, const std::string&>(), py::arg("seed"), py::arg("threads"),
+           py::arg("dir"))
       .def("begin_step", &Emulator::begin_step, py::arg("step"), py::arg("traced"),
            py::arg("loss_scale") = 1.0)
       .def("end_step", &Emulator::end_step)
       .def("commit", &Emulator::commit)
       .def("gemm", &Emulator::gemm, py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("dtype"),
-           py::arg("layout"), py::arg("alpha") = py::none())
+           py::arg("layout"), py::arg("accumulation"), py::arg("alpha") = py::none())
       .def("round", &Emulator::round, py::arg("x"), py::arg("dtype"), py::arg("rounding"),
            py::arg("name") = "", py::arg("op") = "", py::arg("kind") = "activation")
       .def("bias_grad", &Emulator::bias_grad, py::arg("grad"), py::arg("dtype"),
