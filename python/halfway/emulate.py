@@ -571,12 +571,20 @@ class emulate:
             self._recipes[name] = Recipe(name)
         return self._recipes[name]
 
-    def _dtype_of(self, t, recipe):
+    def _dtype_of(self, t, recipe, is_param=None):
         if t is None:
             return None
         tag = getattr(t, _TAG, None)
-        return tag if tag is not None else recipe.default_dtype(
-            isinstance(t, self._torch.nn.Parameter))
+        if is_param is None:
+            is_param = isinstance(t, self._torch.nn.Parameter)
+        return tag if tag is not None else recipe.default_dtype(is_param)
+
+    @staticmethod
+    def _keep_tag(src, dst):
+        """dst (a reshaped view or copy of src) has src's logical dtype."""
+        if hasattr(src, _TAG):
+            setattr(dst, _TAG, getattr(src, _TAG))
+        return dst
 
     @staticmethod
     def _emulable(*ts):
@@ -584,13 +592,13 @@ class emulate:
         return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
                                  and t.device.type == "cpu") for t in ts)
 
-    def _run(self, op, a, b, bias, stat):
+    def _run(self, op, a, b, bias, stat, b_is_param=None):
         """a [M, K] or [B, M, K]; b [N, K] (linear) or [K, N] / [B, K, N]; bias [N] or None."""
         recipe_site, module = self._site_name(stat)
         recipe = self._recipe_for(module)
-        dtypes = [self._dtype_of(a, recipe), self._dtype_of(b, recipe),
+        dtypes = [self._dtype_of(a, recipe), self._dtype_of(b, recipe, b_is_param),
                   self._dtype_of(bias, recipe)]
-        is_param = isinstance(b, self._torch.nn.Parameter)
+        is_param = isinstance(b, self._torch.nn.Parameter) if b_is_param is None else b_is_param
         batch = a.shape[0] if a.dim() == 3 else 1
         sites = [_Gemm(self, recipe, self.accumulation,
                        recipe_site if batch == 1 else f"{recipe_site}[{i}]", op, dtypes, is_param)
@@ -610,7 +618,7 @@ class emulate:
         bias = args[2] if len(args) > 2 else kwargs.get("bias")
         if not self._emulable(x, w, bias) or x.dim() < 1 or w.dim() != 2:
             return NotImplemented
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = self._keep_tag(x, x.reshape(-1, x.shape[-1]))
         y = self._run("linear", x2, w, bias, "linear")
         if y is None:
             return func(*args, **kwargs)
@@ -624,15 +632,15 @@ class emulate:
         if not self._emulable(a, b, bias) or a.dim() < 2 or b.dim() < 2:
             return NotImplemented
         if b.dim() == 2:
-            a2 = a.reshape(-1, a.shape[-1])
+            a2 = self._keep_tag(a, a.reshape(-1, a.shape[-1]))
             y = self._run("matmul", a2, b, bias, "matmul")
             if y is None:
                 return func(*args, **kwargs)
             out = y.reshape(*a.shape[:-1], b.shape[-1])
         else:
             batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-            A = a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
-            B = b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+            A = self._keep_tag(a, a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:]))
+            B = self._keep_tag(b, b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:]))
             y = self._run("matmul", A, B, bias, "matmul")
             if y is None:
                 return func(*args, **kwargs)
@@ -689,8 +697,9 @@ class emulate:
         cols = F.unfold(x, (kh, kw), dilation=dil, padding=pad, stride=stride)
         hout = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
         wout = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
-        X = cols.transpose(1, 2).reshape(-1, c * kh * kw)
-        y = self._run("linear", X, w.reshape(o, -1), bias, "conv")
+        X = self._keep_tag(x, cols.transpose(1, 2).reshape(-1, c * kh * kw))
+        W = w.reshape(o, -1)
+        y = self._run("linear", X, W, bias, "conv", b_is_param=isinstance(w, torch.nn.Parameter))
         if y is None:
             return func(*args, **kwargs)
         tag = getattr(y, _TAG, None)
