@@ -7,6 +7,8 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,7 +19,15 @@
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
 #if HALFWAY_PY_SIM
+#include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/analyze.hpp"
+#include "halfway/sim/block_quant.hpp"
+#include "halfway/sim/context.hpp"
+#include "halfway/sim/fp8.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/ops.hpp"
+#include "halfway/sim/policy.hpp"
+#include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
 #endif
 
@@ -705,6 +715,348 @@ void bind_analysis_run(py::module_& m) {
            py::arg("next_scale") = std::nan(""))
       .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// sim's GEMMs, roundings and operand copies one call at a time: halfway.gemm and the state of
+// halfway.torch.emulate (docs/emulate.md). Every number comes from the functions `halfway
+// train` runs (accumulate.hpp, context.hpp's rounded, block_quant.hpp, fp8.hpp); this layer only
+// moves arrays and names.
+
+sim::Layout to_layout(const std::string& s) {
+  if (s == "nn") return sim::Layout::nn;
+  if (s == "nt") return sim::Layout::nt;
+  if (s == "tn") return sim::Layout::tn;
+  throw InputError("unknown layout '" + s + "' (nn, nt, tn)");
+}
+
+/// A dtype a GEMM or a rounding can produce here: fp32 or a low-precision format.
+sim::DType op_dtype(const std::string& name, const char* fn) {
+  const sim::DType dt = sim::parse_dtype(name);
+  if (dt.is_f64())
+    throw py::value_error(std::string("halfway.") + fn + ": fp64 is not emulated (fp32 or a " +
+                          "low-precision format)");
+  return dt;
+}
+
+/// C = A·B (+ bias) as sim's GEMMs compute it for an op of dtype `dt` (A [m×k], B [k×n],
+/// float32 values of dt; `layout` is how a framework holds them, which only torch-cpu reads):
+/// the accumulator's values, not yet rounded into dt. With `alpha` (the scaled GEMMs of the fp8
+/// and block-scaled recipes) the operands accumulate as fp32 and C = fl32(acc·alpha) (+ bias in
+/// fp32), cuBLASLt's epilogue, as sim's gemm_fp8 and gemm_blocks do.
+py::array_t<float> gemm_values(sim::Runtime& rt, const sim::Accumulation& acc,
+                               const sim::DType& dt, py::handle a, py::handle b, py::handle bias,
+                               sim::Layout layout, std::optional<float> alpha, const char* fn) {
+  const py::array_t<float> A = matrix_input<float>(a, fn, "a", "float32");
+  const py::array_t<float> B = matrix_input<float>(b, fn, "b", "float32");
+  const int64_t m = A.shape(0), k = A.shape(1), n = B.shape(1);
+  if (B.shape(0) != k)
+    throw py::value_error(std::string("halfway.") + fn + ": a is [" + std::to_string(m) + ", " +
+                          std::to_string(k) + "] but b is [" + std::to_string(B.shape(0)) +
+                          ", " + std::to_string(n) + "]");
+  std::optional<py::array_t<float>> bv;
+  if (!bias.is_none()) {
+    bv = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(bias);
+    if (!bv || !py::isinstance<py::array>(bias) ||
+        !py::reinterpret_borrow<py::array>(bias).dtype().is(py::dtype::of<float>()) ||
+        bv->ndim() != 1 || bv->shape(0) != n)
+      throw py::type_error(std::string("halfway.") + fn + ": bias must be a 1-D float32 array of " +
+                           std::to_string(n) + " values");
+  }
+  const sim::DType gdt = alpha ? sim::DType::f32() : dt;
+  const Format in = gdt.is_low() ? gdt.fmt : accumulation::kF32;
+  const BulkOptions o = sim::next_rounding(rt);
+  const AccumulationModel model = acc.resolve(gdt, m, n, k, layout, o);
+  py::array_t<float> out({py::ssize_t(m), py::ssize_t(n)});
+  const float *pa = A.data(), *pb = B.data(), *pbias = bv ? bv->data() : nullptr;
+  float* pc = out.mutable_data();
+  const int threads = rt.threads;
+  {
+    py::gil_scoped_release release;
+    sim::gemm(model, in, m, n, k, pa, pb, alpha ? nullptr : pbias, pc, o, threads);
+    if (alpha)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = pc[i * n + j] * *alpha;
+          if (pbias) v = v + pbias[j];
+          pc[i * n + j] = v;
+        }
+  }
+  return out;
+}
+
+/// Values (float32 or float64) rounded into dt by sim's `rounded` (float64 first to binary32,
+/// the op's opmath result, as every sim op does), traced under `tag` when one is given.
+py::array_t<float> rounded_values(sim::Runtime& rt, const sim::DType& dt, py::handle x,
+                                  const sim::TraceTag* tag, const char* fn) {
+  const FloatInput in = float_input(x, fn);
+  const size_t n = size_t(in.arr.size());
+  py::array_t<float> out(shape_of(in.arr));
+  float* po = out.mutable_data();
+  const void* pin = in.arr.data();
+  {
+    py::gil_scoped_release release;
+    const sim::Values v = in.f64 ? sim::rounded(rt, dt, static_cast<const double*>(pin), n, tag)
+                                 : sim::rounded(rt, dt, static_cast<const float*>(pin), n, tag);
+    std::copy(v.f32(), v.f32() + n, po);
+  }
+  return out;
+}
+
+/// halfway.gemm: one GEMM of sim, its output rounded into `dtype`.
+py::array_t<float> gemm_py(py::handle a, py::handle b, py::handle bias, const std::string& dtype,
+                           const std::string& accumulation, const std::string& layout,
+                           const std::string& rounding, py::handle seed, int threads) {
+  if (threads < 1) throw py::value_error("halfway.gemm: threads must be at least 1");
+  sim::Runtime rt;
+  const sim::Accumulation& acc = sim::accumulator_by_name(accumulation);
+  rt.rounding.rounding = parse_rounding(rounding);
+  if (rt.rounding.rounding == Rounding::stochastic && seed.is_none())
+    throw InputError("stochastic rounding needs seed=<int>, so that results can be reproduced");
+  if (!seed.is_none()) rt.rounding.seed = to_u64(seed, "seed");
+  rt.threads = threads;
+  const sim::DType dt = op_dtype(dtype, "gemm");
+  const py::array_t<float> c = gemm_values(rt, acc, dt, a, b, bias, to_layout(layout), std::nullopt, "gemm");
+  return rounded_values(rt, dt, c, nullptr, "gemm");
+}
+
+/// A preset policy as data for Python: what each op kind and each GEMM operand becomes.
+py::dict recipe_dict(const std::string& name) {
+  const sim::Policy p = sim::preset_policy(name);
+  py::dict d;
+  d["name"] = p.name;
+  d["low"] = p.low.name();
+  d["param_dtype"] = p.param_dtype.name();
+  d["input_dtype"] = p.input_dtype.name();
+  d["accumulation"] = p.accumulation;
+  py::dict rules;
+  for (int i = 0; i < sim::kOpCount; ++i) {
+    const auto k = static_cast<sim::OpKind>(i);
+    rules[sim::op_name(k)] = sim::rule_name(p.rule(k));
+  }
+  d["rules"] = rules;
+  if (p.fp8) {
+    const sim::Fp8Config& c = p.fp8_config;
+    d["fp8"] = py::dict(py::arg("fwd") = format_name(c.fwd), py::arg("bwd") = format_name(c.bwd),
+                        py::arg("scaling") = sim::scaling_name(c.scaling),
+                        py::arg("amax_history_len") = c.amax_history_len,
+                        py::arg("amax_compute_algo") = sim::amax_algo_name(c.amax_compute_algo),
+                        py::arg("margin") = c.margin);
+  } else {
+    d["fp8"] = py::none();
+  }
+  if (p.blocks) {
+    const sim::BlockRecipe& r = *p.blocks;
+    d["blocks"] = py::dict(py::arg("input") = r.input, py::arg("weight") = r.weight,
+                           py::arg("grad") = r.grad, py::arg("grad_sr") = r.grad_sr,
+                           py::arg("wgrad_rht") = r.wgrad_rht,
+                           py::arg("pow2_scales") = r.pow2_scales);
+  } else {
+    d["blocks"] = py::none();
+  }
+  py::dict roles;
+  for (auto r : {sim::Role::forward, sim::Role::backward, sim::Role::update}) {
+    const auto& v = p.role_rounding[size_t(r)];
+    roles[sim::role_name(r)] = v ? py::object(py::str(rounding_name(*v))) : py::object(py::none());
+  }
+  d["rounding"] = roles;
+  return d;
+}
+
+/// The state of one halfway.torch.emulate block: sim's runtime (accumulation, seed, threads,
+/// the stochastic-rounding stream of the step), the fp8 scaling state of each recipe, and the
+/// tracer whose records of every rounding really done become trace.csv and blocks.csv, written
+/// as `halfway train` writes them.
+class Emulator {
+ public:
+  Emulator(uint64_t seed, int threads, const std::string& dir) {
+    if (threads < 1) throw py::value_error("halfway.torch.emulate: threads must be at least 1");
+    rt_.rounding.seed = seed;
+    rt_.threads = threads;
+    if (!dir.empty()) {
+      trace_ = std::make_unique<sim::AtomicFile>(dir + "/trace.csv");
+      blocks_ = std::make_unique<sim::AtomicFile>(dir + "/blocks.csv");
+      trace_->out() << sim::kTraceCsvHeader;
+      blocks_->out() << sim::kBlocksCsvHeader;
+    }
+  }
+
+  void begin_step(int step, bool traced, double loss_scale) {
+    rt_.sr_step = uint64_t(step);
+    rt_.sr_tensor = 0;
+    rt_.tracer = nullptr;
+    if (traced && trace_) {
+      tracer_.begin_step(step, loss_scale);
+      rt_.tracer = &tracer_;
+    }
+  }
+
+  void end_step() {
+    if (!rt_.tracer) return;
+    rt_.tracer = nullptr;
+    const sim::StepTrace& st = tracer_.end_step();
+    std::string line;
+    for (const sim::TraceRecord& t : st.records) {
+      sim::append_trace_columns(line, st.step, t);
+      line += '\n';
+    }
+    trace_->out() << line;
+    line.clear();
+    for (const sim::BlockRecord& b : st.blocks) {
+      sim::append_block_columns(line, st.step, b);
+      line += '\n';
+    }
+    blocks_->out() << line;
+  }
+
+  void commit() {
+    if (trace_) trace_->commit();
+    if (blocks_) blocks_->commit();
+  }
+
+  py::array_t<float> gemm(py::handle a, py::handle b, py::handle bias, const std::string& dtype,
+                          const std::string& layout, const std::string& accumulation,
+                          std::optional<float> alpha) {
+    return gemm_values(rt_, sim::accumulator_by_name(accumulation), op_dtype(dtype, "emulate"),
+                       a, b, bias, to_layout(layout), alpha, "emulate");
+  }
+
+  py::array_t<float> round(py::handle x, const std::string& dtype, const std::string& rounding,
+                           const std::string& name, const std::string& op,
+                           const std::string& kind) {
+    Direction d(rt_, rounding);
+    const sim::TraceTag tag{name, op_literal(op), kind_from_name(kind)};
+    return rounded_values(rt_, op_dtype(dtype, "emulate"), x, name.empty() ? nullptr : &tag,
+                          "emulate");
+  }
+
+  py::array_t<float> bias_grad(py::handle g, const std::string& dtype,
+                               const std::string& rounding, const std::string& name,
+                               const std::string& op) {
+    const py::array_t<float> G = matrix_input<float>(g, "emulate", "grad", "float32");
+    const int64_t rows = G.shape(0), n = G.shape(1);
+    const sim::Values v(std::vector<float>(G.data(), G.data() + G.size()));
+    py::array_t<double> sums(n);
+    const std::vector<double> s = sim::bias_grad(v, rows, n);
+    std::copy(s.begin(), s.end(), sums.mutable_data());
+    return round(sums, dtype, rounding, name, op, "weight_grad");
+  }
+
+  py::array_t<float> block_copy(py::handle x, const std::string& scheme, int axis,
+                                const std::string& gemm, bool sr, bool rht, bool pow2_scales,
+                                size_t prows, size_t pcols, const std::string& name,
+                                const std::string& op, const std::string& kind) {
+    const py::array_t<float> in = matrix_input<float>(x, "emulate", "x", "float32");
+    const size_t rows = size_t(in.shape(0)), cols = size_t(in.shape(1));
+    if (prows < rows || pcols < cols)
+      throw py::value_error("halfway.torch.emulate: padding below the operand's size");
+    const char* g = gemm == "dgrad" ? "dgrad" : gemm == "wgrad" ? "wgrad" : "fprop";
+    const sim::BlockCopy c{scheme, to_axis(axis, "emulate"), g, sr, rht, pow2_scales};
+    const auto [tr, tc] = sim::copy_tile(c);
+    if (prows % tr || pcols % tc)
+      throw py::value_error("halfway.torch.emulate: padded size not a multiple of the tile");
+    const sim::Values v(std::vector<float>(in.data(), in.data() + in.size()));
+    const sim::TraceTag tag{name, op_literal(op), kind_from_name(kind)};
+    py::array_t<float> out({py::ssize_t(prows), py::ssize_t(pcols)});
+    float* po = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      const std::vector<float> q = sim::block_copy(rt_, c, tag, v, rows, cols, prows, pcols);
+      std::copy(q.begin(), q.end(), po);
+    }
+    return out;
+  }
+
+  /// x quantized with its per-tensor scale (key: the tensor's trace name) under recipe `recipe`'s
+  /// fp8 configuration: (q, 1/scale), q the scaled values in fp8 as float32.
+  py::tuple fp8_quantize(const std::string& recipe, const std::string& key, bool backward,
+                         py::handle x, const std::string& op, const std::string& kind) {
+    sim::Fp8State& st = fp8_state(recipe);
+    const Format f = backward ? st.config().bwd : st.config().fwd;
+    const FloatInput in = float_input(x, "emulate");
+    const size_t n = size_t(in.arr.size());
+    std::vector<double> xd(n), q;
+    if (in.f64) {
+      const double* p = static_cast<const double*>(in.arr.data());
+      std::copy(p, p + n, xd.begin());
+    } else {
+      const float* p = static_cast<const float*>(in.arr.data());
+      std::copy(p, p + n, xd.begin());
+    }
+    const sim::TraceTag tag{key, op_literal(op), kind_from_name(kind)};
+    const float scale = st.quantize(key, f, xd.data(), n, q, rt_, &tag);
+    py::array_t<float> out(shape_of(in.arr));
+    std::copy(q.begin(), q.end(), out.mutable_data());
+    return py::make_tuple(out, 1.0f / scale);
+  }
+
+ private:
+  /// The rounding direction of one call (a role's), restored after it.
+  struct Direction {
+    sim::Runtime& rt;
+    Rounding saved;
+    Direction(sim::Runtime& r, const std::string& name) : rt(r), saved(r.rounding.rounding) {
+      rt.rounding.rounding = parse_rounding(name);
+    }
+    ~Direction() { rt.rounding.rounding = saved; }
+  };
+
+  /// TraceTag keeps a `const char*` op: the names live as long as the emulator.
+  const char* op_literal(const std::string& op) {
+    for (const auto& s : ops_)
+      if (*s == op) return s->c_str();
+    ops_.push_back(std::make_unique<std::string>(op));
+    return ops_.back()->c_str();
+  }
+
+  sim::Fp8State& fp8_state(const std::string& recipe) {
+    auto it = fp8_.find(recipe);
+    if (it == fp8_.end()) {
+      const sim::Policy p = sim::preset_policy(recipe);
+      if (!p.fp8) throw py::value_error("halfway.torch.emulate: recipe '" + recipe + "' is not fp8");
+      it = fp8_.emplace(recipe, std::make_unique<sim::Fp8State>(p.fp8_config)).first;
+    }
+    return *it->second;
+  }
+
+  sim::Runtime rt_;
+  sim::Tracer tracer_;
+  std::map<std::string, std::unique_ptr<sim::Fp8State>> fp8_;
+  std::vector<std::unique_ptr<std::string>> ops_;
+  std::unique_ptr<sim::AtomicFile> trace_, blocks_;
+};
+
+void bind_emulation(py::module_& m) {
+  m.def("gemm", &gemm_py, py::arg("a"), py::arg("b"), py::arg("bias") = py::none(),
+        py::kw_only(), py::arg("dtype") = "fp32", py::arg("accumulation") = "fp32",
+        py::arg("layout") = "nn", py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
+        py::arg("threads") = 1);
+  m.def("_recipe", &recipe_dict, py::arg("name"));
+  m.def("_block_tile",
+        [](const std::string& scheme, int axis) {
+          return block_tile(parse_block_scheme(scheme), to_axis(axis, "emulate"));
+        },
+        py::arg("scheme"), py::arg("axis"), "The (rows, cols) tile of a scheme along an axis.");
+  m.def("_recipe_names", &sim::policy_names);
+  m.def("_accumulation_names", &sim::accumulation_names);
+  py::class_<Emulator>(m, "_Emulator")
+      .def(py::init<uint64_t, int, const std::string&>(), py::arg("seed"), py::arg("threads"),
+           py::arg("dir"))
+      .def("begin_step", &Emulator::begin_step, py::arg("step"), py::arg("traced"),
+           py::arg("loss_scale") = 1.0)
+      .def("end_step", &Emulator::end_step)
+      .def("commit", &Emulator::commit)
+      .def("gemm", &Emulator::gemm, py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("dtype"),
+           py::arg("layout"), py::arg("accumulation"), py::arg("alpha") = py::none())
+      .def("round", &Emulator::round, py::arg("x"), py::arg("dtype"), py::arg("rounding"),
+           py::arg("name") = "", py::arg("op") = "", py::arg("kind") = "activation")
+      .def("bias_grad", &Emulator::bias_grad, py::arg("grad"), py::arg("dtype"),
+           py::arg("rounding"), py::arg("name"), py::arg("op"))
+      .def("block_copy", &Emulator::block_copy, py::arg("x"), py::arg("scheme"), py::arg("axis"),
+           py::arg("gemm"), py::arg("sr"), py::arg("rht"), py::arg("pow2_scales"),
+           py::arg("prows"), py::arg("pcols"), py::arg("name"), py::arg("op"), py::arg("kind"))
+      .def("fp8_quantize", &Emulator::fp8_quantize, py::arg("recipe"), py::arg("key"),
+           py::arg("backward"), py::arg("x"), py::arg("op"), py::arg("kind"));
+}
 #endif
 
 }  // namespace
@@ -854,6 +1206,7 @@ PYBIND11_MODULE(_halfway, m) {
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");
   bind_analysis_run(m);
+  bind_emulation(m);
 #endif
   m.def("format", [](py::handle fmt) { return to_format(fmt); }, py::arg("fmt"),
         "The Format named by a string (or the Format itself).");

@@ -27,8 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
-    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes",
-    "analyze", "AnalysisResult",
+    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "gemm",
+    "accumulations", "recipes", "analyze", "AnalysisResult",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
 
@@ -193,6 +193,35 @@ def block_schemes():
 for _f in (encode_blocks, quantize_blocks):
     _f.__doc__ += _BLOCK_OPTIONS
 del _f
+
+
+def gemm(a, b, bias=None, *, dtype="fp32", accumulation="fp32", layout="nn",
+         rounding="near_even", seed=None, threads=1):
+    """C = a·b (+ bias) as `halfway train` computes a matmul or linear layer of dtype `dtype`,
+    rounded into `dtype`: a [m, k] and b [k, n] are float32 arrays of values of `dtype`
+    (bias: [n], added inside the accumulation as the model says), accumulated by the model
+    `accumulation` names (halfway.accumulations(): fp32, in-format, torch-cpu, a100, ...).
+
+    layout: 'nn', 'nt' (a linear layer's forward: b is a transposed weight) or 'tn' (a weight
+        gradient): how a framework holds the operands; only 'torch-cpu' depends on it.
+    rounding, seed: the direction of the output rounding (and of stochastic accumulations).
+    threads: rows are split over the threads; no result depends on how many.
+
+    Not available without the simulator in the build (halfway.train tells the same)."""
+    if not hasattr(_halfway, "gemm"):
+        raise RuntimeError("halfway.gemm: this build of the Python module has no simulator (sim/)")
+    return _halfway.gemm(a, b, bias, dtype=dtype, accumulation=accumulation, layout=layout,
+                         rounding=rounding, seed=seed, threads=threads)
+
+
+def accumulations():
+    """The accumulation names halfway.gemm, halfway.torch.emulate and `halfway train` accept."""
+    return list(_halfway._accumulation_names())
+
+
+def recipes():
+    """The recipe (policy preset) names halfway.torch.emulate and `halfway train` accept."""
+    return list(_halfway._recipe_names())
 
 
 def format(fmt):

@@ -31,7 +31,9 @@ import numpy as np
 from . import _halfway
 from .analysis import CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, format_list, scale_range
 
-__all__ = ["trace"]
+from .emulate import emulate
+
+__all__ = ["trace", "emulate"]
 
 
 class trace:

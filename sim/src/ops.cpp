@@ -109,16 +109,6 @@ void send_grad(Runtime& rt, TensorImpl& t, Values&& g, const TraceTag* tag) {
   add_grad(rt, t, rounded(rt, t.dtype, std::move(g), tag));
 }
 
-/// A bias's gradient: the column sums of G [rows × n], in binary64.
-Vec bias_grad(const Values& G, int64_t rows, int64_t n) {
-  Vec g(size_t(n), 0.0);
-  G.visit([&](const auto* p) {
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < n; ++j) g[size_t(j)] += double(p[i * n + j]);
-  });
-  return g;
-}
-
 /// A cast's node: `y` (x's values in dt) named `name`, a weight when x is one.
 Ptr cast_output(const Tensor& x, const std::string& name, const DType& dt, Values y) {
   Ptr out = make_node("cast", x.shape(), dt, std::move(y), {x.ptr()});
@@ -709,6 +699,15 @@ bool blocks_lower_linear() {
 Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b);
 
 }  // namespace
+
+std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n) {
+  std::vector<double> g(size_t(n), 0.0);
+  G.visit([&](const auto* p) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j) g[size_t(j)] += double(p[i * n + j]);
+  });
+  return g;
+}
 
 // ---- casts -----------------------------------------------------------------------------------
 

@@ -22,6 +22,11 @@
 
 namespace halfway::sim {
 
+/// A bias's gradient: the column sums of G [rows × n] (binary32 or binary64 storage), each
+/// summed in binary64 in row order; the caller rounds them into the bias's dtype. Used by every
+/// linear layer's backward here and by halfway.torch.emulate.
+std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n);
+
 /// Cast to `dt` (a graph node: forward rounds into dt, backward rounds the gradient back
 /// into the source dtype). Traced as `name` when a rounding into a low dtype happens.
 Tensor cast(const Tensor& x, const DType& dt, const std::string& name,

@@ -1,0 +1,758 @@
+"""halfway.torch.emulate: run a real PyTorch model's GEMMs under a recipe of `halfway train`.
+
+    import halfway.torch as ht
+    with ht.emulate(model, recipe="mxfp8", out="run") as em:
+        for x, y in data:                       # the training loop, unchanged
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            em.log_loss(loss)
+
+Every GEMM of nn.Linear (F.linear), nn.Conv1d/2d (a GEMM over unfolded patches) and
+torch.matmul / mm / bmm / addmm / @ runs as the simulator runs the same op under the recipe:
+its operands rounded, per-tensor scaled into fp8 or block-quantized as sim/'s policy says
+(forward, dgrad and wgrad each reading its own copy), the product accumulated by halfway's GEMM
+under the accumulation model, the output rounded into the op's dtype, and the backward likewise.
+The numbers all come from the compiled simulator (halfway._halfway): this file only decides
+which operand goes where. docs/emulate.md says what is and is not emulated.
+
+Tensors keep float32 storage: an fp16 output is a float32 tensor holding fp16 values (its
+logical dtype rides along on the tensor, so the next GEMM does not cast it again).
+"""
+import json
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from . import _halfway
+
+__all__ = ["emulate"]
+
+_PRESERVING = ("relu", "reshape", "view", "flatten", "transpose", "permute", "contiguous",
+               "clone", "t", "squeeze", "unsqueeze", "detach")
+_TAG = "_halfway_dtype"
+
+
+def _widest(dtypes):
+    """PyTorch's promotion among fp32 and low-precision dtypes: two different lows give fp32."""
+    ds = set(dtypes)
+    return ds.pop() if len(ds) == 1 else "fp32"
+
+
+def _padded(n, a, b=1):
+    m = np.lcm(a, b)
+    return int((n + m - 1) // m * m)
+
+
+def _f32(t):
+    return np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float32)
+
+
+def _write_atomic(path, text):
+    """text to path through a temporary file in the same folder, then a rename."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Recipe:
+    """A preset policy of `halfway train` as the emulation applies it (read from sim/)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.table = _halfway._recipe(name)
+        t = self.table
+        self.fp8, self.blocks = t["fp8"], t["blocks"]
+        self.forward_rounding = t["rounding"]["forward"] or "near_even"
+        self.backward_rounding = t["rounding"]["backward"] or "near_even"
+
+    def scaled(self, op):
+        """'fp8' or 'blocks' when this op's GEMMs are scaled copies, else None."""
+        if self.table["rules"][op] != "lower":
+            return None
+        return "fp8" if self.fp8 else "blocks" if self.blocks else None
+
+    def gemm_dtype(self, op, dtypes):
+        """The dtype an element-recipe GEMM computes in (sim/'s prepare())."""
+        rule = self.table["rules"][op]
+        if rule == "lower":
+            return self.table["low"]
+        if rule == "fp32":
+            return "fp32"
+        return _widest(dtypes)
+
+    def default_dtype(self, is_param):
+        """The logical dtype of a tensor nothing emulated produced (pure-* keep both low)."""
+        return self.table["param_dtype" if is_param else "input_dtype"]
+
+
+class _Gemm:
+    """One GEMM call of the model (forward, dgrad, wgrad), as sim/'s linear or matmul.
+
+    a: [M, K]; b: [N, K] for op 'linear' (a weight), [K, N] for 'matmul'; bias: [N] or None.
+    """
+
+    def __init__(self, em, recipe, accumulation, name, op, dtypes, b_is_param):
+        self.em, self.r, self.name, self.op = em, recipe, name, op
+        self.native = accumulation == "native"
+        self.acc = "fp32" if self.native else accumulation or recipe.table["accumulation"]
+        self.dtypes = dtypes  # logical dtypes of a, b, bias
+        self.b_is_param = b_is_param
+        self.scaled = recipe.scaled(op)
+        self.dt = "fp32" if self.scaled else recipe.gemm_dtype(op, [d for d in dtypes if d])
+        self.linear = op == "linear"
+        self.b_role = "weight" if self.linear else "other"
+
+    # -- primitives ------------------------------------------------------------------------
+
+    def _gemm(self, A, B, bias, dt, layout, alpha=None):
+        if not self.native:
+            return self.em.core.gemm(A, B, bias, dt, layout, self.acc, alpha)
+        import torch
+        c = torch.from_numpy(A) @ torch.from_numpy(B)
+        if alpha is not None:
+            c = c * np.float32(alpha)
+        if bias is not None:
+            c = c + torch.from_numpy(bias)
+        return np.ascontiguousarray(c.numpy())
+
+    def _round(self, x, dt, backward, suffix="", kind="activation", op=None):
+        rounding = self.r.backward_rounding if backward else self.r.forward_rounding
+        name = f"{self.name}.{suffix}" if suffix else ""
+        return self.em.core.round(x, dt, rounding, name, op or self.op, kind)
+
+    def _cast(self, x, src, role, kind):
+        """x (logical dtype src) cast into the GEMM's dtype, traced as sim's cast node."""
+        if x is None or src == self.dt:
+            return x
+        return self._round(x, self.dt, False, role, kind, "cast")
+
+    def _kind(self, role):
+        return "weight" if (role != "input" and self.b_is_param) else "activation"
+
+    def _gkind(self, role):
+        return "weight_grad" if (role != "input" and self.b_is_param) else "activation_grad"
+
+    # -- forward and backward ----------------------------------------------------------------
+
+    def forward(self, a, b, bias):
+        if self.scaled == "fp8":
+            return self._fp8_forward(a, b, bias)
+        if self.scaled == "blocks":
+            return self._blocks_forward(a, b, bias)
+        da, db, dbias = self.dtypes
+        aq = self._cast(a, da, "input", "activation")
+        bq = self._cast(b, db, self.b_role, self._kind(self.b_role))
+        biasq = self._cast(bias, dbias, "bias", "weight")
+        B = np.ascontiguousarray(bq.T) if self.linear else bq
+        c = self._gemm(aq, B, biasq, self.dt, "nt" if self.linear else "nn")
+        self.saved = (aq, bq)
+        return self._round(c, self.dt, False, "output")
+
+    def backward(self, g, need_a, need_b, need_bias):
+        if self.scaled == "fp8":
+            return self._fp8_backward(g, need_a, need_b, need_bias)
+        if self.scaled == "blocks":
+            return self._blocks_backward(g, need_a, need_b, need_bias)
+        aq, bq = self.saved
+        dt = self.dt
+        # The gradient of a tensor of dtype dt is a tensor of dtype dt.
+        G = self._round(g, dt, True, "grad_output", "activation_grad")
+        ga = gb = gbias = None
+        if need_a:  # dgrad
+            Bd = bq if self.linear else np.ascontiguousarray(bq.T)
+            ga = self._back_to(self._round(self._gemm(G, Bd, None, dt, "nn" if self.linear else "nt"),
+                                           dt, True, "grad_input", "activation_grad"),
+                               self.dtypes[0])
+        if need_b:  # wgrad
+            if self.linear:
+                c = self._gemm(np.ascontiguousarray(G.T), aq, None, dt, "tn")
+                suffix = "weight.grad"
+            else:
+                c = self._gemm(np.ascontiguousarray(aq.T), G, None, dt, "tn")
+                suffix = "grad_other"
+            gb = self._back_to(self._round(c, dt, True, suffix, self._gkind(self.b_role)),
+                               self.dtypes[1])
+        if need_bias:
+            gbias = self._back_to(self.em.core.bias_grad(G, dt, self.r.backward_rounding,
+                                                         f"{self.name}.bias.grad", self.op),
+                                  self.dtypes[2])
+        return ga, gb, gbias
+
+    def _back_to(self, g, src):
+        """A cast's backward: the gradient rounded back into the source dtype."""
+        if src == self.dt:
+            return g
+        return self._round(g, src, True)
+
+    # fp8 (Transformer Engine's per-tensor scaling: sim/'s linear_fp8)
+
+    def _fp8(self, suffix, backward, x, kind):
+        return self.em.core.fp8_quantize(self.r.name, f"{self.name}.{suffix}", backward, x,
+                                         self.op, kind)
+
+    def _fp8_forward(self, a, w, bias):
+        xq, ix = self._fp8("input", False, a, "activation")
+        wq, iw = self._fp8("weight", False, w, "weight")
+        self.saved = (xq, ix, wq, iw)
+        alpha = np.float32(ix) * np.float32(iw)
+        return self._gemm(xq, np.ascontiguousarray(wq.T), bias, "fp32", "nt", alpha)
+
+    def _fp8_backward(self, g, need_a, need_b, need_bias):
+        xq, ix, wq, iw = self.saved
+        gq, ig = self._fp8("grad_output", True, g, "activation_grad")
+        ga = gb = gbias = None
+        if need_a:
+            ga = self._gemm(gq, wq, None, "fp32", "nn", np.float32(ig) * np.float32(iw))
+        if need_b:
+            gb = self._gemm(np.ascontiguousarray(gq.T), xq, None, "fp32", "tn",
+                            np.float32(ig) * np.float32(ix))
+        if need_bias:
+            gbias = self.em.core.bias_grad(g, "fp32", self.r.backward_rounding,
+                                           f"{self.name}.bias.grad", self.op)
+        return ga, gb, gbias
+
+    # block-scaled copies (sim/'s linear_blocks: each GEMM blocks its reduction dimension)
+
+    def _copy(self, x, scheme_key, axis, gemm, rows, cols, suffix, kind, sr=False, rht=False):
+        blk = self.r.blocks
+        return self.em.core.block_copy(x, blk[scheme_key], axis, gemm, sr, rht,
+                                       blk["pow2_scales"], rows, cols, f"{self.name}.{suffix}",
+                                       self.op, kind)
+
+    def _tile(self, key, axis):
+        return _halfway._block_tile(self.r.blocks[key], axis)
+
+    def _blocks_gemm(self, A, B, m, n, layout, bias=None):
+        """The padded copies' product (fp32 accumulation), its leading m×n, + bias in fp32."""
+        pb = None
+        if bias is not None:
+            pb = np.zeros(B.shape[1], np.float32)
+            pb[:bias.size] = bias
+        c = self._gemm(A, B, pb, "fp32", layout, 1.0)
+        return np.ascontiguousarray(c[:m, :n])
+
+    def _blocks_forward(self, x, w, bias):
+        blk = self.r.blocks
+        M, K = x.shape
+        N = w.shape[0]
+        xr, xc = self._tile("input", 1)
+        wr, wc = self._tile("weight", 1)
+        Mp, Np, Kp = _padded(M, xr), _padded(N, wr), _padded(K, xc, wc)
+        xq = self._copy(x, "input", 1, "fprop", Mp, Kp, "input", "activation")
+        wq = self._copy(w, "weight", 1, "fprop", Np, Kp, "weight", "weight")
+        y = self._blocks_gemm(xq, np.ascontiguousarray(wq.T), M, N, "nt", bias)
+        y = self._round(y, "fp32", False, "output")
+        # The backward's copies of X and W are made now, as TE quantizes both usages forward.
+        gdr, gdc = self._tile("grad", 1)
+        wdr, wdc = self._tile("weight", 0)
+        gwr, gwc = self._tile("grad", 0)
+        xwr, xwc = self._tile("input", 0)
+        self.dims = dict(M=M, N=N, K=K, Md=_padded(M, gdr), Nd=_padded(N, gdc, wdr),
+                         Kd=_padded(K, wdc), Mw=_padded(M, gwr, xwr), Nw=_padded(N, gwc),
+                         Kw=_padded(K, xwc))
+        d = self.dims
+        wd = self._copy(w, "weight", 0, "dgrad", d["Nd"], d["Kd"], "weight", "weight")
+        xw = self._copy(x, "input", 0, "wgrad", d["Mw"], d["Kw"], "input", "activation",
+                        rht=blk["wgrad_rht"])
+        self.saved = (wd, xw)
+        return y
+
+    def _blocks_backward(self, g, need_a, need_b, need_bias):
+        blk = self.r.blocks
+        wd, xw = self.saved
+        d = self.dims
+        ga = gb = gbias = None
+        if need_a:
+            gq = self._copy(g, "grad", 1, "dgrad", d["Md"], d["Nd"], "grad_output",
+                            "activation_grad", sr=blk["grad_sr"])
+            ga = self._round(self._blocks_gemm(gq, wd, d["M"], d["K"], "nn"), "fp32", True,
+                             "grad_input", "activation_grad")
+        if need_b:
+            gq = self._copy(g, "grad", 0, "wgrad", d["Mw"], d["Nw"], "grad_output",
+                            "activation_grad", sr=blk["grad_sr"], rht=blk["wgrad_rht"])
+            gb = self._round(self._blocks_gemm(np.ascontiguousarray(gq.T), xw, d["N"], d["K"],
+                                               "tn"), "fp32", True, "weight.grad", "weight_grad")
+        if need_bias:
+            gbias = self.em.core.bias_grad(g, "fp32", self.r.backward_rounding,
+                                           f"{self.name}.bias.grad", self.op)
+        return ga, gb, gbias
+
+
+def _function_class(torch):
+    class GemmFunction(torch.autograd.Function):
+        """a [B, M, K] (or [M, K]), b matching, bias [N] or None: one _Gemm per batch item."""
+
+        @staticmethod
+        def forward(ctx, sites, a, b, bias):
+            batched = a.dim() == 3
+            A = _f32(a)
+            Bv = _f32(b)
+            bias_v = None if bias is None else _f32(bias)
+            if batched:
+                ys = [s.forward(A[i], Bv[i], bias_v) for i, s in enumerate(sites)]
+                y = np.stack(ys)
+            else:
+                y = sites[0].forward(A, Bv, bias_v)
+            ctx.sites, ctx.batched = sites, batched
+            return torch.from_numpy(np.ascontiguousarray(y))
+
+        @staticmethod
+        def backward(ctx, g):
+            need = ctx.needs_input_grad
+            G = _f32(g)
+            t = lambda v: None if v is None else torch.from_numpy(np.ascontiguousarray(v))  # noqa: E731
+            with ctx.sites[0].em.busy():
+                if not ctx.batched:
+                    ga, gb, gbias = ctx.sites[0].backward(G, need[1], need[2], need[3])
+                    return None, t(ga), t(gb), t(gbias)
+                parts = [s.backward(G[i], need[1], need[2], False)
+                         for i, s in enumerate(ctx.sites)]
+                ga = np.stack([p[0] for p in parts]) if need[1] else None
+                gb = np.stack([p[1] for p in parts]) if need[2] else None
+                return None, t(ga), t(gb), None
+
+    return GemmFunction
+
+
+class emulate:
+    """Context manager: run `model`'s GEMMs under `recipe` while the block runs.
+
+    model: a torch.nn.Module (its floating parameters float32; integer or complex ones are a
+        TypeError). Nothing of the model is changed: only hooks are added, and removed at exit.
+    recipe: a `halfway train` policy preset (halfway.recipes()).
+    accumulation: an accumulation name (halfway.accumulations()), 'native' for PyTorch's own
+        GEMM on the rounded operands, or None (default) for the recipe's own: fp32, except
+        torch-cpu-bf16's torch-cpu.
+    seed: the stochastic-rounding seed (nvfp4's gradients).
+    out: a folder for manifest.json, steps.csv, trace.csv and blocks.csv, or None.
+    rules: {regex: recipe}, matched (re.search) against each module's qualified name, the first
+        match winning; a GEMM runs under the recipe of the innermost module around it.
+    every: trace steps 0, every, 2·every, ... (emulation itself happens on every step).
+    threads: GEMM threads (no result depends on them).
+
+    A step ends when the model's forward starts again with autograd on, and at the exit.
+    """
+
+    def __init__(self, model, recipe="fp32", accumulation=None, seed=0, out=None, rules=None,
+                 every=1, threads=1):
+        import torch
+        self._torch = torch
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("halfway.torch.emulate: model must be a torch.nn.Module, not "
+                            f"{type(model).__name__}")
+        for pname, p in model.named_parameters():
+            if p.is_complex() or not p.is_floating_point():
+                raise TypeError(f"halfway.torch.emulate: parameter '{pname}' has dtype "
+                                f"{p.dtype}; only floating-point parameters can be emulated")
+        names = _halfway._recipe_names()
+        self.recipe = self._check_recipe(recipe, names, "recipe")
+        accs = list(_halfway._accumulation_names()) + ["fp32-sequential"]
+        if accumulation is not None and accumulation != "native" and accumulation not in accs:
+            raise ValueError(f"halfway.torch.emulate: unknown accumulation {accumulation!r} "
+                             f"(accumulations: {' '.join(accs)} native)")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"halfway.torch.emulate: every must be a positive integer, not "
+                             f"{every!r}")
+        if not isinstance(seed, int) or seed < 0 or seed >= 1 << 64:
+            raise ValueError(f"halfway.torch.emulate: seed must be an integer in [0, 2**64), "
+                             f"not {seed!r}")
+        self.model, self.accumulation, self.seed, self.every = model, accumulation, seed, every
+        self.rules = self._check_rules(rules, names)
+        self._module_recipe = self._assign(model)
+        self.out = None if out is None else os.fspath(out)
+        if self.out is not None:
+            os.makedirs(self.out, exist_ok=True)  # OSError names the folder
+        self.core = _halfway._Emulator(seed, threads, self.out or "")
+        self._recipes = {}
+        self._handles = []
+        self._stack = []
+        self._busy = 0
+        self.step = 0
+        self._forwarded = False
+        self._calls = {}
+        self.unemulated = {}
+        self.emulated = {}
+        self.losses = []
+        self._loss = float("nan")
+        self._Function = _function_class(torch)
+        self._mode = None
+
+    # -- checks -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_recipe(recipe, names, what):
+        if not isinstance(recipe, str) or recipe not in names:
+            raise ValueError(f"halfway.torch.emulate: unknown {what} {recipe!r} "
+                             f"(recipes: {' '.join(names)})")
+        return recipe
+
+    def _check_rules(self, rules, names):
+        if rules is None:
+            return []
+        if not isinstance(rules, dict):
+            raise TypeError("halfway.torch.emulate: rules must be a dict {regex: recipe}")
+        out = []
+        modules = [n for n, _ in self.model.named_modules()]
+        for pattern, recipe in rules.items():
+            try:
+                rx = re.compile(pattern)
+            except (re.error, TypeError) as e:
+                raise ValueError(f"halfway.torch.emulate: rules pattern {pattern!r} is not a "
+                                 f"regular expression ({e})") from None
+            self._check_recipe(recipe, names, f"recipe for rule {pattern!r}:")
+            if not any(rx.search(n) for n in modules if n):
+                raise ValueError(f"halfway.torch.emulate: rules pattern {pattern!r} matches no "
+                                 "module of the model")
+            out.append((pattern, rx, recipe))
+        return out
+
+    def _assign(self, model):
+        """Each module's recipe: the first rule whose pattern it matches, else `recipe`."""
+        assigned = {}
+        for name, _ in model.named_modules():
+            recipe = self.recipe
+            for _, rx, r in self.rules:
+                if name and rx.search(name):
+                    recipe = r
+                    break
+            assigned[name] = recipe
+        return assigned
+
+    # -- the block ------------------------------------------------------------------------------
+
+    def __enter__(self):
+        from torch.overrides import TorchFunctionMode
+        em = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                return em._dispatch(func, args, kwargs or {})
+
+        for name, m in self.model.named_modules():
+            self._handles.append(m.register_forward_pre_hook(self._enter_module(name)))
+            self._handles.append(m.register_forward_hook(self._leave_module()))
+        self._begin_step()
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._mode.__exit__(exc_type, exc, tb)
+        for h in self._handles:
+            h.remove()
+        self._handles, self._stack = [], []
+        self._end_step()
+        self.core.commit()
+        if self.out is not None:
+            self._write_files(complete=exc_type is None)
+        return False
+
+    def log_loss(self, loss):
+        """The loss of the step in progress, for steps.csv (a tensor or a number)."""
+        with self.busy():
+            self._loss = float(loss.detach().float().item() if hasattr(loss, "detach") else loss)
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _traced(self):
+        return self.step % self.every == 0
+
+    def _begin_step(self):
+        self._calls = {}
+        self._loss = float("nan")
+        self.core.begin_step(self.step, self._traced() and self.out is not None, 1.0)
+
+    def _end_step(self):
+        self.core.end_step()
+        self.losses.append((self.step, self._loss))
+
+    def _enter_module(self, name):
+        def hook(module, inputs):
+            if not name:
+                self._stack = []  # a forward that raised left its modules behind
+            if not self._stack and self._torch.is_grad_enabled():
+                if self._forwarded:
+                    self._end_step()
+                    self.step += 1
+                    self._begin_step()
+                self._forwarded = True
+            self._stack.append(name)
+        return hook
+
+    def _leave_module(self):
+        def hook(module, inputs, output):
+            if self._stack:
+                self._stack.pop()
+        return hook
+
+    class _Busy:
+        def __init__(self, em):
+            self.em = em
+
+        def __enter__(self):
+            self.em._busy += 1
+
+        def __exit__(self, *a):
+            self.em._busy -= 1
+
+    def busy(self):
+        """Torch calls made by the emulation itself are not the model's ops."""
+        return self._Busy(self)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def _dispatch(self, func, args, kwargs):
+        if self._busy:
+            return func(*args, **kwargs)
+        torch = self._torch
+        handler = self._handlers().get(func)
+        if handler is not None:
+            with self.busy():
+                r = handler(func, args, kwargs)
+            if r is not NotImplemented:
+                return r
+        name = _op_name(func)
+        if name is not None:
+            key = name if handler is None else f"{name} (not emulated: operands)"
+            self.unemulated[key] = self.unemulated.get(key, 0) + 1
+        with self.busy():
+            r = func(*args, **kwargs)
+        short = getattr(func, "__name__", "")
+        if short in _PRESERVING and isinstance(r, torch.Tensor) and args \
+                and isinstance(args[0], torch.Tensor) and hasattr(args[0], _TAG):
+            setattr(r, _TAG, getattr(args[0], _TAG))
+        return r
+
+    def _handlers(self):
+        h = getattr(self, "_handler_table", None)
+        if h is None:
+            torch = self._torch
+            F = torch.nn.functional
+            h = {F.linear: self._linear, torch.matmul: self._matmul,
+                 torch.Tensor.matmul: self._matmul, torch.Tensor.__matmul__: self._matmul,
+                 torch.Tensor.__rmatmul__: self._rmatmul, torch.mm: self._matmul,
+                 torch.Tensor.mm: self._matmul, torch.bmm: self._matmul,
+                 torch.Tensor.bmm: self._matmul, torch.addmm: self._addmm,
+                 torch.Tensor.addmm: self._addmm,
+                 F.conv1d: self._conv, F.conv2d: self._conv,
+                 torch.conv1d: self._conv, torch.conv2d: self._conv}
+            self._handler_table = h
+        return h
+
+    def _site_name(self, op):
+        """The GEMM's trace name: its module's for a module's own layer, else module.op;
+        a second call in a step gets #2, ..."""
+        module = self._stack[-1] if self._stack else ""
+        mod = self.model.get_submodule(module) if module else self.model
+        torch = self._torch
+        own = (op == "linear" and isinstance(mod, torch.nn.Linear)) or \
+              (op == "conv" and isinstance(mod, (torch.nn.Conv1d, torch.nn.Conv2d)))
+        base = (module or "model") if own else (f"{module}.{op}" if module else op)
+        n = self._calls.get(base, 0) + 1
+        self._calls[base] = n
+        return base if n == 1 else f"{base}#{n}", module
+
+    def _recipe_for(self, module):
+        name = self._module_recipe.get(module, self.recipe)
+        if name not in self._recipes:
+            self._recipes[name] = Recipe(name)
+        return self._recipes[name]
+
+    def _dtype_of(self, t, recipe, is_param=None):
+        if t is None:
+            return None
+        tag = getattr(t, _TAG, None)
+        if is_param is None:
+            is_param = isinstance(t, self._torch.nn.Parameter)
+        return tag if tag is not None else recipe.default_dtype(is_param)
+
+    @staticmethod
+    def _keep_tag(src, dst):
+        """dst (a reshaped view or copy of src) has src's logical dtype."""
+        if hasattr(src, _TAG):
+            setattr(dst, _TAG, getattr(src, _TAG))
+        return dst
+
+    @staticmethod
+    def _emulable(*ts):
+        import torch
+        return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                                 and t.device.type == "cpu") for t in ts)
+
+    def _run(self, op, a, b, bias, stat, b_is_param=None):
+        """a [M, K] or [B, M, K]; b [N, K] (linear) or [K, N] / [B, K, N]; bias [N] or None."""
+        recipe_site, module = self._site_name(stat)
+        recipe = self._recipe_for(module)
+        dtypes = [self._dtype_of(a, recipe), self._dtype_of(b, recipe, b_is_param),
+                  self._dtype_of(bias, recipe)]
+        is_param = isinstance(b, self._torch.nn.Parameter) if b_is_param is None else b_is_param
+        batch = a.shape[0] if a.dim() == 3 else 1
+        sites = [_Gemm(self, recipe, self.accumulation,
+                       recipe_site if batch == 1 else f"{recipe_site}[{i}]", op, dtypes, is_param)
+                 for i in range(batch)]
+        if self.accumulation == "native" and not sites[0].scaled and sites[0].dt == "fp32" \
+                and all(d in (None, "fp32") for d in dtypes):
+            y = None  # nothing to round: PyTorch's own op, untouched
+        else:
+            y = self._Function.apply(sites, a, b, bias)
+            if sites[0].dt != "fp32":
+                setattr(y, _TAG, sites[0].dt)
+        self.emulated[stat] = self.emulated.get(stat, 0) + 1
+        return y
+
+    def _linear(self, func, args, kwargs):
+        x, w = args[0], args[1]
+        bias = args[2] if len(args) > 2 else kwargs.get("bias")
+        if not self._emulable(x, w, bias) or x.dim() < 1 or w.dim() != 2:
+            return NotImplemented
+        x2 = self._keep_tag(x, x.reshape(-1, x.shape[-1]))
+        y = self._run("linear", x2, w, bias, "linear")
+        if y is None:
+            return func(*args, **kwargs)
+        out = y.reshape(*x.shape[:-1], w.shape[0])
+        if hasattr(y, _TAG):
+            setattr(out, _TAG, getattr(y, _TAG))
+        return out
+
+    def _matmul_core(self, func, a, b, args, kwargs, bias=None):
+        torch = self._torch
+        if not self._emulable(a, b, bias) or a.dim() < 2 or b.dim() < 2:
+            return NotImplemented
+        if b.dim() == 2:
+            a2 = self._keep_tag(a, a.reshape(-1, a.shape[-1]))
+            y = self._run("matmul", a2, b, bias, "matmul")
+            if y is None:
+                return func(*args, **kwargs)
+            out = y.reshape(*a.shape[:-1], b.shape[-1])
+        else:
+            batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            A = self._keep_tag(a, a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:]))
+            B = self._keep_tag(b, b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:]))
+            y = self._run("matmul", A, B, bias, "matmul")
+            if y is None:
+                return func(*args, **kwargs)
+            out = y.reshape(*batch, a.shape[-2], b.shape[-1])
+        if hasattr(y, _TAG):
+            setattr(out, _TAG, getattr(y, _TAG))
+        return out
+
+    def _matmul(self, func, args, kwargs):
+        if kwargs or len(args) != 2:
+            return NotImplemented
+        return self._matmul_core(func, args[0], args[1], args, kwargs)
+
+    def _rmatmul(self, func, args, kwargs):
+        if kwargs or len(args) != 2:
+            return NotImplemented
+        return self._matmul_core(func, args[1], args[0], args, kwargs)
+
+    def _addmm(self, func, args, kwargs):
+        if len(args) != 3 or any(kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) \
+                or set(kwargs) - {"beta", "alpha"}:
+            return NotImplemented
+        bias, a, b = args
+        if not isinstance(bias, self._torch.Tensor) or bias.dim() != 1 \
+                or bias.shape[0] != b.shape[-1]:
+            return NotImplemented
+        return self._matmul_core(func, a, b, args, kwargs, bias=bias)
+
+    def _conv(self, func, args, kwargs):
+        torch = self._torch
+        F = torch.nn.functional
+        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+        p = dict(zip(names, args))
+        p.update(kwargs)
+        x, w, bias = p["input"], p["weight"], p.get("bias")
+        groups = p.get("groups", 1)
+        padding = p.get("padding", 0)
+        if not self._emulable(x, w, bias) or groups != 1 or isinstance(padding, str):
+            return NotImplemented
+        one_d = w.dim() == 3
+
+        def pair(v, fill):
+            v = v if isinstance(v, (tuple, list)) else (v,) * (1 if one_d else 2)
+            return (fill,) + tuple(v) if one_d else tuple(v)
+        stride, dil = pair(p.get("stride", 1), 1), pair(p.get("dilation", 1), 1)
+        pad = pair(padding, 0)
+        batched = x.dim() == w.dim()
+        if not batched:
+            x = x.unsqueeze(0)
+        if one_d:
+            x, w = x.unsqueeze(-2), w.unsqueeze(-2)
+        n, c, h, wd = x.shape
+        o, _, kh, kw = w.shape
+        cols = F.unfold(x, (kh, kw), dilation=dil, padding=pad, stride=stride)
+        hout = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+        wout = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+        X = self._keep_tag(x, cols.transpose(1, 2).reshape(-1, c * kh * kw))
+        W = w.reshape(o, -1)
+        y = self._run("linear", X, W, bias, "conv", b_is_param=isinstance(w, torch.nn.Parameter))
+        if y is None:
+            return func(*args, **kwargs)
+        tag = getattr(y, _TAG, None)
+        y = y.reshape(n, hout * wout, o).transpose(1, 2).reshape(n, o, hout, wout)
+        if one_d:
+            y = y.squeeze(-2)
+        if not batched:
+            y = y.squeeze(0)
+        if tag is not None:
+            setattr(y, _TAG, tag)
+        return y
+
+    # -- the run folder ---------------------------------------------------------------------------
+
+    def _write_files(self, complete):
+        from . import __version__
+        rows = ["step,loss\n"] + [f"{s},{'' if l != l else repr(float(np.float32(l)))}\n"
+                                  for s, l in self.losses]
+        _write_atomic(os.path.join(self.out, "steps.csv"), "".join(rows))
+        manifest = {
+            "tool": "halfway.torch.emulate",
+            "recipe": self.recipe,
+            "rules": [[p, r] for p, _, r in self.rules],
+            "accumulation": self.accumulation or "recipe",
+            "seed": self.seed,
+            "every": self.every,
+            "steps": len(self.losses),
+            "torch_version": self._torch.__version__,
+            "halfway_version": __version__,
+            "model": type(self.model).__name__,
+            "emulated_gemms": dict(sorted(self.emulated.items())),
+            "unemulated_ops": dict(sorted(self.unemulated.items())),
+            "outputs": ["steps.csv", "trace.csv", "blocks.csv"],
+            "complete": bool(complete),
+        }
+        _write_atomic(os.path.join(self.out, "manifest.json"),
+                      json.dumps(manifest, indent=2) + "\n")
+
+
+def _op_name(func):
+    """A stable name for an op PyTorch dispatched (None for attribute reads and writes)."""
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = getattr(func, "__qualname__", "") or ""
+    if name in ("__get__", "__set__", "__delete__", "backward"):
+        return None  # attribute access, and backward() itself (its ops are the GEMMs')
+    owner = qual.rsplit(".", 1)[0] if "." in qual else ""
+    if owner in ("_TensorBase", "TensorBase", "Tensor"):
+        return "Tensor." + name
+    if owner == "_VariableFunctionsClass":
+        return "torch." + name
+    module = getattr(func, "__module__", None) or ""
+    if module.startswith("torch.nn.functional"):
+        return "F." + name
+    if module.startswith("torch._C._nn"):
+        return "F." + name
+    return (module + "." if module else "") + name
