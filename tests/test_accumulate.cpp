@@ -342,3 +342,93 @@ TEST_CASE("AMX model: two chains from +0, then + C, worked by hand", "[accumulat
   CHECK(dot(m, bf16, nan_a, b, 2, 0x7F812345u, env) == 0x7FC12345u);
   CHECK(dot(m, bf16, nan_a, b, 2, 0u, env) == 0x7FE10000u);
 }
+
+namespace {
+/// fp16 / e4m3 encodings of exact values (the tests' inputs are all representable).
+uint32_t h16(double x) {
+  Env env;
+  return from_f32(formats::fp16, float(x), env);
+}
+uint32_t e4m3(double x) {
+  Env env;
+  return from_f32(formats::e4m3, float(x), env);
+}
+uint32_t f32(double x) {
+  Env env;
+  return from_f32(formats::fp32, float(x), env);
+}
+}  // namespace
+
+TEST_CASE("MMA-Sim presets: worked examples", "[accumulate][mmasim]") {
+  Env env;
+  SECTION("MMA-Sim's Volta example differs from the normalised alignment by one ulp") {
+    // From MMA-Sim's comparison on 21,600 dot products (v100, fp16 inputs, fp32 accumulator).
+    const uint32_t a[4] = {0xbf25, 0x3e2b, 0xbf41, 0xbe6b}, b[4] = {0x3e6d, 0x3ef3, 0x3fc4, 0x3e69};
+    CHECK(dot(accumulation::mmasim_volta, formats::fp16, a, b, 4, 0x3eb941a6u, env) == 0xc0bd7513u);
+    CHECK(dot(accumulation::v100_fp32, formats::fp16, a, b, 4, 0x3eb941a6u, env) == 0xc0bd7514u);
+  }
+  SECTION("a product in [2, 4) keeps one more bit under the unnormalised alignment") {
+    // Products 1.5·1.5 = 2.25 (unnormalised exponent 0, normalised 1), 2^-23, 2^-23, 0.
+    // Unnormalised: the grid is 2^-23, both small terms stay: 2.25 + 2^-22 = 0x40100001.
+    // Normalised: the grid is 2^-22, both truncate to 0: 2.25 = 0x40100000.
+    const uint32_t a[4] = {h16(1.5), h16(0x1p-12), h16(0x1p-12), 0};
+    const uint32_t b[4] = {h16(1.5), h16(0x1p-11), h16(0x1p-11), 0};
+    CHECK(dot(accumulation::mmasim_volta, formats::fp16, a, b, 4, 0u, env) == 0x40100001u);
+    CHECK(dot(accumulation::v100_fp32, formats::fp16, a, b, 4, 0u, env) == 0x40100000u);
+  }
+  SECTION("a subnormal operand aligns at its format's smallest exponent") {
+    // 2^-24 (fp16's smallest subnormal, read as exponent -14) · 2^15: alignment exponent 1,
+    // value 2^-9. With 1·1 and 2^-12·2^-11 = 2^-23: the unnormalised grid is 2^(1-23), which
+    // drops 2^-23: 1 + 2^-9 = 0x3F804000; the normalised grid 2^-23 keeps it: 0x3F804001.
+    const uint32_t a[4] = {h16(0x1p-24), h16(1), h16(0x1p-12), 0};
+    const uint32_t b[4] = {h16(0x1p15), h16(1), h16(0x1p-11), 0};
+    CHECK(dot(accumulation::mmasim_volta, formats::fp16, a, b, 4, 0u, env) == 0x3F804000u);
+    CHECK(dot(accumulation::v100_fp32, formats::fp16, a, b, 4, 0u, env) == 0x3F804001u);
+  }
+  SECTION("cancellation to zero and mixed signs") {
+    const uint32_t a[4] = {h16(3), h16(-3), h16(0.5), h16(-0.5)}, b[4] = {h16(7), h16(7), h16(2), h16(2)};
+    CHECK(dot(accumulation::mmasim_hopper, formats::fp16, a, b, 4, 0u, env) == 0u);
+    // c = -1 with products 21, -21, 1, -1: exactly -1.
+    CHECK(dot(accumulation::mmasim_hopper, formats::fp16, a, b, 4, f32(-1), env) == f32(-1));
+  }
+  SECTION("Hopper fp8: each instruction's output keeps 13 fraction bits (FP22)") {
+    // Products 1, 1 and 2^-6·2^-7 = 2^-13 (2^-7 is an e4m3 subnormal): the exact sum 2 + 2^-13
+    // has 12 fraction bits above 2^-13 at exponent 1, so e8m13 truncates it to 2.0; with 23
+    // fraction bits (h100-fp8) it is 2.0001220703125.
+    const uint32_t a[3] = {e4m3(1), e4m3(1), e4m3(0x1p-6)}, b[3] = {e4m3(1), e4m3(1), e4m3(0x1p-7)};
+    CHECK(dot(accumulation::mmasim_hopper_fp8, formats::e4m3, a, b, 3, 0u, env) == f32(2.0));
+    CHECK(dot(accumulation::h100_fp8_fp32, formats::e4m3, a, b, 3, 0u, env) ==
+          f32(2.0001220703125));
+  }
+  SECTION("promotion into fp32 every 64 products keeps what the FP22 accumulator drops") {
+    // 64 e4m3 products: block 0 = {1, 1, 2^-13, 0...}, block 1 = {2^-12, 0...}; C = 1024.
+    std::vector<uint32_t> a(64, 0), b(64, 0);
+    a[0] = a[1] = b[0] = b[1] = e4m3(1);
+    a[2] = e4m3(0x1p-6), b[2] = e4m3(0x1p-7);
+    a[32] = e4m3(0x1p-6), b[32] = e4m3(0x1p-6);
+    // No promotion: C = 1024 sets a 2^-3 grid; both small products vanish: 1026.
+    CHECK(dot(accumulation::mmasim_hopper_fp8, formats::e4m3, a.data(), b.data(), 64, f32(1024),
+              env) == f32(1026));
+    // Promotion: from +0, block 0 gives 2.0 (2^-13 truncated), block 1 then 2 + 2^-12 exactly;
+    // 1024 + 2.000244140625 in fp32, nearest even: 1026.000244140625 = 0x44804002.
+    AccumulationModel m = accumulation::mmasim_hopper_fp8;
+    m.promote = 64;
+    CHECK(dot(m, formats::e4m3, a.data(), b.data(), 64, f32(1024), env) == 0x44804002u);
+  }
+  SECTION("fp16 accumulator: the exact sum rounded to nearest even") {
+    const uint32_t a[3] = {h16(1), h16(0x1p-11), h16(0x1p-10)}, b[3] = {h16(1), h16(1), h16(1)};
+    // 1 + 2^-11: a tie, to even 1.0; 1 + 2^-11 + 2^-10 = 1 + 3·2^-11: a tie, to even 1 + 2^-9.
+    CHECK(dot(accumulation::mmasim_hopper_fp16, formats::fp16, a, b, 2, 0u, env) == 0x3C00u);
+    CHECK(dot(accumulation::mmasim_hopper_fp16, formats::fp16, a, b, 3, 0u, env) == 0x3C02u);
+  }
+  SECTION("any NaN or invalid operation gives NVIDIA's canonical NaN") {
+    const uint32_t inf = h16(INFINITY);
+    const uint32_t a[2] = {inf, h16(1)}, b[2] = {h16(1), h16(-INFINITY)};
+    CHECK(dot(accumulation::mmasim_hopper, formats::fp16, a, b, 2, 0u, env) == 0x7FFFFFFFu);
+    const uint32_t n[2] = {0xFE01, h16(1)}, one[2] = {h16(1), h16(1)};  // a negative sNaN
+    CHECK(dot(accumulation::mmasim_hopper, formats::fp16, n, one, 2, 0u, env) == 0x7FFFFFFFu);
+    CHECK(dot(accumulation::mmasim_hopper_fp16, formats::fp16, n, one, 2, 0u, env) == 0x7FFFu);
+    CHECK(dot(accumulation::mmasim_hopper, formats::fp16, one, one, 2, 0xFF812345u, env) ==
+          0x7FFFFFFFu);
+  }
+}

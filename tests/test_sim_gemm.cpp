@@ -99,7 +99,7 @@ TEST_CASE("every named accumulation resolves into lib's model, and block FMAs fo
   const DType f16 = DType::low(formats::fp16);
   BulkOptions o;
   // Names and what they resolve to for an fp16 GEMM (and fp32 ones always sequential fp32).
-  CHECK(accumulation_names().size() == 11);
+  CHECK(accumulation_names().size() == 16);
   for (const std::string& name : accumulation_names()) {
     const AccumulationModel f32 =
         accumulator_by_name(name).resolve(DType::f32(), 4, 4, 4, Layout::nn, o);
@@ -132,7 +132,8 @@ TEST_CASE("every named accumulation resolves into lib's model, and block FMAs fo
   };
   const auto A = fp16_values(size_t(m * k)), B = fp16_values(size_t(k * n)),
              bias = fp16_values(size_t(n));
-  for (const char* name : {"v100", "a100", "h100", "h100-fp16", "amx-bf16", "avx512-dpbf16"}) {
+  for (const char* name : {"v100", "a100", "h100", "h100-fp16", "mmasim-volta", "mmasim-ampere",
+                           "mmasim-hopper", "mmasim-hopper-fp16", "amx-bf16", "avx512-dpbf16"}) {
     const AccumulationModel model = accumulator_by_name(name).resolve(f16, m, n, k, Layout::nn, o);
     std::vector<float> C(size_t(m * n)), F(size_t(m * n));
     gemm(model, formats::fp16, m, n, k, A.data(), B.data(), bias.data(), C.data(), o, 1);

@@ -72,6 +72,11 @@ const std::vector<Accumulation>& all_accumulations() {
       named("h100", K::block, accumulation::h100_fp32),
       named("h100-fp16", K::block, accumulation::h100_fp16),
       named("h100-fp8", K::block, accumulation::h100_fp8_fp32),
+      named("mmasim-volta", K::block, accumulation::mmasim_volta),
+      named("mmasim-ampere", K::block, accumulation::mmasim_ampere),
+      named("mmasim-hopper", K::block, accumulation::mmasim_hopper),
+      named("mmasim-hopper-fp16", K::block, accumulation::mmasim_hopper_fp16),
+      named("mmasim-hopper-fp8", K::block, accumulation::mmasim_hopper_fp8),
       named("amx-bf16", K::block, accumulation::amx_bf16),
       named("avx512-dpbf16", K::block, accumulation::avx512_dpbf16),
   };

@@ -398,6 +398,8 @@ bool binary32_values(const Format& f) {
 bool gemm_model_vectorizable(const AccumulationModel& m, const Format& in, const BulkOptions& o) {
   (void)o;
   if (m.kind == Kind::split_fma) return false;
+  // MMA-Sim's alignment, a narrower block output, promotion and a canonical NaN: lib's dot only.
+  if (m.unnormalized_alignment || m.step_frac_bits || m.promote > 0 || m.nan_result) return false;
   if (m.period > 1 || m.daz || m.ftz || m.rounding == Rounding::stochastic) return false;
   if (!binary32_values(in) || !binary32_values(m.acc)) return false;
   if (m.kind == Kind::block_fma) {

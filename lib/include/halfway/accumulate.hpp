@@ -63,6 +63,25 @@ struct AccumulationModel {
   /// (a NaN c wins over a NaN S), each addition rounded. A last, partial block has fewer
   /// products. Intel AMX `tdpbf16ps` is this with 2 chains of 16 (`accumulation::amx_bf16`).
   uint8_t chains = 1;
+  /// block_fma: align to the largest *unnormalised* term exponent, as MMA-Sim (Xie et al. 2025,
+  /// arXiv 2511.10909) models NVIDIA's tensor cores: a product's exponent is the sum of its
+  /// operands' exponents, each read as a significand in [1, 2) or, for a subnormal, as its
+  /// format's smallest exponent with a significand below 1 (so a product in [2, 4) keeps one
+  /// more bit); the accumulator's likewise (fp32's smallest exponent for a subnormal). false:
+  /// align to the largest normalised exponent (Fasi et al. 2021).
+  bool unnormalized_alignment = false;
+  /// block_fma: each block's result is truncated or rounded (with `rounding`) to this many
+  /// fraction bits, in `acc`'s exponent range, before it becomes the next block's accumulator:
+  /// 13 is Hopper's fp8 "FP22" (an e8m13 output held in fp32). 0: `acc`'s own precision.
+  uint8_t step_frac_bits = 0;
+  /// block_fma: promotion interval. Every `promote` products (a whole number of blocks) the
+  /// partial sum, accumulated from +0 by the block model, is added to an fp32 accumulator that
+  /// starts at c, rounded to nearest even: CUTLASS's 2xAcc, DeepGEMM's 128-element promotion,
+  /// Transformer Engine's split accumulator. 0: no promotion (c is the first block's input).
+  int promote = 0;
+  /// Non-zero: every NaN result is this encoding (NVIDIA's canonical NaN 0x7FFFFFFF in fp32,
+  /// 0x7FFF in fp16), whatever NaN or invalid operation produced it.
+  uint32_t nan_result = 0;
 };
 
 namespace accumulation {
@@ -124,6 +143,33 @@ inline constexpr AccumulationModel amx_bf16{AccumulationModel::Kind::split_fma,
                                             Tininess::after_rounding,
                                             true,
                                             2};
+/// MMA-Sim's published NVIDIA tensor-core models (Xie, Wang, Yang & Yang 2025, arXiv
+/// 2511.10909), implemented from their documented rules: per instruction of K products, C and
+/// the exact products aligned to the largest unnormalised exponent, each truncated toward zero
+/// `kept` bits below it, summed exactly, then truncated into fp32 (RZ; e8m13 for Hopper fp8) or
+/// rounded to nearest even into fp16; any NaN or invalid operation gives the canonical NaN.
+/// Longer K chains instructions: D = mma(A_block, B_block, D).
+constexpr AccumulationModel mmasim(int k, int kept, const Format& acc, Rounding r,
+                                   uint8_t step_frac_bits = 0) {
+  AccumulationModel m{AccumulationModel::Kind::block_fma, acc, r, k, kept};
+  m.unnormalized_alignment = true;
+  m.step_frac_bits = step_frac_bits;
+  m.nan_result = acc.nbits() == 16 ? 0x7FFFu : 0x7FFFFFFFu;
+  return m;
+}
+/// Volta `mma.sync` m8n8k4 (fp16 inputs, fp32 accumulator): K = 4, 23 bits kept.
+inline constexpr AccumulationModel mmasim_volta = mmasim(4, 23, kF32, Rounding::minMag);
+/// Ampere `mma.sync` m16n8k16 (fp16/bf16, fp32): two K = 8 halves, 24 bits kept.
+inline constexpr AccumulationModel mmasim_ampere = mmasim(8, 24, kF32, Rounding::minMag);
+/// Hopper `wgmma` k16 (fp16/bf16, fp32): K = 16, 25 bits kept.
+inline constexpr AccumulationModel mmasim_hopper = mmasim(16, 25, kF32, Rounding::minMag);
+/// Hopper `wgmma` k16 with an fp16 accumulator: 25 bits kept, rounded to nearest even into fp16.
+inline constexpr AccumulationModel mmasim_hopper_fp16 = mmasim(16, 25, kF16, Rounding::near_even);
+/// Hopper `wgmma` k8 tf32 (fp32 accumulator): K = 8, 25 bits kept.
+inline constexpr AccumulationModel mmasim_hopper_tf32 = mmasim(8, 25, kF32, Rounding::minMag);
+/// Hopper `wgmma` k32 e4m3/e5m2 (fp32 accumulator): K = 32, 13 bits kept, and every
+/// instruction's output truncated to 13 fraction bits (e8m13, the "FP22" accumulator).
+inline constexpr AccumulationModel mmasim_hopper_fp8 = mmasim(32, 13, kF32, Rounding::minMag, 13);
 }  // namespace accumulation
 
 namespace detail {
@@ -134,7 +180,9 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
                                        int n, uint32_t c, Env& env) {
   // Terms: the accumulator and the exact products, unpacked.
   Unpacked t[65];
+  int32_t align[65];  // each term's alignment exponent
   int count = 0;
+  const int32_t in_emin = in.emin(), acc_emin = acc.emin();
   // NaN operands propagate as a quiet NaN (invalid only for a signalling one); inf·0 and
   // inf − inf are invalid.
   bool any_nan = false, invalid = false, pos_inf = false, neg_inf = false;
@@ -142,7 +190,10 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
   if (is_nan(uc.cls)) any_nan = true;
   if (uc.cls == Class::snan) invalid = true;
   if (uc.cls == Class::inf) (uc.sign ? neg_inf : pos_inf) = true;
-  if (uc.cls == Class::finite) t[count++] = uc;
+  if (uc.cls == Class::finite) {
+    align[count] = m.unnormalized_alignment && uc.exp < acc_emin ? acc_emin : uc.exp;
+    t[count++] = uc;
+  }
   bool zero_sign_all_neg = uc.cls == Class::zero ? uc.sign : false;
   bool all_zero = uc.cls == Class::zero;
   for (int i = 0; i < n; ++i) {
@@ -170,14 +221,20 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
     p.sign = s;
     p.exp = x.exp + y.exp + 1 - lz;
     p.sig = prod << lz;
+    align[count] = m.unnormalized_alignment
+                       ? (x.exp < in_emin ? in_emin : x.exp) + (y.exp < in_emin ? in_emin : y.exp)
+                       : p.exp;
     t[count++] = p;
   }
-  if (invalid || (pos_inf && neg_inf && !any_nan)) return invalid_nan(acc, env);
-  if (any_nan) return acc.default_nan();
+  if (invalid || (pos_inf && neg_inf && !any_nan)) {
+    const uint32_t r = invalid_nan(acc, env);
+    return m.nan_result ? m.nan_result : r;
+  }
+  if (any_nan) return m.nan_result ? m.nan_result : acc.default_nan();
   if (pos_inf || neg_inf) return pack_inf(acc, neg_inf, env);
   if (count == 0) return pack_zero(acc, all_zero && zero_sign_all_neg);
-  int32_t emax = t[0].exp;
-  for (int i = 1; i < count; ++i) emax = t[i].exp > emax ? t[i].exp : emax;
+  int32_t emax = align[0];
+  for (int i = 1; i < count; ++i) emax = align[i] > emax ? align[i] : emax;
   // Fixed point with its last bit at 2^(emax - kept_bits): each term truncated toward zero.
   __int128 sum = 0;
   for (int i = 0; i < count; ++i) {
@@ -199,7 +256,17 @@ HALFWAY_INLINE uint32_t block_fma_step(const AccumulationModel& m, const Format&
   e.rounding = m.rounding;
   if (m.ftz) e.tininess = m.tininess;
   // The leading bit of the sum sits at bit (127 - lz); bit 0 has weight 2^(emax - kept_bits).
-  const uint32_t r = round_pack(acc, e, sign, emax - m.kept_bits + (127 - lz), hi | sticky);
+  const int32_t lead = emax - m.kept_bits + (127 - lz);
+  uint32_t r;
+  if (m.step_frac_bits > 0 && m.step_frac_bits < acc.frac_bits) {
+    // Rounded into the narrower output (same exponent range), which acc holds exactly.
+    Format step = acc;
+    step.frac_bits = m.step_frac_bits;
+    Env x;
+    r = convert(step, round_pack(step, e, sign, lead, hi | sticky), acc, x);
+  } else {
+    r = round_pack(acc, e, sign, lead, hi | sticky);
+  }
   env.flags |= e.flags;
   env.sr_counter = e.sr_counter;
   return r;
@@ -248,9 +315,26 @@ HALFWAY_INLINE uint32_t dot_in_order(const AccumulationModel& m, const Format& i
                                      const uint32_t* b, int n, uint32_t c, Env& env) {
   if (m.kind == AccumulationModel::Kind::block_fma) {
     const int blk = m.block < 1 ? 1 : (m.block > 64 ? 64 : m.block);
-    for (int i = 0; i < n; i += blk)
-      c = block_fma_step(m, in, acc, a + i, b + i, (n - i < blk ? n - i : blk), c, env);
-    return c;
+    if (m.promote <= 0) {
+      for (int i = 0; i < n; i += blk)
+        c = block_fma_step(m, in, acc, a + i, b + i, (n - i < blk ? n - i : blk), c, env);
+      return c;
+    }
+    // Promotion: each interval of whole blocks from +0, then added to the fp32 accumulator.
+    const int interval = m.promote < blk ? blk : m.promote - m.promote % blk;
+    Env rne = env;
+    rne.rounding = Rounding::near_even;
+    const Format f32{8, 23, 127, Specials::ieee, Overflow::infinity};
+    uint32_t total = convert(acc, c, f32, rne);
+    for (int i = 0; i < n; i += interval) {
+      uint32_t part = 0;  // +0
+      const int end = n - i < interval ? n : i + interval;
+      for (int j = i; j < end; j += blk)
+        part = block_fma_step(m, in, acc, a + j, b + j, (end - j < blk ? end - j : blk), part, env);
+      total = add(f32, total, convert(acc, part, f32, rne), rne);
+    }
+    env.flags |= rne.flags;
+    return convert(f32, total, acc, rne);
   }
   Env e = env;
   e.rounding = m.rounding;

@@ -316,8 +316,9 @@ inline int interleave_chunk(const AccumulationModel& m) {
 }
 
 /// The candidate models searched for a variant: block size, bits kept below the largest
-/// exponent, rounding of each block's sum, truncation toward zero or −inf, block order,
-/// contiguous or interleaved k-blocks; for
+/// exponent, rounding of each block's sum, truncation toward zero or −inf, alignment to the
+/// largest normalised or unnormalised exponent (MMA-Sim's), a 13-bit block output for fp8
+/// (e8m13, with at most 16 bits kept), block order, contiguous or interleaved k-blocks; for
 /// fp16 accumulators also "sum in fp32, then round to fp16". Sequential fma and sequential
 /// round-then-add in the accumulator format are included as baselines.
 inline std::vector<Candidate> candidates(Variant v) {
@@ -332,15 +333,21 @@ inline std::vector<Candidate> candidates(Variant v) {
       for (int kept = kept_lo; kept <= kept_hi; ++kept)
         for (Rounding r : {Rounding::minMag, Rounding::near_even})
           for (bool floor : {false, true})
-            for (bool rev : {false, true}) {
-              if (rev && blk >= vi.k) continue;
-              Candidate c;
-              c.model = AccumulationModel{AccumulationModel::Kind::block_fma, acc, r, blk, kept, floor};
-              c.reverse = rev;
-              c.two_step = two_step;
-              c.out_rounding = out_r;
-              out.push_back(c);
-            }
+            for (bool rev : {false, true})
+              for (bool unnorm : {false, true})
+                for (int step : {0, 13}) {
+                  if (rev && blk >= vi.k) continue;
+                  // A 13-bit block output (Hopper's fp8 FP22) only for fp8 inputs into fp32.
+                  if (step && (vi.in.nbits() != 8 || acc.nbits() != 32 || kept > 16)) continue;
+                  Candidate c;
+                  c.model = AccumulationModel{AccumulationModel::Kind::block_fma, acc, r, blk, kept, floor};
+                  c.model.unnormalized_alignment = unnorm;
+                  c.model.step_frac_bits = uint8_t(step);
+                  c.reverse = rev;
+                  c.two_step = two_step;
+                  c.out_rounding = out_r;
+                  out.push_back(c);
+                }
   };
   if (vi.acc.nbits() == 16) {
     add_block_models(vi.acc, 8, 32, false, Rounding::near_even);
@@ -388,12 +395,17 @@ inline std::vector<Preset> presets(Variant v) {
   std::vector<Preset> p;
   if (vi.in.nbits() == 8) {
     p.push_back({"h100_fp8_fp32", mk(accumulation::h100_fp8_fp32)});
+    p.push_back({"mmasim_hopper_fp8", mk(accumulation::mmasim_hopper_fp8)});
   } else if (vi.acc.nbits() == 16) {
     p.push_back({"h100_fp16", mk(accumulation::h100_fp16)});
+    p.push_back({"mmasim_hopper_fp16", mk(accumulation::mmasim_hopper_fp16)});
   } else {
     p.push_back({"v100_fp32", mk(accumulation::v100_fp32)});
     p.push_back({"a100_fp32", mk(accumulation::a100_fp32)});
     p.push_back({"h100_fp32", mk(accumulation::h100_fp32)});
+    p.push_back({"mmasim_volta", mk(accumulation::mmasim_volta)});
+    p.push_back({"mmasim_ampere", mk(accumulation::mmasim_ampere)});
+    p.push_back({"mmasim_hopper", mk(accumulation::mmasim_hopper)});
   }
   p.push_back({"fp32_sequential",
                mk(AccumulationModel{AccumulationModel::Kind::sequential_fma, vi.acc,
@@ -420,6 +432,8 @@ inline std::string describe(const Candidate& c) {
   std::string s = "block " + std::to_string(m.block) + ", " + std::to_string(m.kept_bits) +
                   " bits kept, " + rname(m.rounding) +
                   (m.floor_alignment ? ", truncation toward -inf" : ", truncation toward zero");
+  if (m.unnormalized_alignment) s += ", aligned to the unnormalised exponent";
+  if (m.step_frac_bits) s += ", block output e8m" + std::to_string(m.step_frac_bits);
   s += std::string(", sum in ") + (m.acc.nbits() == 16 ? "fp16" : "fp32");
   if (c.reverse) s += ", blocks from high k";
   if (const int chunk = interleave_chunk(m)) s += ", k interleaved in chunks of " + std::to_string(chunk);

@@ -31,10 +31,13 @@ inline std::string candidate_json(const Candidate& c) {
                      : m.kind == AccumulationModel::Kind::sequential_fma ? "sequential_fma"
                                                                           : "sequential";
   return strf("{\"kind\": \"%s\", \"acc\": \"%s\", \"rounding\": \"%s\", \"block\": %d, "
-              "\"kept_bits\": %d, \"floor_alignment\": %s, \"reverse\": %s, \"two_step\": %s, "
+              "\"kept_bits\": %d, \"floor_alignment\": %s, \"unnormalized_alignment\": %s, "
+              "\"step_frac_bits\": %d, \"reverse\": %s, \"two_step\": %s, "
               "\"out_rounding\": \"%s\", \"k_interleave\": %d, \"description\": %s}",
               kind, m.acc.nbits() == 16 ? "fp16" : "fp32", rounding_id(m.rounding), m.block,
-              m.kept_bits, m.floor_alignment ? "true" : "false", c.reverse ? "true" : "false",
+              m.kept_bits, m.floor_alignment ? "true" : "false",
+              m.unnormalized_alignment ? "true" : "false", int(m.step_frac_bits),
+              c.reverse ? "true" : "false",
               c.two_step ? "true" : "false", rounding_id(c.out_rounding), interleave_chunk(m),
               Report::quote(describe(c)).c_str());
 }

@@ -238,6 +238,9 @@ inline mma::Candidate candidate_of(const json& j, int k) {
   c.model.block = j.at("block").get<int>();
   c.model.kept_bits = j.at("kept_bits").get<int>();
   c.model.floor_alignment = j.at("floor_alignment").get<bool>();
+  // Reports from before MMA-Sim's parameters were searched have neither key.
+  c.model.unnormalized_alignment = j.value("unnormalized_alignment", false);
+  c.model.step_frac_bits = uint8_t(j.value("step_frac_bits", 0));
   c.reverse = j.at("reverse").get<bool>();
   c.two_step = j.at("two_step").get<bool>();
   c.out_rounding = rounding_of(j.at("out_rounding").get<std::string>());
