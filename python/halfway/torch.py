@@ -20,6 +20,9 @@ Statistics are computed in C++ (the same code as `halfway analyze`), fed in chun
 1 Mi values copied to the host as float32 (float16 and bfloat16 exactly); whole tensors are not
 kept unless save_tensors=True (then `tensors/step<N>.npz` holds them). The output folder has
 `halfway train`'s schema: trace.csv, scale_window.csv, steps.csv (loss, loss scale), manifest.json.
+The folder changes in one step: an older trace's manifest.json is removed before the first
+file changes and the new one is written last, so the folder is the old trace or no finished
+one until the block ends.
 
 Pure Python: torch is imported when trace() is called. Works with torch 1.13 and newer.
 """
@@ -81,6 +84,7 @@ class trace:
         self._saved = {}
         self._loss = float("nan")
         self._grads_done = False
+        self._unpublished = False
 
     # -- recording -------------------------------------------------------------------------
 
@@ -161,10 +165,39 @@ class trace:
             self._run.end_step(self.step, loss=self._loss, loss_scale=self._step_scale,
                                **info)
             if self.save_tensors and self._saved:
-                os.makedirs(os.path.join(self.out, "tensors"), exist_ok=True)
-                np.savez(os.path.join(self.out, "tensors", f"step{self.step}.npz"), **self._saved)
+                self._save_tensors()
         self.step += 1
         self._begin_step()
+
+    def _save_tensors(self):
+        # The folder's old manifest goes before its first file changes (the folder is no
+        # finished run until the new manifest is written); each archive is written under a
+        # temporary name, flushed, and renamed into place, so a full disk leaves no truncated
+        # step<N>.npz.
+        folder = os.path.join(self.out, "tensors")
+        if not self._unpublished:
+            # An older trace's tensors go with its manifest: the folder holds one trace.
+            self._run.unpublish()
+            self._unpublished = True
+            if os.path.isdir(folder):
+                for f in os.listdir(folder):
+                    if f.startswith("step") and f.endswith(".npz"):
+                        os.remove(os.path.join(folder, f))
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"step{self.step}.npz")
+        tmp = path + _halfway._tmp_suffix()
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **self._saved)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
 
     def _begin_step(self):
         self._names, self._saved, self._open, self._forwarded = {}, {}, False, False

@@ -334,12 +334,11 @@ bool parse_marker(const std::string& name, std::string& i, std::string& n) {
   return digits(i) && digits(n);
 }
 
-/// A temporary file of write_file_atomic ("NAME.tmp.PID").
-bool is_atomic_tmp(const std::string& name) {
-  const size_t p = name.rfind(".tmp.");
-  return p != std::string::npos && p + 5 < name.size() &&
-         std::all_of(name.begin() + long(p + 5), name.end(),
-                     [](char c) { return c >= '0' && c <= '9'; });
+/// A temporary file of write_file_atomic ("NAME.tmp.PID@HOST", io.hpp's parse_tmp_name).
+bool is_atomic_tmp(const std::string& file) {
+  std::string name, host;
+  long pid;
+  return sim::parse_tmp_name(file, name, pid, host);
 }
 
 /// Parse "I/N" (0 <= I < N).
