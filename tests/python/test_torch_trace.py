@@ -134,8 +134,57 @@ def check_counts(out, steps):
     return t, checked
 
 
+def check_rerun_full_disk(d):
+    """A second trace into a finished trace's folder fails on a full disk while it saves a
+    step's tensors (np.savez writes part, then ENOSPC): no truncated step<N>.npz and no
+    temporary file is left, and the folder is not the old trace under its old manifest."""
+    import errno
+    out = os.path.join(d, "rerun")
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with halfway.torch.trace(m, opt, formats=["fp16"], out=out, save_tensors=True) as tr:
+        train(m, x, y, opt, 3, tr)
+    old_step1 = open(os.path.join(out, "tensors", "step1.npz"), "rb").read()
+    real_savez, calls = np.savez, []
+
+    def full_disk(file, **arrays):
+        calls.append(file)
+        if len(calls) < 2:
+            return real_savez(file, **arrays)
+        f = open(file, "wb") if isinstance(file, str) else file
+        f.write(b"PK\x03\x04 half an archive")
+        f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    np.savez = full_disk
+    try:
+        m, x, y = model_and_data(seed=1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        try:
+            with halfway.torch.trace(m, opt, formats=["fp16"], out=out, save_tensors=True) as tr:
+                train(m, x, y, opt, 3, tr)
+        except OSError as e:
+            check(e.errno == errno.ENOSPC, f"{e!r}")
+        else:
+            raise AssertionError("the full disk was not reported")
+    finally:
+        np.savez = real_savez
+    check(len(calls) == 2, f"{len(calls)} saves")
+    tensors = sorted(os.listdir(os.path.join(out, "tensors")))
+    check(tensors == ["step0.npz"], f"tensors/ after the failed save: {tensors}")
+    check(np.load(os.path.join(out, "tensors", "step0.npz")).files, "step0.npz is readable")
+    check(old_step1 not in [open(os.path.join(out, "tensors", f), "rb").read() for f in tensors],
+          "an old trace's tensors are left beside the new ones")
+    left = [f for f in os.listdir(out) if ".tmp" in f]
+    check(left == [], f"temporary files left: {left}")
+    manifest = os.path.join(out, "manifest.json")
+    check(not os.path.exists(manifest) or json.load(open(manifest))["complete"] is False,
+          "the folder says it holds a complete trace")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
+        check_rerun_full_disk(d)
         # Plain loop: every 2nd step traced, tensors saved for the brute-force check.
         m, x, y = model_and_data()
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
