@@ -9,7 +9,6 @@ leaves its output folder as it was and no temporary file. No test depends on tim
 signal is sent once the run's output shows progress (polled), whenever that is."""
 import json
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -18,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import SKIP, Workdir, check, read_csv, run  # noqa: E402
+from simtest import SKIP, Workdir, check, read_csv, run, strace_missing  # noqa: E402
 
 LONG = """\
 [model]
@@ -147,12 +146,6 @@ def interrupted_sweep(halfway, w):
     print(f"sweep: stopped, exit {p.returncode}, runs {runs}")
 
 
-def strace_works():
-    if not shutil.which("strace"):
-        return False
-    return subprocess.run(["strace", "-f", "-o", os.devnull, "true"]).returncode == 0
-
-
 def interrupted_analyze(halfway, w, sig, np):
     """`halfway analyze` into a folder that holds an older analysis, sent `sig` by strace on
     entering its 60th read (of some 160): the folder is as it was, no temporary file left,
@@ -234,7 +227,7 @@ def main(halfway):
             import numpy as np
         except ImportError:
             np = None
-        if np is None or not strace_works():
+        if np is None or strace_missing():
             print("SKIP: the analyze part needs numpy and a working strace")
             return SKIP
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -18,32 +18,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import SKIP, Workdir, check, run  # noqa: E402
+from simtest import SKIP, Workdir, check, run, strace_missing  # noqa: E402
+from test_interrupt import LONG  # noqa: E402
 
-CONFIG = """\
-[model]
-kind = "mlp"
-layers = [10, 32, 1]
-[data]
-synthetic = "regression"
-n = 128
-batch_size = 32
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cuda-fp16"
-[scaler]
-kind = "dynamic"
-[output]
-weights = true
-grads = true
-[run]
-steps = 12
-seed = SEED
-"""
+# test_interrupt's MLP, 12 steps, with both archives.
+CONFIG = LONG.replace("STEPS", "12\nseed = SEED") + "[output]\nweights = true\ngrads = true\n"
 
 
 def snapshot(d):
@@ -168,19 +147,11 @@ def disk_test(halfway, w, kind):
     return 0
 
 
-def strace_works():
-    if not shutil.which("strace"):
-        return "strace is not installed"
-    r = subprocess.run(["strace", "-f", "-o", os.devnull, "true"], capture_output=True,
-                       text=True)
-    return None if r.returncode == 0 else f"strace cannot trace here: {r.stderr.strip()}"
-
-
 SYSCALLS = "rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync"
 
 
 def kill_test(halfway, w, kind):
-    why = strace_works()
+    why = strace_missing()
     if why:
         print(f"SKIP: {why}")
         return SKIP
