@@ -708,6 +708,13 @@ void bind_analysis_run(py::module_& m) {
   // The suffix of this process's temporary files (".tmp.PID@HOST"), for files written from
   // Python next to the run's own.
   m.def("_tmp_suffix", [] { return sim::tmp_suffix(); });
+  // halfway.torch.trace checks its arguments when it is made and opens its folder on entry.
+  m.def("_check_analysis_options",
+        [](const std::string& formats, int k_min, int k_max) {
+          (void)sim::parse_format_list(formats);
+          (void)sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
+        },
+        py::arg("formats"), py::arg("k_min"), py::arg("k_max"));
 }
 #endif
 

@@ -36,6 +36,17 @@ from .analysis import CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, format_list, scale
 
 __all__ = ["trace"]
 
+# The folders (real paths) that a trace in its with block is writing.
+_writing = set()
+
+
+def traceable(torch, t):
+    """Whether `t` is recorded: a floating-point (not complex) tensor with values, in the
+    strided layout, on a device with memory. Skipped by rule: other types, integer, bool and
+    complex tensors, sparse and other layouts, and tensors on the meta device (no values)."""
+    return (isinstance(t, torch.Tensor) and t.is_floating_point() and not t.is_complex()
+            and t.layout == torch.strided and t.device.type != "meta")
+
 
 class trace:
     """Context manager: trace `model` (and `optimizer`, `scaler`) while the block runs.
@@ -73,9 +84,13 @@ class trace:
         self.every, self.out, self.chunk = every, os.fspath(out), chunk
         self.save_tensors = save_tensors
         k_min, k_max = scale_range(scales)
-        self._run = _halfway._AnalysisRun(self.out, format_list(formats), k_min, k_max,
-                                          float(flush_tolerance), True,
-                                          bool(tensor_windows))
+        _halfway._check_analysis_options(format_list(formats), k_min, k_max)
+        # The folder is opened on entry, once another trace is known not to be writing it.
+        self._open_run = lambda: _halfway._AnalysisRun(
+            self.out, format_list(formats), k_min, k_max, float(flush_tolerance), True,
+            bool(tensor_windows))
+        self._run = None
+        self._state = "new"  # "new" -> "active" (in the with block) -> "done"
         self._formats = format_list(formats).split(",")
         self._handles, self._restore = [], []
         self.step = 0  # the index of the step in progress
@@ -99,7 +114,7 @@ class trace:
 
     def _record(self, name, kind, op, t, loss_scale=1.0):
         torch = self._torch
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.is_complex():
+        if not traceable(torch, t):
             return
         n = self._names.get(name, 0) + 1
         self._names[name] = n
@@ -107,9 +122,11 @@ class trace:
             name = f"{name}#{n}"
         self._open = True
         tid = self._run.tensor(name, kind, op, loss_scale)
+        # Any view (expanded, stride 0, transposed, sliced with steps, channels-last) is copied
+        # chunk by chunk into a contiguous float32 chunk on the host.
         flat = t.detach().reshape(-1)
         for i in range(0, flat.numel(), self.chunk):
-            c = flat[i:i + self.chunk].to(device="cpu", dtype=torch.float32)
+            c = flat[i:i + self.chunk].to(device="cpu", dtype=torch.float32).contiguous()
             self._run.add(tid, c.numpy())
         if self.save_tensors:
             self._saved[name] = flat.to(device="cpu", dtype=torch.float32).numpy().copy()
@@ -210,10 +227,48 @@ class trace:
     def _wrap(self, obj, attr, make):
         original = getattr(obj, attr)
         had = attr in vars(obj)
-        setattr(obj, attr, make(original))
-        self._restore.append((obj, attr, original if had else None))
+        inner = make(original)
+        tr = self
+
+        def wrapper(*args, **kwargs):
+            # After its trace ended (exited out of order, below another trace's wrapper):
+            # a plain call.
+            if tr._state != "active":
+                return original(*args, **kwargs)
+            return inner(*args, **kwargs)
+        wrapper._halfway_trace = self
+        wrapper._halfway_original = original if had else None
+        setattr(obj, attr, wrapper)
+        self._restore.append((obj, attr, wrapper))
+
+    @staticmethod
+    def _unwrap(obj, attr, wrapper):
+        """Take `wrapper` off obj.attr if it is on top, and every ended trace's wrapper under
+        it; a wrapper with another on top stays (as a plain call) until that one goes."""
+        if vars(obj).get(attr) is not wrapper:
+            return
+        while True:
+            top = vars(obj).get(attr)
+            trace_of = getattr(top, "_halfway_trace", None)
+            if trace_of is None or trace_of._state == "active":
+                return
+            if top._halfway_original is None:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, top._halfway_original)
 
     def __enter__(self):
+        if self._state != "new":
+            raise RuntimeError("halfway.torch.trace: this trace was used already (its folder "
+                               f"'{self.out}' is written); make a new trace for each with block")
+        key = os.path.realpath(self.out)
+        if key in _writing:
+            raise RuntimeError(f"halfway.torch.trace: another trace is writing to '{self.out}'; "
+                               "give each trace its own out")
+        self._run = self._open_run()
+        _writing.add(key)
+        self._key = key
+        self._state = "active"
         for name, m in self.model.named_modules():
             label = name or "model"
             self._handles.append(m.register_forward_hook(self._forward_hook(label)))
@@ -271,14 +326,15 @@ class trace:
     def __exit__(self, exc_type, exc, tb):
         for h in self._handles:
             h.remove()
-        for obj, attr, original in reversed(self._restore):
-            if original is None:
-                delattr(obj, attr)
-            else:
-                setattr(obj, attr, original)
-        self._handles, self._restore = [], []
-        if self._open and exc_type is None:
-            self.end_step()
+        try:
+            if self._open and exc_type is None:
+                self.end_step()
+        finally:
+            self._state = "done"
+            _writing.discard(self._key)
+            for obj, attr, wrapper in reversed(self._restore):
+                self._unwrap(obj, attr, wrapper)
+            self._handles, self._restore = [], []
         manifest = {"tool": "halfway.torch", "torch_version": self._torch.__version__,
                     "every": self.every, "model": type(self.model).__name__,
                     "scaler": self.scaler is not None,
