@@ -269,6 +269,7 @@ class trace:
         _writing.add(key)
         self._key = key
         self._state = "active"
+        self._install_stop_handlers()
         for name, m in self.model.named_modules():
             label = name or "model"
             self._handles.append(m.register_forward_hook(self._forward_hook(label)))
@@ -323,7 +324,30 @@ class trace:
             self.end_step()
         self._forwarded = True
 
+    def _install_stop_handlers(self):
+        # SIGTERM and SIGHUP (a closed SSH session) end the block with SystemExit(128 + signal)
+        # instead of killing the process: the folder is written with "complete": false, as
+        # `halfway train` does. Only where nobody else handles them, and in the main thread.
+        import signal
+        import threading
+        self._old_handlers = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def stop(signum, frame):
+            raise SystemExit(128 + signum)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                self._old_handlers[sig] = signal.signal(sig, stop)
+
+    def _restore_stop_handlers(self):
+        import signal
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers = {}
+
     def __exit__(self, exc_type, exc, tb):
+        self._restore_stop_handlers()
         for h in self._handles:
             h.remove()
         try:
