@@ -708,6 +708,8 @@ void bind_analysis_run(py::module_& m) {
   // The suffix of this process's temporary files (".tmp.PID@HOST"), for files written from
   // Python next to the run's own.
   m.def("_tmp_suffix", [] { return sim::tmp_suffix(); });
+  m.def("_remove_stale_tmp_files", &sim::remove_stale_tmp_files, py::arg("dir"),
+        py::arg("names"));
   // halfway.torch.trace checks its arguments when it is made and opens its folder on entry.
   m.def("_check_analysis_options",
         [](const std::string& formats, int k_min, int k_max) {

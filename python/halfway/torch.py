@@ -200,6 +200,9 @@ class trace:
                 for f in os.listdir(folder):
                     if f.startswith("step") and f.endswith(".npz"):
                         os.remove(os.path.join(folder, f))
+                # What a killed trace (SIGKILL) left: this host's files of dead processes.
+                names = {f.split(".tmp.")[0] for f in os.listdir(folder) if ".tmp." in f}
+                _halfway._remove_stale_tmp_files(folder, sorted(names))
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"step{self.step}.npz")
         tmp = path + _halfway._tmp_suffix()

@@ -316,6 +316,16 @@ def check_rerun_full_disk(d):
     with halfway.torch.trace(m, opt, formats=["fp16"], out=out, save_tensors=True) as tr:
         train(m, x, y, opt, 3, tr)
     old_step1 = open(os.path.join(out, "tensors", "step1.npz"), "rb").read()
+    # What a SIGKILLed trace left in tensors/ (a dead process of this host), and what it must
+    # keep: another host's file, a live process's file.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    suffix = halfway._halfway._tmp_suffix()
+    host = suffix.split("@", 1)[1]
+    stale = f"step7.npz.tmp.{dead.pid}@{host}"
+    kept = [f"step7.npz.tmp.{dead.pid}@x{host}", f"step8.npz{suffix}"]
+    for f in [stale] + kept:
+        open(os.path.join(out, "tensors", f), "w").write("partial")
     real_savez, calls = np.savez, []
 
     def full_disk(file, **arrays):
@@ -342,9 +352,9 @@ def check_rerun_full_disk(d):
         np.savez = real_savez
     check(len(calls) == 2, f"{len(calls)} saves")
     tensors = sorted(os.listdir(os.path.join(out, "tensors")))
-    check(tensors == ["step0.npz"], f"tensors/ after the failed save: {tensors}")
+    check(tensors == sorted(["step0.npz"] + kept), f"tensors/ after the failed save: {tensors}")
     check(np.load(os.path.join(out, "tensors", "step0.npz")).files, "step0.npz is readable")
-    check(old_step1 not in [open(os.path.join(out, "tensors", f), "rb").read() for f in tensors],
+    check(old_step1 != open(os.path.join(out, "tensors", "step0.npz"), "rb").read(),
           "an old trace's tensors are left beside the new ones")
     left = [f for f in os.listdir(out) if ".tmp" in f]
     check(left == [], f"temporary files left: {left}")
