@@ -713,7 +713,20 @@ void bind_analysis_run(py::module_& m) {
            py::arg("step"), py::arg("loss") = std::nan(""), py::arg("loss_scale") = 1.0,
            py::arg("found_inf") = -1, py::arg("skipped") = -1,
            py::arg("next_scale") = std::nan(""))
-      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}");
+      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}")
+      .def("unpublish", &AnalysisRun::unpublish);
+  // The suffix of this process's temporary files (".tmp.PID@HOST"), for files written from
+  // Python next to the run's own.
+  m.def("_tmp_suffix", [] { return sim::tmp_suffix(); });
+  m.def("_remove_stale_tmp_files", &sim::remove_stale_tmp_files, py::arg("dir"),
+        py::arg("names"));
+  // halfway.torch.trace checks its arguments when it is made and opens its folder on entry.
+  m.def("_check_analysis_options",
+        [](const std::string& formats, int k_min, int k_max) {
+          (void)sim::parse_format_list(formats);
+          (void)sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
+        },
+        py::arg("formats"), py::arg("k_min"), py::arg("k_max"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ PACKAGES=(build-essential cmake libboost-dev libfmt-dev catch2 libcli11-dev libt
           nlohmann-json3-dev libhwy-dev python3-numpy libzip-dev
           python3-dev pybind11-dev python3-pybind11 python3-torch python3-nbclient
           python3-ipykernel python3-pandas python3-matplotlib slurm-wlm munge
-          libopenblas0-pthread fortunes)  # fortunes: the English fortune-cookie corpus of experiments/text_lm
+          libopenblas0-pthread fortunes  # fortunes: the English fortune-cookie corpus of experiments/text_lm
+          strace)  # strace: tests/sim/test_rerun.py kills a run at each rename
 
 ensure_packages() {
   local missing=()

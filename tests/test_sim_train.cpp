@@ -7,6 +7,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -702,5 +703,53 @@ TEST_CASE("a stop request ends the run at a step boundary, marked incomplete",
   CHECK(write_run(c, dir.string(), {}).complete());
   CHECK(run_complete(dir.string()));
   CHECK_FALSE(fs::exists(dir / "trace.csv.tmp.999999999"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("temporary names carry the PID and the host; others' and foreign names are not ours",
+          "[sim][io]") {
+  const std::string& suffix = tmp_suffix();
+  REQUIRE(suffix.rfind(".tmp." + std::to_string(::getpid()) + "@", 0) == 0);
+  const std::string host = suffix.substr(suffix.find('@') + 1);
+  CHECK(host.find_first_of("./@") == std::string::npos);
+  std::string name, h;
+  long pid = 0;
+  struct Case {
+    const char *file, *name;
+    long pid;
+    const char* host;
+  };
+  // A name may itself hold ".tmp." (notes.tmp.csv); a spool or libzip suffix follows the host.
+  for (const Case& k : {Case{"steps.csv.tmp.12@node-1", "steps.csv", 12, "node-1"},
+                        Case{"grads.npz.tmp.7@n_a_b.data", "grads.npz", 7, "n_a_b"},
+                        Case{"grads.npz.tmp.7@n.Ab12Cd", "grads.npz", 7, "n"},
+                        Case{"trace.csv.tmp.99", "trace.csv", 99, ""},
+                        Case{"grads.npz.tmp.99.data", "grads.npz", 99, ""},
+                        Case{"notes.tmp.csv.tmp.5@h", "notes.tmp.csv", 5, "h"}}) {
+    INFO(k.file);
+    REQUIRE(parse_tmp_name(k.file, name, pid, h));
+    CHECK(name == k.name);
+    CHECK(pid == k.pid);
+    CHECK(h == k.host);
+  }
+  for (const char* f : {"steps.csv", "steps.csv.tmp.", "steps.csv.tmp.x1", "steps.csv.tmp.12@",
+                        "steps.csv.tmp.12x", "steps.csv.tmp.1234567890", ".tmp.12"}) {
+    INFO(f);
+    CHECK_FALSE(parse_tmp_name(f, name, pid, h));
+  }
+  // Only this host's files of dead processes are removed.
+  const fs::path dir = fs::temp_directory_path() / ("halfway_tmpnames_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string dead = "999999999";
+  for (const std::string& f : {"steps.csv.tmp." + dead + "@" + host, "steps.csv.tmp." + dead,
+                               "steps.csv.tmp." + dead + "@x" + host,
+                               "steps.csv.tmp." + std::to_string(::getpid()) + "@" + host})
+    std::ofstream((dir / f).string()) << "partial";
+  remove_stale_tmp_files(dir.string(), {"steps.csv"});
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"steps.csv.tmp." + std::to_string(::getpid()) + "@" + host,
+                                         "steps.csv.tmp." + dead + "@x" + host});
   fs::remove_all(dir);
 }

@@ -20,6 +20,9 @@ Statistics are computed in C++ (the same code as `halfway analyze`), fed in chun
 1 Mi values copied to the host as float32 (float16 and bfloat16 exactly); whole tensors are not
 kept unless save_tensors=True (then `tensors/step<N>.npz` holds them). The output folder has
 `halfway train`'s schema: trace.csv, scale_window.csv, steps.csv (loss, loss scale), manifest.json.
+The folder changes in one step: an older trace's manifest.json is removed before the first
+file changes and the new one is written last, so the folder is the old trace or no finished
+one until the block ends.
 
 Pure Python: torch is imported when trace() is called. Works with torch 1.13 and newer.
 """
@@ -34,6 +37,17 @@ from .analysis import CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, format_list, scale
 from .emulate import emulate
 
 __all__ = ["trace", "emulate"]
+
+# The folders (real paths) that a trace in its with block is writing.
+_writing = set()
+
+
+def traceable(torch, t):
+    """Whether `t` is recorded: a floating-point (not complex) tensor with values, in the
+    strided layout, on a device with memory. Skipped by rule: other types, integer, bool and
+    complex tensors, sparse and other layouts, and tensors on the meta device (no values)."""
+    return (isinstance(t, torch.Tensor) and t.is_floating_point() and not t.is_complex()
+            and t.layout == torch.strided and t.device.type != "meta")
 
 
 class trace:
@@ -72,9 +86,13 @@ class trace:
         self.every, self.out, self.chunk = every, os.fspath(out), chunk
         self.save_tensors = save_tensors
         k_min, k_max = scale_range(scales)
-        self._run = _halfway._AnalysisRun(self.out, format_list(formats), k_min, k_max,
-                                          float(flush_tolerance), True,
-                                          bool(tensor_windows))
+        _halfway._check_analysis_options(format_list(formats), k_min, k_max)
+        # The folder is opened on entry, once another trace is known not to be writing it.
+        self._open_run = lambda: _halfway._AnalysisRun(
+            self.out, format_list(formats), k_min, k_max, float(flush_tolerance), True,
+            bool(tensor_windows))
+        self._run = None
+        self._state = "new"  # "new" -> "active" (in the with block) -> "done"
         self._formats = format_list(formats).split(",")
         self._handles, self._restore = [], []
         self.step = 0  # the index of the step in progress
@@ -83,6 +101,7 @@ class trace:
         self._saved = {}
         self._loss = float("nan")
         self._grads_done = False
+        self._unpublished = False
 
     # -- recording -------------------------------------------------------------------------
 
@@ -97,7 +116,7 @@ class trace:
 
     def _record(self, name, kind, op, t, loss_scale=1.0):
         torch = self._torch
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.is_complex():
+        if not traceable(torch, t):
             return
         n = self._names.get(name, 0) + 1
         self._names[name] = n
@@ -105,9 +124,11 @@ class trace:
             name = f"{name}#{n}"
         self._open = True
         tid = self._run.tensor(name, kind, op, loss_scale)
+        # Any view (expanded, stride 0, transposed, sliced with steps, channels-last) is copied
+        # chunk by chunk into a contiguous float32 chunk on the host.
         flat = t.detach().reshape(-1)
         for i in range(0, flat.numel(), self.chunk):
-            c = flat[i:i + self.chunk].to(device="cpu", dtype=torch.float32)
+            c = flat[i:i + self.chunk].to(device="cpu", dtype=torch.float32).contiguous()
             self._run.add(tid, c.numpy())
         if self.save_tensors:
             self._saved[name] = flat.to(device="cpu", dtype=torch.float32).numpy().copy()
@@ -163,10 +184,42 @@ class trace:
             self._run.end_step(self.step, loss=self._loss, loss_scale=self._step_scale,
                                **info)
             if self.save_tensors and self._saved:
-                os.makedirs(os.path.join(self.out, "tensors"), exist_ok=True)
-                np.savez(os.path.join(self.out, "tensors", f"step{self.step}.npz"), **self._saved)
+                self._save_tensors()
         self.step += 1
         self._begin_step()
+
+    def _save_tensors(self):
+        # The folder's old manifest goes before its first file changes (the folder is no
+        # finished run until the new manifest is written); each archive is written under a
+        # temporary name, flushed, and renamed into place, so a full disk leaves no truncated
+        # step<N>.npz.
+        folder = os.path.join(self.out, "tensors")
+        if not self._unpublished:
+            # An older trace's tensors go with its manifest: the folder holds one trace.
+            self._run.unpublish()
+            self._unpublished = True
+            if os.path.isdir(folder):
+                for f in os.listdir(folder):
+                    if f.startswith("step") and f.endswith(".npz"):
+                        os.remove(os.path.join(folder, f))
+                # What a killed trace (SIGKILL) left: this host's files of dead processes.
+                names = {f.split(".tmp.")[0] for f in os.listdir(folder) if ".tmp." in f}
+                _halfway._remove_stale_tmp_files(folder, sorted(names))
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"step{self.step}.npz")
+        tmp = path + _halfway._tmp_suffix()
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **self._saved)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
 
     def _begin_step(self):
         self._names, self._saved, self._open, self._forwarded = {}, {}, False, False
@@ -179,10 +232,49 @@ class trace:
     def _wrap(self, obj, attr, make):
         original = getattr(obj, attr)
         had = attr in vars(obj)
-        setattr(obj, attr, make(original))
-        self._restore.append((obj, attr, original if had else None))
+        inner = make(original)
+        tr = self
+
+        def wrapper(*args, **kwargs):
+            # After its trace ended (exited out of order, below another trace's wrapper):
+            # a plain call.
+            if tr._state != "active":
+                return original(*args, **kwargs)
+            return inner(*args, **kwargs)
+        wrapper._halfway_trace = self
+        wrapper._halfway_original = original if had else None
+        setattr(obj, attr, wrapper)
+        self._restore.append((obj, attr, wrapper))
+
+    @staticmethod
+    def _unwrap(obj, attr, wrapper):
+        """Take `wrapper` off obj.attr if it is on top, and every ended trace's wrapper under
+        it; a wrapper with another on top stays (as a plain call) until that one goes."""
+        if vars(obj).get(attr) is not wrapper:
+            return
+        while True:
+            top = vars(obj).get(attr)
+            trace_of = getattr(top, "_halfway_trace", None)
+            if trace_of is None or trace_of._state == "active":
+                return
+            if top._halfway_original is None:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, top._halfway_original)
 
     def __enter__(self):
+        if self._state != "new":
+            raise RuntimeError("halfway.torch.trace: this trace was used already (its folder "
+                               f"'{self.out}' is written); make a new trace for each with block")
+        key = os.path.realpath(self.out)
+        if key in _writing:
+            raise RuntimeError(f"halfway.torch.trace: another trace is writing to '{self.out}'; "
+                               "give each trace its own out")
+        self._run = self._open_run()
+        _writing.add(key)
+        self._key = key
+        self._state = "active"
+        self._install_stop_handlers()
         for name, m in self.model.named_modules():
             label = name or "model"
             self._handles.append(m.register_forward_hook(self._forward_hook(label)))
@@ -237,17 +329,41 @@ class trace:
             self.end_step()
         self._forwarded = True
 
+    def _install_stop_handlers(self):
+        # SIGTERM and SIGHUP (a closed SSH session) end the block with SystemExit(128 + signal)
+        # instead of killing the process: the folder is written with "complete": false, as
+        # `halfway train` does. Only where nobody else handles them, and in the main thread.
+        import signal
+        import threading
+        self._old_handlers = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def stop(signum, frame):
+            raise SystemExit(128 + signum)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                self._old_handlers[sig] = signal.signal(sig, stop)
+
+    def _restore_stop_handlers(self):
+        import signal
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers = {}
+
     def __exit__(self, exc_type, exc, tb):
+        self._restore_stop_handlers()
         for h in self._handles:
             h.remove()
-        for obj, attr, original in reversed(self._restore):
-            if original is None:
-                delattr(obj, attr)
-            else:
-                setattr(obj, attr, original)
-        self._handles, self._restore = [], []
-        if self._open and exc_type is None:
-            self.end_step()
+        try:
+            if self._open and exc_type is None:
+                self.end_step()
+        finally:
+            self._state = "done"
+            _writing.discard(self._key)
+            for obj, attr, wrapper in reversed(self._restore):
+                self._unwrap(obj, attr, wrapper)
+            self._handles, self._restore = [], []
         manifest = {"tool": "halfway.torch", "torch_version": self._torch.__version__,
                     "every": self.every, "model": type(self.model).__name__,
                     "scaler": self.scaler is not None,

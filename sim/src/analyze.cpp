@@ -338,10 +338,23 @@ void AnalysisRun::commit(const std::string& fields_json) {
   json outputs = {"trace.csv", "scale_window.csv"};
   if (steps_) outputs.push_back("steps.csv");
   m["outputs"] = outputs;
-  trace_->commit();
-  window_->commit();
-  if (steps_) steps_->commit();
-  write_file_atomic(dir_ + "/manifest.json", m.dump(2) + "\n");
+  std::vector<std::function<void()>> renames;
+  for (AtomicFile* f : {trace_.get(), window_.get(), steps_.get()})
+    if (f) {
+      f->finish();
+      renames.push_back([f] { f->publish(); });
+    }
+  publish_folder(dir_, stale_outputs(), renames, m.dump(2) + "\n");
+}
+
+std::vector<std::string> AnalysisRun::stale_outputs() const {
+  if (steps_) return {};
+  return {"steps.csv"};
+}
+
+void AnalysisRun::unpublish() {
+  if (!unpublished_) unpublish_folder(dir_, stale_outputs());
+  unpublished_ = true;
 }
 
 }  // namespace halfway::sim

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -92,8 +94,20 @@ class AtomicFile::Buf : public std::streambuf {
   char buf_[1 << 16];
 };
 
+const std::string& tmp_suffix() {
+  static const std::string suffix = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::strcpy(host, "localhost");
+    std::string h = host;
+    for (char& c : h)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+    return ".tmp." + std::to_string(::getpid()) + "@" + h;
+  }();
+  return suffix;
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(write_target(path)) {
-  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  tmp_ = path_ + tmp_suffix();
   const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) throw InputError("cannot write '" + tmp_ + "': " + std::strerror(errno));
   buf_ = std::make_unique<Buf>(fd);
@@ -108,16 +122,56 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::commit() {
+  finish();
+  publish();
+}
+
+void AtomicFile::finish() {
+  if (finished_) return;
   out_.flush();
   if (buf_->error() == 0 && !out_) buf_->fail(EIO);
   if (buf_->error() == 0 && ::fsync(buf_->fd()) != 0) buf_->fail(errno);
   buf_->close();
   if (buf_->error() != 0)
     throw std::runtime_error("write to '" + path_ + "' failed: " + std::strerror(buf_->error()));
+  finished_ = true;
+}
+
+void AtomicFile::publish() {
+  if (!finished_) throw std::logic_error("AtomicFile::publish before finish");
+  if (done_) return;
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
     throw std::runtime_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " +
                              std::strerror(errno));
   done_ = true;
+}
+
+void sync_folder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int e = fd < 0 ? errno : ::fsync(fd) != 0 ? errno : 0;
+  if (fd >= 0) ::close(fd);
+  // Some file systems cannot fsync a folder (EINVAL); their renames are as durable as it gets.
+  if (e != 0 && e != EINVAL && e != ENOTSUP)
+    throw std::runtime_error("cannot sync the folder '" + dir + "': " + std::strerror(e));
+}
+
+void unpublish_folder(const std::string& dir, const std::vector<std::string>& stale) {
+  const std::string manifest = dir + "/manifest.json";
+  if (::unlink(manifest.c_str()) != 0 && errno != ENOENT)
+    throw std::runtime_error("cannot remove the old '" + manifest + "': " +
+                             std::strerror(errno));
+  for (const std::string& f : stale) ::unlink((dir + "/" + f).c_str());
+  sync_folder(dir);
+}
+
+void publish_folder(const std::string& dir, const std::vector<std::string>& stale,
+                    const std::vector<std::function<void()>>& renames,
+                    const std::string& manifest) {
+  unpublish_folder(dir, stale);
+  for (const auto& rename : renames) rename();
+  sync_folder(dir);
+  write_file_atomic(dir + "/manifest.json", manifest);
+  sync_folder(dir);
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -187,32 +241,53 @@ std::string read_text_file(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+bool parse_tmp_name(const std::string& file, std::string& name, long& pid, std::string& host) {
+  // NAME.tmp.PID@HOST or NAME.tmp.PID, then maybe .SUFFIX (a writer's spool, libzip's file).
+  // HOST has no '.', so the last ".tmp." before the PID is the one.
+  for (size_t p = file.rfind(".tmp."); p != std::string::npos && p > 0;
+       p = file.rfind(".tmp.", p - 1)) {
+    size_t i = p + 5, j = i;
+    while (j < file.size() && j - i <= 9 && std::isdigit(static_cast<unsigned char>(file[j]))) ++j;
+    if (j == i || j - i > 9) continue;
+    std::string h;
+    size_t k = j;
+    if (k < file.size() && file[k] == '@') {
+      k = file.find('.', j);
+      h = file.substr(j + 1, (k == std::string::npos ? file.size() : k) - j - 1);
+      if (h.empty()) continue;
+    }
+    if (k != std::string::npos && k < file.size() && file[k] != '.') continue;
+    name = file.substr(0, p);
+    pid = std::stol(file.substr(i, j - i));
+    host = h;
+    return true;
+  }
+  return false;
+}
+
 void remove_stale_tmp_files(const std::string& dir, const std::vector<std::string>& names) {
   namespace fs = std::filesystem;
+  // This host's name as tmp_suffix() writes it, after ".tmp.PID@".
+  const std::string& suffix = tmp_suffix();
+  const std::string me = suffix.substr(suffix.find('@') + 1);
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string f = it->path().filename().string();
-    for (const std::string& n : names) {
-      const std::string prefix = n + ".tmp.";
-      if (f.size() <= prefix.size() || f.compare(0, prefix.size(), prefix) != 0) continue;
-      // NAME.tmp.PID, or NAME.tmp.PID.SUFFIX (a writer's spool or libzip's own file)
-      const size_t end = f.find('.', prefix.size());
-      const std::string digits = f.substr(prefix.size(), end - prefix.size());
-      if (digits.empty() || digits.size() > 9 ||
-          digits.find_first_not_of("0123456789") != std::string::npos)
-        continue;
-      const pid_t pid = pid_t(std::stol(digits));
-      if (pid <= 0 || pid == ::getpid()) continue;
-      if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-      std::error_code rm;
-      if (it->is_regular_file(rm)) fs::remove(it->path(), rm);
-    }
+    std::string name, host;
+    long pid = 0;
+    if (!parse_tmp_name(it->path().filename().string(), name, pid, host)) continue;
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+    if (!host.empty() && host != me) continue;  // another host's: its PIDs are not ours
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code rm;
+    if (it->is_regular_file(rm)) fs::remove(it->path(), rm);
   }
 }
 
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
 
 extern "C" void halfway_sim_on_stop_signal(int sig) {
@@ -221,8 +296,7 @@ extern "C" void halfway_sim_on_stop_signal(int sig) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  ::sigaction(SIGINT, &dfl, nullptr);
-  ::sigaction(SIGTERM, &dfl, nullptr);
+  for (int s : kStopSignals) ::sigaction(s, &dfl, nullptr);
 }
 
 }  // namespace
@@ -232,8 +306,17 @@ void install_stop_handlers() {
   sa.sa_handler = halfway_sim_on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // writes in progress continue rather than fail with EINTR
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+  for (int s : kStopSignals) ::sigaction(s, &sa, nullptr);
+}
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: return "signal " + std::to_string(sig);
+  }
 }
 
 void request_stop(int signal_number) {

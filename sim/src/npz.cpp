@@ -566,9 +566,8 @@ std::string npy_bytes(const NpyArray& a) {
 
 // A symlink is written through; a device, FIFO or directory is refused (as AtomicFile does).
 NpzWriter::NpzWriter(std::string path) : path_(write_target(path)) {
-  const std::string pid = std::to_string(::getpid());
-  tmp_ = path_ + ".tmp." + pid;
-  spool_ = path_ + ".tmp." + pid + ".data";
+  tmp_ = path_ + tmp_suffix();
+  spool_ = tmp_ + ".data";
   spool_file_ = std::fopen(spool_.c_str(), "wb");
   if (!spool_file_) throw InputError("cannot write '" + spool_ + "': " + sys_error());
 }
@@ -580,7 +579,7 @@ NpzWriter::~NpzWriter() {
 }
 
 void NpzWriter::append(const std::string& key, const std::string& bytes) {
-  if (done_ || !spool_file_) throw std::logic_error("NpzWriter: add after commit");
+  if (finished_ || !spool_file_) throw std::logic_error("NpzWriter: add after commit");
   if (std::fwrite(bytes.data(), 1, bytes.size(), spool_file_) != bytes.size())
     throw std::runtime_error("write to '" + spool_ + "' failed: " + sys_error());
   members_.push_back({key + ".npy", spool_size_, bytes.size()});
@@ -602,7 +601,12 @@ void NpzWriter::add_f4(const std::string& key, const Shape& shape, const float* 
 }
 
 void NpzWriter::commit() {
-  if (done_ || !spool_file_) throw std::logic_error("NpzWriter: commit twice");
+  finish();
+  publish();
+}
+
+void NpzWriter::finish() {
+  if (finished_ || !spool_file_) throw std::logic_error("NpzWriter: commit twice");
   const bool ok = std::fflush(spool_file_) == 0;
   const std::string why = ok ? "" : sys_error();
   std::fclose(spool_file_);
@@ -645,19 +649,28 @@ void NpzWriter::commit() {
       fail("member '" + m.name + "'");
   }
   if (zip_close(za) != 0) fail("closing");
-  // libzip wrote a temporary file of its own and renamed it to tmp_; now flush and rename.
+  // libzip wrote a temporary file of its own and renamed it to tmp_; now flush it.
+  std::remove(spool_.c_str());
   const int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const std::string why2 = sys_error();
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  const std::string why2 = synced ? "" : sys_error();
+  if (fd >= 0) ::close(fd);
+  if (!synced) {
     std::remove(tmp_.c_str());
-    throw std::runtime_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + why2);
+    throw std::runtime_error("write to '" + tmp_ + "' failed: " + why2);
+  }
+  finished_ = true;
+}
+
+void NpzWriter::publish() {
+  if (!finished_) throw std::logic_error("NpzWriter: publish before finish");
+  if (done_) return;
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = sys_error();
+    std::remove(tmp_.c_str());
+    throw std::runtime_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + why);
   }
   done_ = true;
-  std::remove(spool_.c_str());
 }
 
 void write_npz(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& arrays) {

@@ -467,35 +467,24 @@ nlohmann::json optimizer_state_json(const OptimizerConfig& oc) {
   return st;
 }
 
-void write_memory_csv(const std::string& path, const std::vector<MemoryRow>& rows) {
-  AtomicFile mem(path);
-  mem.out() << "category,dtype,elements,bytes\n";
-  for (const MemoryRow& m : rows)
-    mem.out() << m.category << ',' << m.dtype << ',' << m.elements << ',' << m.bytes << '\n';
-  mem.commit();
+/// Every file a run writes, in the order they are renamed into place (manifest.json last).
+const std::vector<std::string>& run_file_names() {
+  static const std::vector<std::string> names{"steps.csv", "trace.csv", "scale_window.csv",
+                                              "memory.csv", "updates.csv", "blocks.csv",
+                                              "weights.npz", "grads.npz"};
+  return names;
 }
 
-/// The final parameters as float32 arrays, by name.
-void write_weights_npz(const std::string& path, const std::vector<Param>& params) {
-  std::vector<std::pair<std::string, NpyArray>> arrays;
-  for (const Param& p : params) {
-    NpyArray a;
-    a.dtype = "f4";
-    a.shape = p.t.shape();
-    a.values = p.t.data().to_vector();
-    arrays.emplace_back(p.name, a);
-  }
-  write_npz(path, arrays);
-}
-
-/// The files a run writes as it goes: steps.csv, trace.csv, scale_window.csv, updates.csv and
-/// blocks.csv
-/// (committed at the end) and grads.npz's gradients. Rows are assembled with std::to_chars
-/// (locale-free, shortest round-trip text) and written with one call per step and file.
+/// The files of a run: steps.csv, trace.csv, scale_window.csv, updates.csv, blocks.csv and
+/// grads.npz's gradients, written as the run goes, and memory.csv and weights.npz, written
+/// at its end; all under temporary names until publish(). Rows are assembled with
+/// std::to_chars (locale-free, shortest round-trip text) and written with one call per step
+/// and file.
 class RunFiles {
  public:
   RunFiles(const TrainConfig& c, const std::string& d)
       : c_(c),
+        dir_(d),
         steps_(d + "steps.csv"),
         trace_(d + "trace.csv"),
         window_(d + "scale_window.csv"),
@@ -526,13 +515,51 @@ class RunFiles {
                        params[i].t.shape(), grads[i].data(), grads[i].size());
   }
 
-  void commit() {
-    steps_.commit();
-    trace_.commit();
-    window_.commit();
-    updates_.commit();
-    blocks_.commit();
-    if (grads_) grads_->commit();
+  /// Write memory.csv and weights.npz, and flush every file to disk under its temporary
+  /// name: the step that fails on a full disk, with the folder untouched.
+  void finish(const TrainSummary& sum) {
+    memory_ = std::make_unique<AtomicFile>(dir_ + "memory.csv");
+    memory_->out() << "category,dtype,elements,bytes\n";
+    for (const MemoryRow& m : sum.memory)
+      memory_->out() << m.category << ',' << m.dtype << ',' << m.elements << ',' << m.bytes
+                     << '\n';
+    for (AtomicFile* f : {&steps_, &trace_, &window_, memory_.get(), &updates_, &blocks_})
+      f->finish();
+    if (c_.save_weights) {
+      // The final parameters as float32 arrays, by name.
+      weights_ = std::make_unique<NpzWriter>(dir_ + "weights.npz");
+      for (const Param& p : sum.final_params) {
+        NpyArray a;
+        a.dtype = "f4";
+        a.shape = p.t.shape();
+        a.values = p.t.data().to_vector();
+        weights_->add(p.name, a);
+      }
+      weights_->finish();
+    }
+    if (grads_) grads_->finish();
+  }
+
+  /// The files written, in run_file_names()'s order.
+  std::vector<std::string> outputs() const {
+    std::vector<std::string> o;
+    for (const std::string& n : run_file_names())
+      if ((n != "weights.npz" || weights_) && (n != "grads.npz" || grads_)) o.push_back(n);
+    return o;
+  }
+
+  /// Replace the folder's files with these, manifest last (publish_folder).
+  void publish(const std::string& manifest) {
+    std::vector<std::string> stale;
+    const std::vector<std::string> mine = outputs();
+    for (const std::string& n : run_file_names())
+      if (std::find(mine.begin(), mine.end(), n) == mine.end()) stale.push_back(n);
+    std::vector<std::function<void()>> renames;
+    for (AtomicFile* f : {&steps_, &trace_, &window_, memory_.get(), &updates_, &blocks_})
+      renames.push_back([f] { f->publish(); });
+    if (weights_) renames.push_back([this] { weights_->publish(); });
+    if (grads_) renames.push_back([this] { grads_->publish(); });
+    publish_folder(dir_, stale, renames, manifest);
   }
 
   /// Optimizer state rounded into a low-precision dtype: values that underflowed or
@@ -613,8 +640,10 @@ class RunFiles {
   }
 
   const TrainConfig& c_;
+  std::string dir_;
   AtomicFile steps_, trace_, window_, updates_, blocks_;
-  std::unique_ptr<NpzWriter> grads_;
+  std::unique_ptr<AtomicFile> memory_;
+  std::unique_ptr<NpzWriter> grads_, weights_;
   std::string line_;
 };
 
@@ -627,17 +656,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
                                      const std::vector<std::vector<float>>& grads) {
     files.add_step(r, st, params, grads);
   });
-
-
-  write_memory_csv(d + "memory.csv", sum.memory);
-  files.commit();
-  std::vector<std::string> outputs{"steps.csv", "trace.csv", "scale_window.csv", "memory.csv",
-                                   "updates.csv", "blocks.csv"};
-  if (c.save_weights) {
-    write_weights_npz(d + "weights.npz", sum.final_params);
-    outputs.push_back("weights.npz");
-  }
-  if (c.save_grads) outputs.push_back("grads.npz");
+  files.finish(sum);
 
   using nlohmann::json;
   json m;
@@ -656,7 +675,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   m["policy"] = policy_json(c);
   m["optimizer_state"] = optimizer_state_json(c.optimizer);
   m["reference"] = c.reference.empty() ? json(nullptr) : json(c.reference);
-  m["outputs"] = outputs;
+  m["outputs"] = files.outputs();
   json s;
   s["steps"] = c.steps;
   s["final_loss"] = sum.final_loss;
@@ -673,7 +692,9 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   else
     s["safe_window"] = nullptr;
   m["summary"] = s;
-  write_file_atomic(d + "manifest.json", m.dump(2) + "\n");
+  // Until here the folder is as it was; from here it is the old run, or no run (no
+  // manifest), or the new run.
+  files.publish(m.dump(2) + "\n");
   return sum;
 }
 

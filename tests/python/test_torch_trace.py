@@ -134,8 +134,241 @@ def check_counts(out, steps):
     return t, checked
 
 
+def float_dtypes():
+    """Every floating-point dtype this torch has on the CPU (float8 ones from torch 2.1)."""
+    names = ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
+    return [getattr(torch, n) for n in names if hasattr(torch, n)]
+
+
+# name -> (tensor made from the input x [16, 8] and the module's leaf w [8], traced?)
+KINDS = {
+    "broadcast": (lambda x, w: x[:, :1].expand(-1, 8), True),
+    "expanded_scalar": (lambda x, w: x.sum().expand(4, 4), True),
+    "transposed": (lambda x, w: x.t(), True),
+    "strided_slice": (lambda x, w: x[::3, ::2], True),
+    "channels_last": (lambda x, w: x.reshape(4, 2, 4, 4).contiguous(
+        memory_format=torch.channels_last), True),
+    "empty": (lambda x, w: x[:0], True),
+    "zero_d": (lambda x, w: x.sum(), True),
+    "leaf": (lambda x, w: w, True),
+    "meta": (lambda x, w: torch.empty(3, 2, device="meta"), False),
+    "int": (lambda x, w: (x * 100).long(), False),
+    "bool": (lambda x, w: x > 0, False),
+    "complex": (lambda x, w: torch.complex(x, x), False),
+}
+
+
+class Emit(torch.nn.Module):
+    """Returns x and one tensor of every kind (and dtype) as its outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(-1, 1, 8))
+
+    def forward(self, x):
+        made = [make(x, self.w) for make, _ in KINDS.values()]
+        made += [(x * self.w).to(dt) for dt in float_dtypes()]
+        return (x * self.w, *made)
+
+
+def check_tensor_kinds(d):
+    """Every kind of tensor reaching a hook is traced (its values, copied from any layout,
+    equal numpy's reading of the same tensor) or skipped by rule, and the loop goes on; the
+    stride-0 gradient of `output.sum()` included."""
+    m = Emit()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    out = os.path.join(d, "kinds")
+    x = torch.randn(16, 8)
+    outputs = []
+
+    def keep(module, inputs, output):
+        outputs.append([o.detach().clone() for o in output])  # w changes in place later
+    h = m.register_forward_hook(keep)
+    with halfway.torch.trace(m, opt, formats=["fp16"], out=out, save_tensors=True):
+        for _ in range(2):
+            opt.zero_grad()
+            y = m(x)
+            loss = y[0].sum() + sum(t.float().sum() for t in y[1:]
+                                    if t.is_floating_point() and t.device.type != "meta"
+                                    and t.layout == torch.strided)
+            loss.backward()
+            opt.step()
+    h.remove()
+    # A module output cannot be sparse under a full backward hook (torch's hook views it),
+    # so the layouts other than strided are checked on the rule itself.
+    check(not halfway.torch.traceable(torch, x.to_sparse()), "a sparse tensor is traced")
+    t = pd.read_csv(os.path.join(out, "trace.csv"))
+    saved = np.load(os.path.join(out, "tensors", "step0.npz"))
+    names = list(KINDS) + [f"dtype_{dt}" for dt in float_dtypes()]
+    traced = [v for _, v in KINDS.values()] + [True] * len(float_dtypes())
+    for i, (name, want) in enumerate(zip(names, traced)):
+        key = f"model.output{i + 1}"
+        tensor = outputs[0][i + 1]
+        rows = t[(t["step"] == 0) & (t["name"] == key)]
+        check(len(rows) == (1 if want else 0), f"{name}: {len(rows)} rows in trace.csv")
+        if want:
+            ref = tensor.detach().to(torch.float64).numpy().astype(np.float32).ravel()
+            check(int(rows["total"].iloc[0]) == ref.size, f"{name}: total")
+            check(np.array_equal(saved[key], ref), f"{name}: the traced values are not the "
+                                                   "tensor's")
+    grad = t[(t["step"] == 0) & (t["name"] == "model.grad_output0")]
+    check(len(grad) == 1 and int(grad["total"].iloc[0]) == 16 * 8,
+          "the stride-0 gradient of output.sum() is not traced")
+    check(np.array_equal(saved["model.grad_output0"], np.ones(16 * 8, np.float32)),
+          "the gradient of a sum is ones")
+
+
+def check_nesting(d):
+    """A used trace cannot be entered again; a second trace writing the same folder is refused
+    on entry; traces exited in any order leave optimizer.step (and the scaler's methods) as
+    they were."""
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    step = opt.step
+    tr = halfway.torch.trace(m, opt, out=os.path.join(d, "used"))
+    with tr:
+        train(m, x, y, opt, 1, tr)
+    try:
+        with tr:
+            pass
+    except RuntimeError as e:
+        check("used already" in str(e), str(e))
+    else:
+        raise AssertionError("a used trace was entered again")
+    same = os.path.join(d, "same")
+    with halfway.torch.trace(m, opt, out=same):
+        try:
+            with halfway.torch.trace(m, opt, out=same + "/."):
+                pass
+        except RuntimeError as e:
+            check("another trace is writing" in str(e), str(e))
+        else:
+            raise AssertionError("two traces wrote one folder")
+        train(m, x, y, opt, 1)
+    check(json.load(open(os.path.join(same, "manifest.json")))["complete"] is True,
+          "the refused trace spoiled the first one's folder")
+    for order in ("inner first", "outer first"):
+        scaler = StaticScaler(8)
+        a = halfway.torch.trace(m, opt, out=os.path.join(d, "a"), scaler=scaler)
+        b = halfway.torch.trace(m, opt, out=os.path.join(d, "b"), scaler=scaler)
+        a.__enter__()
+        b.__enter__()
+        train(m, x, y, opt, 1, scaler=scaler)
+        first, second = (b, a) if order == "inner first" else (a, b)
+        first.__exit__(None, None, None)
+        train(m, x, y, opt, 1, scaler=scaler)  # the one left still traces, the other not
+        second.__exit__(None, None, None)
+        for obj, attr in ((opt, "step"), (scaler, "scale"), (scaler, "update")):
+            check(attr not in vars(obj), f"{order}: {attr} is left wrapped")
+        check(opt.step == step, f"{order}: optimizer.step is not the original")
+        steps = {o: len(pd.read_csv(os.path.join(d, o, "steps.csv"))) for o in "ab"}
+        want = {"a": 2, "b": 1} if order == "inner first" else {"a": 1, "b": 2}
+        check(steps == want, f"{order}: traced steps {steps}, expected {want}")
+
+
+LOOP = """
+import sys, torch, halfway.torch
+torch.manual_seed(0)
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+with halfway.torch.trace(m, opt, out=sys.argv[1]):
+    for step in range(10 ** 9):
+        opt.zero_grad()
+        m(torch.randn(8, 4)).sum().backward()
+        opt.step()
+        if step == 2:
+            print("running", flush=True)
+"""
+
+
+def check_signals(d):
+    """SIGTERM or SIGHUP to a traced loop: exit 128 + signal, the folder written with
+    "complete": false, no temporary file left."""
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        out = os.path.join(d, f"signal{int(sig)}")
+        p = subprocess.Popen([sys.executable, "-c", LOOP, out], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            check(p.stdout.readline() == "running\n", "the traced loop did not start")
+            p.send_signal(sig)
+            _, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        check(p.returncode == 128 + sig, f"{sig!r}: exit {p.returncode}: {err[-500:]!r}")
+        left = sorted(os.listdir(out))
+        check(not [f for f in left if ".tmp" in f], f"{sig!r}: temporary files left: {left}")
+        m = json.load(open(os.path.join(out, "manifest.json")))
+        check(m["complete"] is False, f"{sig!r}: complete = {m['complete']!r}")
+        check(len(pd.read_csv(os.path.join(out, "steps.csv"))) >= 3, f"{sig!r}: steps.csv")
+
+
+def check_rerun_full_disk(d):
+    """A second trace into a finished trace's folder fails on a full disk while it saves a
+    step's tensors (np.savez writes part, then ENOSPC): no truncated step<N>.npz and no
+    temporary file is left, and the folder is not the old trace under its old manifest."""
+    import errno
+    out = os.path.join(d, "rerun")
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with halfway.torch.trace(m, opt, formats=["fp16"], out=out, save_tensors=True) as tr:
+        train(m, x, y, opt, 3, tr)
+    old_step1 = open(os.path.join(out, "tensors", "step1.npz"), "rb").read()
+    # What a SIGKILLed trace left in tensors/ (a dead process of this host), and what it must
+    # keep: another host's file, a live process's file.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    suffix = halfway._halfway._tmp_suffix()
+    host = suffix.split("@", 1)[1]
+    stale = f"step7.npz.tmp.{dead.pid}@{host}"
+    kept = [f"step7.npz.tmp.{dead.pid}@x{host}", f"step8.npz{suffix}"]
+    for f in [stale] + kept:
+        open(os.path.join(out, "tensors", f), "w").write("partial")
+    real_savez, calls = np.savez, []
+
+    def full_disk(file, **arrays):
+        calls.append(file)
+        if len(calls) < 2:
+            return real_savez(file, **arrays)
+        f = open(file, "wb") if isinstance(file, str) else file
+        f.write(b"PK\x03\x04 half an archive")
+        f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    np.savez = full_disk
+    try:
+        m, x, y = model_and_data(seed=1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        try:
+            with halfway.torch.trace(m, opt, formats=["fp16"], out=out, save_tensors=True) as tr:
+                train(m, x, y, opt, 3, tr)
+        except OSError as e:
+            check(e.errno == errno.ENOSPC, f"{e!r}")
+        else:
+            raise AssertionError("the full disk was not reported")
+    finally:
+        np.savez = real_savez
+    check(len(calls) == 2, f"{len(calls)} saves")
+    tensors = sorted(os.listdir(os.path.join(out, "tensors")))
+    check(tensors == sorted(["step0.npz"] + kept), f"tensors/ after the failed save: {tensors}")
+    check(np.load(os.path.join(out, "tensors", "step0.npz")).files, "step0.npz is readable")
+    check(old_step1 != open(os.path.join(out, "tensors", "step0.npz"), "rb").read(),
+          "an old trace's tensors are left beside the new ones")
+    left = [f for f in os.listdir(out) if ".tmp" in f]
+    check(left == [], f"temporary files left: {left}")
+    manifest = os.path.join(out, "manifest.json")
+    check(not os.path.exists(manifest) or json.load(open(manifest))["complete"] is False,
+          "the folder says it holds a complete trace")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
+        check_tensor_kinds(d)
+        check_nesting(d)
+        check_signals(d)
+        check_rerun_full_disk(d)
         # Plain loop: every 2nd step traced, tensors saved for the brute-force check.
         m, x, y = model_and_data()
         opt = torch.optim.SGD(m.parameters(), lr=0.1)

@@ -45,6 +45,14 @@ def need_torch():
         sys.exit(SKIP)
 
 
+def strace_missing():
+    """Why strace cannot kill or signal a process at a chosen system call here (None: it can)."""
+    if not shutil.which("strace"):
+        return "strace is not installed"
+    r = subprocess.run(["strace", "-f", "-o", os.devnull, "true"], capture_output=True, text=True)
+    return None if r.returncode == 0 else f"strace cannot trace here: {r.stderr.strip()}"
+
+
 class Workdir:
     def __init__(self, name):
         self.path = tempfile.mkdtemp(prefix=f"halfway_{name}_")

@@ -1,19 +1,23 @@
-"""Long runs of `halfway train`: SIGINT and SIGTERM stop a run at a step boundary; the files of
-the finished steps are written atomically, manifest.json says "complete": false with the steps
-done, the exit code is 128 + the signal (130, 143), and no temporary file is left. A later run
-into the same folder removes the temporary files a SIGKILL left. A sweep reruns a run whose
-manifest says it is incomplete. No test depends on timing: the signal is sent once the run's
-output shows progress (polled), whenever that is."""
+"""Long runs of `halfway train`: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop a run at a step
+boundary; the files of the finished steps are written atomically, manifest.json says
+"complete": false with the steps done, the exit code is 128 + the signal (130, 143, 129, 131),
+and no temporary file is left. A later run into the same folder removes the temporary files a
+SIGKILL left on this host (and keeps other hosts'). A sweep reruns a run whose manifest says
+it is incomplete; a sweep stopped by SIGINT stops its runs, indexes the finished ones and
+exits 130. `halfway analyze` stopped by SIGINT or SIGTERM (sent by strace on its k-th read)
+leaves its output folder as it was and no temporary file. No test depends on timing: a
+signal is sent once the run's output shows progress (polled), whenever that is."""
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import Workdir, check, read_csv, run  # noqa: E402
+from simtest import SKIP, Workdir, check, read_csv, run, strace_missing  # noqa: E402
 
 LONG = """\
 [model]
@@ -97,20 +101,97 @@ def interrupted_run(halfway, w, sig, name):
     return out, done
 
 
+def this_host():
+    """The host as temporary names spell it: [A-Za-z0-9-] kept, anything else '_'."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "-") else "_"
+                   for c in socket.gethostname())
+
+
+def wait_for(p, cond, what):
+    deadline = time.monotonic() + 120
+    while not cond():
+        if p.poll() is not None:
+            raise AssertionError(f"{what}: ended early: {p.returncode} {p.stderr.read()!r}")
+        check(time.monotonic() < deadline, f"{what}: no progress in 120 s")
+        time.sleep(0.02)
+
+
+def interrupted_sweep(halfway, w):
+    """SIGINT to a sweep whose third run is long: the finished runs are indexed, the run in
+    progress stops at a step boundary and is removed, exit 130."""
+    w.write("sweep_base.toml", LONG.replace("STEPS", "2"))
+    sweep = w.write("long_sweep.toml",
+                    'base = "sweep_base.toml"\n[axes]\n"run.steps" = [2, 3, 100000000]\n')
+    res = w.file("long_sweep")
+    p = subprocess.Popen([halfway, "sweep", sweep, "--out", res], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        tmp = os.path.join(res, "runs", ".tmp-0002")
+        wait_for(p, lambda: any(f.startswith("trace.csv.tmp") and
+                                os.path.getsize(os.path.join(tmp, f)) for f in tmp_files(tmp)),
+                 "sweep")
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check(p.returncode == 130, f"sweep: exit {p.returncode}, expected 130: {stderr!r}")
+    check("stopped by SIGINT: 2 of 3 runs done" in stderr, f"sweep: {stderr!r}")
+    runs = sorted(os.listdir(os.path.join(res, "runs")))
+    check([r for r in runs if not r.endswith(".lock")] == ["0000", "0001"],
+          f"sweep: runs/ holds {runs}")
+    index = read_csv(os.path.join(res, "sweep.csv"))
+    check([r["run"] for r in index] == ["0", "1"], f"sweep.csv: {index}")
+    print(f"sweep: stopped, exit {p.returncode}, runs {runs}")
+
+
+def interrupted_analyze(halfway, w, sig, np):
+    """`halfway analyze` into a folder that holds an older analysis, sent `sig` by strace on
+    entering its 60th read (of some 160): the folder is as it was, no temporary file left,
+    one line on stderr, exit 128 + sig."""
+    out = w.file("analysis")
+    small, big = w.file("small.npz"), w.file("big.npz")
+    if not os.path.exists(big):
+        np.savez(small, x=np.arange(100, dtype=np.float32))
+        np.savez(big, x=np.random.default_rng(0).standard_normal(5_000_000).astype(np.float32))
+        r = run(halfway, "analyze", small, "--out", out)
+        check(r.returncode == 0, r.stderr)
+    before = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
+    name = signal.Signals(sig).name
+    r = subprocess.run(["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=read", "-e",
+                        f"inject=read:signal={name[3:]}:when=60", halfway, "analyze", big,
+                        "--out", out], capture_output=True, text=True)
+    check(r.returncode == 128 + sig, f"analyze {name}: exit {r.returncode}: {r.stderr!r}")
+    check(r.stderr.count("\n") == 1 and f"halfway analyze: stopped by {name}" in r.stderr,
+          f"analyze {name}: {r.stderr!r}")
+    after = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
+    check(after == before, f"analyze {name}: the folder changed: {sorted(after)}")
+    print(f"analyze: stopped by {name}, exit {r.returncode}, folder unchanged")
+
+
 def main(halfway):
     w = Workdir("interrupt")
     try:
         out, _ = interrupted_run(halfway, w, signal.SIGINT, "sigint")
         interrupted_run(halfway, w, signal.SIGTERM, "sigterm")
+        # A closed terminal or SSH session (SIGHUP) and Ctrl-\ (SIGQUIT) stop a run the same way.
+        interrupted_run(halfway, w, signal.SIGHUP, "sighup")
+        interrupted_run(halfway, w, signal.SIGQUIT, "sigquit")
+        interrupted_sweep(halfway, w)
 
         # A run into the same folder replaces the incomplete one with a complete one, and
         # removes what a SIGKILL left: temporary files of processes that no longer exist.
         dead = subprocess.Popen(["true"])
         dead.wait()
-        stale = [f"steps.csv.tmp.{dead.pid}", f"manifest.json.tmp.{dead.pid}",
-                 f"grads.npz.tmp.{dead.pid}.data", f"grads.npz.tmp.{dead.pid}.Ab12Cd"]
-        kept = [f"steps.csv.tmp.{os.getpid()}",  # a live process's file
-                f"notes.txt.tmp.{dead.pid}", "steps.csv.tmp.x1"]  # not a halfway output
+        host = this_host()
+        stale = [f"steps.csv.tmp.{dead.pid}@{host}", f"manifest.json.tmp.{dead.pid}@{host}",
+                 f"grads.npz.tmp.{dead.pid}@{host}.data",
+                 f"grads.npz.tmp.{dead.pid}@{host}.Ab12Cd",
+                 f"trace.csv.tmp.{dead.pid}", f"grads.npz.tmp.{dead.pid}.data"]  # older names
+        kept = [f"steps.csv.tmp.{os.getpid()}@{host}",  # a live process's file
+                f"steps.csv.tmp.{dead.pid}@other-{host}",  # another host's: its PID is not ours
+                f"notes.txt.tmp.{dead.pid}@{host}", "steps.csv.tmp.x1"]  # not a halfway output
         for f in stale + kept:
             open(os.path.join(out, f), "w").write("partial\n")
         cfg = w.write("short.toml", LONG.replace("STEPS", "3"))
@@ -141,6 +222,16 @@ def main(halfway):
         check(r.returncode == 0 and "1 run now" in r.stdout,
               f"resume: {r.returncode} {r.stdout!r} {r.stderr!r}")
         check(open(man).read() == whole, "the rerun run is the same as the first time")
+
+        try:
+            import numpy as np
+        except ImportError:
+            np = None
+        if np is None or strace_missing():
+            print("SKIP: the analyze part needs numpy and a working strace")
+            return SKIP
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            interrupted_analyze(halfway, w, sig, np)
         print("ok")
         return 0
     finally:

@@ -18,6 +18,7 @@
 #include "commands.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/analyze.hpp"
+#include "halfway/sim/io.hpp"
 #include "halfway/sim/npz.hpp"
 
 namespace halfway::cli {
@@ -101,6 +102,48 @@ int plot(const std::string& python, const std::string& out) {
   return 0;
 }
 
+/// Analyse the arrays of `files` into the folder `out`; the number of arrays. Throws
+/// sim::Stopped on a stop request (SIGINT, ...), with nothing changed in `out`.
+size_t analyze_files(const std::vector<std::string>& files,
+                     const std::vector<sim::DType>& formats, const sim::AnalyzeOptions& ao,
+                     const std::string& out) {
+  auto check_stop = [] {
+    if (const int sig = sim::stop_signal()) throw sim::Stopped(sig);
+  };
+  sim::AnalysisRun run(out, formats, ao, false);
+  std::map<std::string, std::string> where;  // tensor name -> the file that has it
+  nlohmann::json tensors = nlohmann::json::array();
+  std::vector<uint64_t> rounded;  // float64 values that binary32 could not hold, per tensor
+  std::vector<float> buf;
+  for (const std::string& file : files) {
+    check_stop();
+    sim::stream_npz(file, [&](const std::string& key, const sim::NpyHeader& h,
+                              const std::string& what) -> sim::NpyChunkFn {
+      if (h.dtype != "f4" && h.dtype != "f2" && h.dtype != "f8" && h.dtype != "u2")
+        throw InputError(what + ": unsupported dtype '" + h.dtype + "' (float32, float16, "
+                         "float64, or uint16 holding bfloat16 bit patterns)");
+      if (auto [it, fresh] = where.emplace(key, file); !fresh)
+        throw InputError("array '" + sim::shown_text(key) + "' is in both '" + it->second +
+                         "' and '" + file + "'");
+      const size_t id = run.tensor(key, sim::TraceKind::tensor, "analyze");
+      tensors.push_back({{"name", key}, {"file", file}, {"dtype", h.dtype}, {"shape", h.shape}});
+      rounded.push_back(0);
+      return [&run, &buf, &rounded, &check_stop, id, dtype = h.dtype](const unsigned char* raw, size_t n) {
+        check_stop();
+        buf.resize(n);
+        to_f32(dtype, raw, n, buf.data(), rounded[id]);
+        run.add(id, buf.data(), n);
+      };
+    });
+  }
+  for (size_t i = 0; i < rounded.size(); ++i)
+    if (tensors[i]["dtype"] == "f8") tensors[i]["float64_rounded"] = rounded[i];
+  check_stop();
+  run.end_step(0, {});
+  run.commit(nlohmann::json{{"tool", "analyze"}, {"tensors", tensors}}.dump());
+  return where.size();
+}
+
 }  // namespace
 
 int cmd_analyze(int argc, char** argv) {
@@ -133,36 +176,18 @@ int cmd_analyze(int argc, char** argv) {
   std::tie(ao.k_min, ao.k_max) = sim::parse_scale_range(o.scales);
   const std::vector<std::string> files = input_files(o.inputs);
   if (o.out.empty()) o.out = default_out(o.inputs.front());
-
-  sim::AnalysisRun run(o.out, formats, ao, false);
-  std::map<std::string, std::string> where;  // tensor name -> the file that has it
-  nlohmann::json tensors = nlohmann::json::array();
-  std::vector<uint64_t> rounded;  // float64 values that binary32 could not hold, per tensor
-  std::vector<float> buf;
-  for (const std::string& file : files) {
-    sim::stream_npz(file, [&](const std::string& key, const sim::NpyHeader& h,
-                              const std::string& what) -> sim::NpyChunkFn {
-      if (h.dtype != "f4" && h.dtype != "f2" && h.dtype != "f8" && h.dtype != "u2")
-        throw InputError(what + ": unsupported dtype '" + h.dtype + "' (float32, float16, "
-                         "float64, or uint16 holding bfloat16 bit patterns)");
-      if (auto [it, fresh] = where.emplace(key, file); !fresh)
-        throw InputError("array '" + sim::shown_text(key) + "' is in both '" + it->second +
-                         "' and '" + file + "'");
-      const size_t id = run.tensor(key, sim::TraceKind::tensor, "analyze");
-      tensors.push_back({{"name", key}, {"file", file}, {"dtype", h.dtype}, {"shape", h.shape}});
-      rounded.push_back(0);
-      return [&run, &buf, &rounded, id, dtype = h.dtype](const unsigned char* raw, size_t n) {
-        buf.resize(n);
-        to_f32(dtype, raw, n, buf.data(), rounded[id]);
-        run.add(id, buf.data(), n);
-      };
-    });
+  // SIGINT, SIGTERM, SIGHUP, SIGQUIT: stop within a chunk, remove the temporary files and
+  // leave the output folder as it was.
+  sim::install_stop_handlers();
+  size_t arrays = 0;
+  try {
+    arrays = analyze_files(files, formats, ao, o.out);
+  } catch (const sim::Stopped& e) {
+    std::fprintf(stderr, "halfway analyze: %s; %s is as it was (no temporary file left)\n",
+                 e.what(), o.out.c_str());
+    return 128 + e.signal_number;
   }
-  for (size_t i = 0; i < rounded.size(); ++i)
-    if (tensors[i]["dtype"] == "f8") tensors[i]["float64_rounded"] = rounded[i];
-  run.end_step(0, {});
-  run.commit(nlohmann::json{{"tool", "analyze"}, {"tensors", tensors}}.dump());
-  std::printf("halfway analyze: %zu arrays x %zu formats -> %s\n", where.size(), formats.size(),
+  std::printf("halfway analyze: %zu arrays x %zu formats -> %s\n", arrays, formats.size(),
               o.out.c_str());
   return o.plot ? plot(o.python, o.out) : 0;
 }

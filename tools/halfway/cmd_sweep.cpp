@@ -334,12 +334,11 @@ bool parse_marker(const std::string& name, std::string& i, std::string& n) {
   return digits(i) && digits(n);
 }
 
-/// A temporary file of write_file_atomic ("NAME.tmp.PID").
-bool is_atomic_tmp(const std::string& name) {
-  const size_t p = name.rfind(".tmp.");
-  return p != std::string::npos && p + 5 < name.size() &&
-         std::all_of(name.begin() + long(p + 5), name.end(),
-                     [](char c) { return c >= '0' && c <= '9'; });
+/// A temporary file of write_file_atomic ("NAME.tmp.PID@HOST", io.hpp's parse_tmp_name).
+bool is_atomic_tmp(const std::string& file) {
+  std::string name, host;
+  long pid;
+  return sim::parse_tmp_name(file, name, pid, host);
 }
 
 /// Parse "I/N" (0 <= I < N).
@@ -648,6 +647,7 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   std::vector<std::string> errors;
   auto worker = [&] {
     for (;;) {
+      if (sim::stop_signal()) return;  // SIGINT...: the runs begun stop at a step boundary
       const size_t k = next.fetch_add(1);
       if (k >= todo.size()) return;
       const SweepRun& r = d.runs[size_t(todo[k])];
@@ -673,7 +673,8 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
         }
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(err_mu);
-        errors.push_back("run " + std::to_string(r.index) + ": " + one_line(e.what()));
+        if (!sim::stop_signal())
+          errors.push_back("run " + std::to_string(r.index) + ": " + one_line(e.what()));
       }
       bar.add(1);
       {
@@ -685,7 +686,8 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   const int n = std::max(1, std::min<int>(jobs, int(todo.size())));
   std::vector<std::thread> pool;
   for (int i = 0; i < n; ++i) pool.emplace_back(worker);
-  for (std::unique_lock<std::mutex> lk(progress_mu); bar.done() < todo.size();) {
+  for (std::unique_lock<std::mutex> lk(progress_mu);
+       bar.done() < todo.size() && !sim::stop_signal();) {
     bar.label(std::to_string(already + bar.done()) + "/" + std::to_string(mine_total) + " runs");
     bar.draw();
     progress_cv.wait_for(lk, std::chrono::milliseconds(200));
@@ -695,14 +697,19 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   for (const auto& e : errors)
     std::fprintf(stderr, "halfway sweep: error: %s\n", printable(e).c_str());
   if (!errors.empty()) return 1;
+  const int stopped_by = sim::stop_signal();
 
-  // The index of this shard's runs (all of them without sharding), in run order.
+  // The index of this shard's runs (all of them without sharding; after a stop, the finished
+  // ones), in run order.
   std::string csv = index_header(def);
+  int indexed = 0;
   for (const auto& run : def["runs"]) {
     const int i = run["run"].get<int>();
     if (i % shard_count != shard) continue;
     const std::string rel = "runs/" + run_dir_name(i);
+    if (stopped_by && !sim::run_complete((root / rel).string())) continue;
     csv += index_row(def, run, (root / rel).string(), rel);
+    ++indexed;
   }
   const std::string name = shard_count > 1 ? "sweep.shard-" + std::to_string(shard) + "-of-" +
                                                  std::to_string(shard_count) + ".csv"
@@ -710,6 +717,12 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   {
     const FileLock folder(root / ".lock");
     sim::write_file_atomic((root / name).string(), csv);
+  }
+  if (stopped_by) {
+    std::fprintf(stderr, "halfway sweep: stopped by %s: %d of %d runs done, indexed in %s; "
+                 "run again to continue\n", sim::signal_name(stopped_by).c_str(), indexed,
+                 mine_total, (root / name).string().c_str());
+    return 128 + stopped_by;
   }
   if (!quiet)
     std::printf("halfway sweep: %d runs (%d already done, %d run now) -> %s\n", mine_total,
@@ -769,6 +782,9 @@ int cmd_sweep(int argc, char** argv) {
     fs::path p(file);
     out = (p.parent_path() / p.stem()).string();
   }
+  // SIGINT, SIGTERM, SIGHUP, SIGQUIT: the runs in progress stop at a step boundary (and are
+  // removed), no new run starts, and the finished runs are indexed.
+  sim::install_stop_handlers();
   return run_sweep(d, out, jobs, shard, count, quiet,
                    max_memory.empty() ? 0 : sim::parse_memory_size(max_memory));
 }

@@ -4,7 +4,6 @@
 // `halfway train --bench`: the training benchmark (ratios measured in one run, interleaved).
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -94,7 +93,8 @@ int cmd_train(int argc, char** argv) {
     bar.label(std::to_string(done) + "/" + std::to_string(total) + " steps");
     bar.draw();
   };
-  // SIGINT/SIGTERM: stop after the step in progress and write what is complete.
+  // SIGINT, SIGTERM, SIGHUP, SIGQUIT: stop after the step in progress and write what is
+  // complete.
   sim::install_stop_handlers();
   const sim::TrainSummary s = sim::write_run(c, out, o);
   bar.finish();
@@ -102,10 +102,10 @@ int cmd_train(int argc, char** argv) {
     const int sig = s.stop_signal;
     std::fprintf(stderr, "halfway train: stopped by %s after %lld of %lld steps; %s holds the "
                  "finished steps (manifest.json: \"complete\": false)\n",
-                 sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal",
-                 static_cast<long long>(s.steps_done), static_cast<long long>(c.steps),
-                 out.c_str());
-    return 128 + sig;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
+                 sim::signal_name(sig).c_str(), static_cast<long long>(s.steps_done),
+                 static_cast<long long>(c.steps), out.c_str());
+    // The shell's convention: 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT.
+    return 128 + sig;
   }
   std::printf("halfway train: %lld steps, final loss %.9g, %lld skipped, final scale %.9g -> %s\n",
               static_cast<long long>(c.steps), s.final_loss, static_cast<long long>(s.skipped),

@@ -133,7 +133,8 @@ struct StepInfo {
 /// writes them, then, with `tensor_windows`, each tensor's own rows: 61 a tensor and format
 /// with the default scales, so a traced training run leaves them out and keeps each tensor's
 /// k_low and k_high in trace.csv), steps.csv when asked for, and manifest.json on commit().
-/// Every file is written atomically; nothing is left without commit().
+/// Every file is written atomically, and the folder changes in one step (publish_folder):
+/// nothing is left without commit().
 ///
 ///     AnalysisRun run("out", parse_format_list("fp16,e4m3"), {}, false);
 ///     size_t id = run.tensor("x", TraceKind::tensor, "analyze", 1.0);
@@ -154,9 +155,14 @@ class AnalysisRun {
   /// Write manifest.json (the members of the JSON object `fields_json`, plus the version,
   /// formats, scales, outputs and steps) and rename every file into place.
   void commit(const std::string& fields_json = "{}");
+  /// Remove the folder's old manifest.json before other files change in it (a caller's own
+  /// files, such as halfway.torch.trace's tensors/): until commit() the folder is no finished
+  /// run. commit() does this itself (publish_folder).
+  void unpublish();
   const std::vector<DType>& formats() const { return formats_; }
 
  private:
+  std::vector<std::string> stale_outputs() const;
   std::string dir_;
   std::vector<DType> formats_;
   AnalyzeOptions opt_;
@@ -168,6 +174,7 @@ class AnalysisRun {
   };
   std::deque<Pending> pending_;  ///< a deque: an analyzer (some 60 KB of bins) never moves
   int steps_done_ = 0;
+  bool unpublished_ = false;
 };
 
 }  // namespace halfway::sim

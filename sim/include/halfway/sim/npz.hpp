@@ -69,9 +69,9 @@ std::string shown_text(const std::string& s);
 std::string npy_bytes(const NpyArray& a);
 
 /// An uncompressed `.npz` (like numpy.savez) written in bounded memory: each array goes to a
-/// spool file next to `path` (`path.tmp.<pid>.data`) as it is added; commit() builds the
-/// archive from it (ZIP64 when needed) as `path.tmp.<pid>` and renames that over `path`.
-/// Without commit(), nothing is left behind.
+/// spool file next to `path` (`path` + tmp_suffix() + `.data`) as it is added; finish() builds
+/// the archive from it (ZIP64 when needed) as `path` + tmp_suffix() and flushes it to disk,
+/// publish() renames that over `path`. Without both, nothing is left behind.
 class NpzWriter {
  public:
   explicit NpzWriter(std::string path);
@@ -82,8 +82,13 @@ class NpzWriter {
   void add(const std::string& key, const NpyArray& a);
   /// Add member `key`.npy as float32 straight from `n` floats.
   void add_f4(const std::string& key, const Shape& shape, const float* v, size_t n);
-  /// Write the archive and rename it into place. Throws std::runtime_error on failure.
+  /// Write the archive and rename it into place: finish() then publish(). Throws
+  /// std::runtime_error on failure.
   void commit();
+  /// Write the archive under its temporary name, flushed to disk. Throws std::runtime_error.
+  void finish();
+  /// Rename the finished archive into place. Throws std::runtime_error.
+  void publish();
   size_t members() const { return members_.size(); }
 
  private:
@@ -96,7 +101,7 @@ class NpzWriter {
   std::FILE* spool_file_ = nullptr;
   uint64_t spool_size_ = 0;
   std::vector<Member> members_;
-  bool done_ = false;
+  bool finished_ = false, done_ = false;
 };
 
 /// Write an uncompressed `.npz` (like numpy.savez), atomically (temporary file + rename).
