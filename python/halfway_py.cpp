@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "halfway/cpu.hpp"
 #include "halfway/blocks.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
@@ -1076,6 +1077,7 @@ void bind_emulation(py::module_& m) {
 
 PYBIND11_MODULE(_halfway, m) {
   m.doc() = "Bit-exact low-precision floating point (the compiled core of the halfway package)";
+  halfway::cpu::check_environment();  // an unknown name in HALFWAY_DISABLE_ISA fails the import
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend.hpp"
+#include "halfway/cpu.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -15,18 +16,17 @@
 namespace halfway::hw {
 namespace {
 
-#if defined(HALFWAY_HW_X86)
-
-bool cpu_has(const char* what) {
-  __builtin_cpu_init();
-  if (!std::strcmp(what, "f16c")) return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  if (!std::strcmp(what, "avx512bf16"))
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+/// The features a backend's instructions need (halfway/cpu.hpp); empty reason when present.
+std::string missing_for(const char* what) {
+  uint32_t f = ~0u;
+  if (!std::strcmp(what, "f16c")) f = cpu::f16c;
+  if (!std::strcmp(what, "avx512bf16")) f = cpu::avx512f | cpu::avx512bf16;
   if (!std::strcmp(what, "avx512fp16"))
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512fp16");
-  return false;
+    f = cpu::avx512f | cpu::avx512bw | cpu::avx512vl | cpu::avx512fp16;
+  return cpu::missing(f);
 }
+
+#if defined(HALFWAY_HW_X86)
 
 // vcvtps2ph with the rounding direction in the immediate (bit 2 clear: MXCSR is not consulted).
 template <int kImm>
@@ -130,10 +130,6 @@ HALFWAY_FP16_TARGET void fp16_arith(const uint32_t* a, const uint32_t* b, const 
   }
 }
 
-#else
-
-bool cpu_has(const char*) { return false; }
-
 #endif
 
 class F16C final : public Backend {
@@ -171,7 +167,7 @@ class F16C final : public Backend {
  protected:
   std::string missing() const override {
 #if defined(HALFWAY_HW_X86)
-    return cpu_has("f16c") ? std::string() : "this CPU has no F16C (or no AVX)";
+    return missing_for("f16c");
 #else
     return "not an x86 CPU";
 #endif
@@ -197,7 +193,7 @@ class Avx512Bf16 final : public Backend {
  protected:
   std::string missing() const override {
 #if defined(HALFWAY_HW_X86)
-    return cpu_has("avx512bf16") ? std::string() : "this CPU has no AVX512-BF16";
+    return missing_for("avx512bf16");
 #else
     return "not an x86 CPU";
 #endif
@@ -240,7 +236,7 @@ class Avx512Fp16 final : public Backend {
  protected:
   std::string missing() const override {
 #if defined(HALFWAY_HW_X86)
-    return cpu_has("avx512fp16") ? std::string() : "this CPU has no AVX512-FP16";
+    return missing_for("avx512fp16");
 #else
     return "not an x86 CPU";
 #endif

@@ -8,14 +8,10 @@
 
 #include "amx_tiles.hpp"
 #include "dot.hpp"
+#include "halfway/cpu.hpp"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 #define HALFWAY_HW_X86_64 1
 #endif
 
@@ -23,11 +19,6 @@ namespace halfway::hw {
 namespace {
 
 #if defined(HALFWAY_HW_X86_64)
-
-bool has_avx512bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-}
 
 // vdpbf16ps on 16 lanes at a time; a partial last vector is padded with zeros.
 __attribute__((target("avx512f,avx512bf16"))) void dpbf16(const uint32_t* a, const uint32_t* b,
@@ -47,35 +38,6 @@ __attribute__((target("avx512f,avx512bf16"))) void dpbf16(const uint32_t* a, con
     _mm512_store_si512(vr, _mm512_castps_si512(r));
     std::memcpy(out + i, vr, m * 4);
   }
-}
-
-// AMX: CPUID leaf 7 (EDX bit 24 AMX-TILE, bit 22 AMX-BF16; subleaf 1 EAX bit 21 AMX-FP16),
-// the OS enabling the tile state in XCR0 (bits 17, 18) and, on Linux, permission to use it.
-bool amx_feature(bool fp16) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  if (!(d & (1u << 24))) return false;
-  if (!fp16 && !(d & (1u << 22))) return false;
-  if (fp16) {
-    unsigned a1, b1, c1, d1;
-    if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 & (1u << 21))) return false;
-  }
-  if (!(c & (1u << 27))) return false;  // OSXSAVE
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & (3u << 17)) == (3u << 17);
-}
-
-bool amx_permitted() {
-#if defined(__linux__)
-  static const bool ok = [] {
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
 }
 
 // Full tiles: every tile 16 rows × 64 bytes, so each output sums C and 16 element pairs.
@@ -124,7 +86,7 @@ class Avx512Bf16Dot final : public DotInstruction {
  protected:
   std::string missing() const override {
 #if defined(HALFWAY_HW_X86_64)
-    return has_avx512bf16() ? std::string() : "this CPU has no AVX512-BF16";
+    return cpu::missing(cpu::avx512f | cpu::avx512bf16);
 #else
     return "not an x86-64 CPU";
 #endif
@@ -161,10 +123,8 @@ class AmxDot final : public DotInstruction {
  protected:
   std::string missing() const override {
 #if defined(HALFWAY_HW_X86_64)
-    if (!amx_feature(kFp16))
-      return kFp16 ? "this CPU has no AMX-FP16" : "this CPU has no AMX-BF16";
-    if (!amx_permitted()) return "the operating system does not grant the AMX tile state";
-    return {};
+    // Detection includes the tile state in XCR0 and, on Linux, the permission to use it.
+    return cpu::missing(cpu::amx_tile | (kFp16 ? cpu::amx_fp16 : cpu::amx_bf16));
 #else
     return "not an x86-64 CPU";
 #endif

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "bulk_internal.hpp"
+#include "halfway/cpu.hpp"
 #include "halfway/softfloat.hpp"
 
 // GCC on x86-64: `#pragma GCC target` regions, vector extensions with ?: blends. Elsewhere (other
@@ -59,22 +60,22 @@ thread_local bool tl_hw = true;
 
 BulkPath bulk_path_supported() {
 #if HALFWAY_BULK_X86
-  static const BulkPath best = [] {
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                        __builtin_cpu_supports("avx512dq");
-    return avx512 ? BulkPath::avx512 : avx2 ? BulkPath::avx2 : BulkPath::reference;
-  }();
-  return best;
+  // The vector paths are compiled for halfway/cpu.hpp's targets (AVX2: FMA, BMI2, F16C too).
+  switch (cpu::target()) {
+    case cpu::Target::avx512: return BulkPath::avx512;
+    case cpu::Target::avx2: return BulkPath::avx2;
+    default: return BulkPath::reference;
+  }
 #else
   return BulkPath::reference;
 #endif
 }
 
-BulkPath bulk_path() { return tl_path; }
+BulkPath bulk_path() {
+  // The thread's choice, within what is supported now (HALFWAY_DISABLE_ISA, a test's mask).
+  const BulkPath best = bulk_path_supported();
+  return static_cast<uint8_t>(tl_path) < static_cast<uint8_t>(best) ? tl_path : best;
+}
 
 BulkPath set_bulk_path(BulkPath p) {
   const BulkPath old = tl_path;
@@ -729,10 +730,7 @@ bool aliasing_ok(const void* in, size_t inbytes, const void* out, size_t outbyte
 }
 
 /// AVX512-BF16 (vcvtneps2bf16) may run: the AVX-512 path on a CPU that has it.
-bool bf16_hardware(BulkPath path) {
-  static const bool has = __builtin_cpu_supports("avx512bf16");
-  return has && path == BulkPath::avx512;
-}
+bool bf16_hardware(BulkPath path) { return path == BulkPath::avx512 && cpu::has(cpu::avx512bf16); }
 
 template <class Out>
 using RoundFn = void (*)(const RoundParams&, const DecodeParams&, const float*, Out*, size_t,

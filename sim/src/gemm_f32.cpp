@@ -7,6 +7,8 @@
 // multiply-adds in the same order, so the results are identical bit for bit.
 #include "gemm_f32.hpp"
 
+#include "halfway/cpu.hpp"
+
 #include <cmath>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -114,13 +116,11 @@ struct Tile256 {
 
 GemmF32Path gemm_f32_best_path() {
 #ifdef HALFWAY_X86_KERNELS
-  static const GemmF32Path best = __builtin_cpu_supports("avx512f")
-                                      ? GemmF32Path::avx512
-                                      : (__builtin_cpu_supports("avx2") &&
-                                                 __builtin_cpu_supports("fma")
-                                             ? GemmF32Path::avx2
-                                             : GemmF32Path::scalar);
-  return best;
+  switch (cpu::target()) {
+    case cpu::Target::avx512: return GemmF32Path::avx512;
+    case cpu::Target::avx2: return GemmF32Path::avx2;
+    default: return GemmF32Path::scalar;
+  }
 #else
   return GemmF32Path::scalar;
 #endif

@@ -38,6 +38,7 @@
 #include <cmath>
 #include <vector>
 
+#include "halfway/cpu.hpp"
 #include "halfway/softfloat.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -414,14 +415,11 @@ bool gemm_model_vectorizable(const AccumulationModel& m, const Format& in, const
 
 GemmModelPath gemm_model_best_vector_path() {
 #ifdef HALFWAY_X86_KERNELS
-  static const GemmModelPath best =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
-          ? GemmModelPath::avx512
-          : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                 ? GemmModelPath::avx2
-                 : GemmModelPath::generic);
-  return best;
+  switch (cpu::target()) {
+    case cpu::Target::avx512: return GemmModelPath::avx512;
+    case cpu::Target::avx2: return GemmModelPath::avx2;
+    default: return GemmModelPath::generic;
+  }
 #else
   return GemmModelPath::generic;
 #endif

@@ -128,6 +128,18 @@ else:
     ieee = {c["class"] for c in dot["ieee_classes"]}
     check({"daz", "ftz"} <= ieee, f"IEEE baseline classes {ieee}")
 
+# HALFWAY_DISABLE_ISA (halfway/cpu.hpp): a disabled feature makes its backends absent, with the
+# reason; an unknown name is bad input.
+for name, feature in (("avx512bf16", "avx512"), ("avx512bf16-dot", "avx512bf16"), ("f16c", "f16c"),
+                      ("amx-bf16", "amx")):
+    rc, out, err = run(["--backend", name], {"HALFWAY_DISABLE_ISA": feature})
+    check(rc == 2, f"HALFWAY_DISABLE_ISA={feature} --backend {name}: exit {rc}")
+    check(f"backend '{name}' is not available here" in err and
+          ("disabled by HALFWAY_DISABLE_ISA" in err or "this CPU has no" in err),
+          f"HALFWAY_DISABLE_ISA={feature}: {err!r}")
+expect_exit2(["--backend", "f16c"], "HALFWAY_DISABLE_ISA: unknown feature 'sse9'",
+             {"HALFWAY_DISABLE_ISA": "avx512,sse9"})
+
 # Recorded AMX tiles, on any machine: the first 20 records of the committed file, then the same
 # with one output changed by one ulp (which must show as exactly one mismatch).
 import tempfile

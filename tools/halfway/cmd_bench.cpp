@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "halfway/cpu.hpp"
 #include "halfway/blocks.hpp"
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
@@ -91,13 +92,12 @@ struct Buffer {
 };
 
 #if HALFWAY_BENCH_X86
-bool has_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
-bool has_avx512() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
-}
-bool has_avx512bf16() { return has_avx512() && __builtin_cpu_supports("avx512bf16"); }
-bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+// The hardware rows run where halfway/cpu.hpp says the instructions may (HALFWAY_DISABLE_ISA
+// turns them off like every other path).
+bool has_f16c() { return cpu::has(cpu::f16c); }
+bool has_avx512() { return cpu::target() == cpu::Target::avx512; }
+bool has_avx512bf16() { return has_avx512() && cpu::has(cpu::avx512bf16); }
+bool has_avx2() { return cpu::target() >= cpu::Target::avx2; }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void f16c_512(const float* in,
                                                                         uint16_t* out, size_t n) {

@@ -1,4 +1,5 @@
 // The `halfway` command-line tool: one binary, one subcommand per job.
+#include "halfway/cpu.hpp"
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -83,6 +84,7 @@ int finish(const std::string& cmd, int rc) {
 int dispatch(const std::string& cmd, int argc, char** argv) {
   using namespace halfway::cli;
   try {
+    halfway::cpu::check_environment();  // HALFWAY_DISABLE_ISA names only known features
     if (cmd == "info") return cmd_info(argc - 1, argv + 1);
     if (cmd == "round") return cmd_round(argc - 1, argv + 1);
     if (cmd == "testfloat") return cmd_testfloat(argc - 1, argv + 1);
