@@ -27,6 +27,7 @@
 #include "halfway/sim/fp8.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/ops.hpp"
+#include "halfway/sim/optim.hpp"
 #include "halfway/sim/policy.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
@@ -1198,6 +1199,91 @@ class Emulator {
   std::unique_ptr<sim::AtomicFile> trace_, blocks_;
 };
 
+/// sim's optimizer (optim.hpp) over a PyTorch optimizer's parameters: halfway.torch.optimizer.
+/// The weights live here in their dtype (fp32, or a low dtype without a master copy); each step
+/// takes fp32 gradients and writes back the stored weights, with sim's update numerics (plain
+/// or Kahan-compensated, in the update rounding) and its per-parameter vanished counts. Its
+/// stochastic-rounding streams are (seed, step, n) with n counting this optimizer's rounding
+/// calls of the step from 0.
+class OptimizerCore {
+ public:
+  OptimizerCore(py::dict cfg, py::list names, py::list values, const std::string& weights,
+                const std::string& update, const std::string& compensation, uint64_t seed) {
+    sim::OptimizerConfig c;
+    c.kind = cfg["kind"].cast<std::string>();
+    c.lr = cfg["lr"].cast<double>();
+    c.momentum = cfg["momentum"].cast<double>();
+    c.dampening = cfg["dampening"].cast<double>();
+    c.nesterov = cfg["nesterov"].cast<bool>();
+    c.weight_decay = cfg["weight_decay"].cast<double>();
+    c.beta1 = cfg["beta1"].cast<double>();
+    c.beta2 = cfg["beta2"].cast<double>();
+    c.eps = cfg["eps"].cast<double>();
+    c.exp_avg_dtype = sim::parse_dtype(cfg["exp_avg_dtype"].cast<std::string>());
+    c.exp_avg_sq_dtype = sim::parse_dtype(cfg["exp_avg_sq_dtype"].cast<std::string>());
+    c.momentum_buffer_dtype = sim::parse_dtype(cfg["momentum_buffer_dtype"].cast<std::string>());
+    const sim::DType wdt = op_dtype(weights, "torch.optimizer");
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(values[i]);
+      sim::Shape shape(a.shape(), a.shape() + a.ndim());
+      sim::Tensor t = sim::Tensor::from(shape, std::vector<double>(a.data(), a.data() + a.size()),
+                                        wdt, true);
+      t.impl()->is_param = t.impl()->weight = true;
+      t.impl()->name = names[i].cast<std::string>();
+      params_.push_back({names[i].cast<std::string>(), t});
+    }
+    sim::WeightUpdate u;
+    if (update == "kahan") {
+      u.method = sim::UpdateMethod::kahan;
+      u.compensation = compensation == "low" ? wdt : sim::DType::f32();
+    } else if (update != "plain") {
+      throw py::value_error("halfway.torch.optimizer: update must be 'plain' or 'kahan', not '" +
+                            update + "'");
+    }
+    rt_.rounding.seed = seed;
+    opt_ = std::make_unique<sim::Optimizer>(c, params_, u);
+  }
+
+  /// One step: grads (float32, one per parameter, in order) at step `step`.
+  void step(py::list grads, int64_t step, const std::string& rounding) {
+    if (grads.size() != params_.size())
+      throw py::value_error("halfway.torch.optimizer: one gradient per parameter");
+    std::vector<std::vector<float>> g(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grads[i]);
+      if (size_t(a.size()) != params_[i].t.data().size())
+        throw py::value_error("halfway.torch.optimizer: gradient of '" + params_[i].name +
+                              "' has the wrong size");
+      g[i].assign(a.data(), a.data() + a.size());
+    }
+    rt_.rounding.rounding = parse_rounding(rounding);
+    rt_.sr_step = uint64_t(step);
+    rt_.sr_tensor = 0;
+    py::gil_scoped_release release;
+    opt_->step(g, rt_);
+  }
+
+  py::array_t<float> weight(size_t i) const {
+    const sim::Tensor& t = params_.at(i).t;
+    return values_array(t.data(), t.shape());
+  }
+
+  /// Per parameter, the last step's (elements, nonzero, vanished).
+  py::list stats() const {
+    py::list out;
+    for (const sim::UpdateStats& s : opt_->last_stats())
+      out.append(py::make_tuple(s.elements, s.nonzero, s.vanished));
+    return out;
+  }
+
+  std::string dtype(size_t i) const { return params_.at(i).t.dtype().name(); }
+
+ private:
+  std::vector<sim::Param> params_;
+  std::unique_ptr<sim::Optimizer> opt_;
+  sim::Runtime rt_;
+};
+
 void bind_emulation(py::module_& m) {
   m.def("gemm", &gemm_py, py::arg("a"), py::arg("b"), py::arg("bias") = py::none(),
         py::kw_only(), py::arg("dtype") = "fp32", py::arg("accumulation") = "fp32",
@@ -1239,6 +1325,15 @@ void bind_emulation(py::module_& m) {
            py::arg("recipe"), py::arg("op"), py::arg("inputs"), py::arg("dtypes"),
            py::arg("needs_grad"), py::arg("weights"), py::arg("scope"), py::arg("rounding"),
            py::arg("attrs"));
+  py::class_<OptimizerCore>(m, "_Optimizer")
+      .def(py::init<py::dict, py::list, py::list, const std::string&, const std::string&,
+                    const std::string&, uint64_t>(),
+           py::arg("config"), py::arg("names"), py::arg("values"), py::arg("weights"),
+           py::arg("update"), py::arg("compensation"), py::arg("seed"))
+      .def("step", &OptimizerCore::step, py::arg("grads"), py::arg("step"), py::arg("rounding"))
+      .def("weight", &OptimizerCore::weight, py::arg("i"))
+      .def("dtype", &OptimizerCore::dtype, py::arg("i"))
+      .def("stats", &OptimizerCore::stats);
   py::class_<SimOp>(m, "_SimOp").def("backward", &SimOp::backward, py::arg("grad"),
                                      py::arg("rounding"));
 }
