@@ -125,8 +125,9 @@ class Native(hwtest.unittest.TestCase):
                     self.assertTrue(all(t.dtype == torch.float32 for t in r))
 
 
-class AgainstSimulator(hwtest.unittest.TestCase):
-    """One step of halfway train's default MLP and the same step under emulate."""
+class DefaultMlp:
+    """halfway train's default MLP from weights and data written here (init.npz, data.npz):
+    setUpClass writes them, config(...) is the simulator's config reading them."""
 
     @classmethod
     def setUpClass(cls):
@@ -144,15 +145,23 @@ class AgainstSimulator(hwtest.unittest.TestCase):
     def tearDownClass(cls):
         cls.dir.cleanup()
 
-    def simulate(self, recipe):
+    def config(self, recipe, optimizer, steps, output, precision=None):
         d = self.dir.name
-        out = os.path.join(d, "sim-" + recipe)
-        cfg = {"model": {"kind": "mlp", "layers": [10, 32, 1], "activation": "relu",
-                         "init": os.path.join(d, "init.npz")},
-               "data": {"npz": os.path.join(d, "data.npz"), "batch_size": 64},
-               "loss": {"kind": "mse"}, "optimizer": {"kind": "sgd", "lr": 0.01},
-               "precision": {"policy": recipe}, "scaler": {"kind": "none"},
-               "run": {"steps": 1, "seed": 0}, "output": {"grads": True}}
+        return {"model": {"kind": "mlp", "layers": [10, 32, 1], "activation": "relu",
+                          "init": os.path.join(d, "init.npz")},
+                "data": {"npz": os.path.join(d, "data.npz"), "batch_size": 64},
+                "loss": {"kind": "mse"}, "optimizer": optimizer,
+                "precision": dict(policy=recipe, **(precision or {})),
+                "scaler": {"kind": "none"}, "run": {"steps": steps, "seed": 0},
+                "output": output}
+
+
+class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
+    """One step of halfway train's default MLP and the same step under emulate."""
+
+    def simulate(self, recipe):
+        out = os.path.join(self.dir.name, "sim-" + recipe)
+        cfg = self.config(recipe, {"kind": "sgd", "lr": 0.01}, 1, {"grads": True})
         r = halfway.train(cfg, out_dir=out)
         grads = np.load(os.path.join(out, "grads.npz"))
         g = {k[len("step0."):]: grads[k] for k in grads.files}

@@ -23,16 +23,15 @@ if not hasattr(halfway._halfway, "_Optimizer"):
     print("skipped: this build of the Python module has no simulator (sim/)")
     sys.exit(hwtest.SKIP)
 import halfway.torch as ht  # noqa: E402
+import test_emulate  # noqa: E402  (the default MLP's weights, data and config)
 
 F = torch.nn.functional
 STEPS = 3
 
 
-def mlp(init=None):
-    torch.manual_seed(3)
-    m = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    if init is not None:
-        m.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+def mlp(init):
+    m = test_emulate.mlp()
+    m.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
     return m
 
 
@@ -45,33 +44,14 @@ OPTS = {  # name: (torch.optim constructor, halfway train's [optimizer] table)
 }
 
 
-class AgainstSimulator(hwtest.unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.TemporaryDirectory()
-        d = cls.dir.name
-        cls.init = {k: v.detach().numpy().copy() for k, v in mlp().state_dict().items()}
-        np.savez(os.path.join(d, "init.npz"), **cls.init)
-        rng = np.random.default_rng(5)
-        cls.x = rng.standard_normal((64, 10)).astype(np.float32)
-        cls.y = rng.standard_normal((64, 1)).astype(np.float32)
-        np.savez(os.path.join(d, "data.npz"), x=cls.x, y=cls.y)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
+class AgainstSimulator(test_emulate.DefaultMlp, hwtest.unittest.TestCase):
     def simulate(self, tag, recipe, opt, precision):
-        d = self.dir.name
-        out = os.path.join(d, "sim-" + tag)
-        cfg = {"model": {"kind": "mlp", "layers": [10, 32, 1], "activation": "relu",
-                         "init": os.path.join(d, "init.npz")},
-               "data": {"npz": os.path.join(d, "data.npz"), "batch_size": 64},
-               "loss": {"kind": "mse"}, "optimizer": dict(OPTS[opt][1]),
-               "precision": dict(policy=recipe, **precision), "scaler": {"kind": "none"},
-               "run": {"steps": STEPS, "seed": 0}, "output": {"weights": True}}
+        out = os.path.join(self.dir.name, "sim-" + tag)
+        precision = dict(precision)
+        optimizer = dict(OPTS[opt][1])
         if "state_dtype" in precision:
-            cfg["optimizer"]["state_dtype"] = cfg["precision"].pop("state_dtype")
+            optimizer["state_dtype"] = precision.pop("state_dtype")
+        cfg = self.config(recipe, optimizer, STEPS, {"weights": True}, precision)
         halfway.train(cfg, out_dir=out)
         w = np.load(os.path.join(out, "weights.npz"))
         return {k: w[k] for k in w.files}, pd.read_csv(os.path.join(out, "updates.csv"))
