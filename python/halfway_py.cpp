@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "halfway/sim/fp8.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/ops.hpp"
+#include "halfway/sim/optim.hpp"
 #include "halfway/sim/policy.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
@@ -876,6 +878,130 @@ py::dict recipe_dict(const std::string& name) {
   return d;
 }
 
+/// What a sim op takes besides its tensors (halfway.torch.emulate's `attrs`).
+struct OpAttrs {
+  double scalar = 1.0;                ///< mul_scalar's c
+  std::optional<int> dim;             ///< sum/mean over one dimension (none: all)
+  sim::GeluApprox approx = sim::GeluApprox::none;
+  double eps = 1e-5;                  ///< layer_norm
+  std::vector<int32_t> target;        ///< cross_entropy's classes
+};
+
+OpAttrs op_attrs(const py::dict& a) {
+  OpAttrs o;
+  if (a.contains("scalar")) o.scalar = a["scalar"].cast<double>();
+  if (a.contains("dim") && !a["dim"].is_none()) o.dim = a["dim"].cast<int>();
+  if (a.contains("approximate") && a["approximate"].cast<std::string>() == "tanh")
+    o.approx = sim::GeluApprox::tanh;
+  if (a.contains("eps")) o.eps = a["eps"].cast<double>();
+  if (a.contains("target")) {
+    const auto t = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(
+        a["target"]);
+    o.target.assign(t.data(), t.data() + t.size());
+  }
+  return o;
+}
+
+/// sim's op `op` on `in` (its ops.hpp functions, under the context the caller set).
+sim::Tensor run_sim_op(const std::string& op, const std::vector<sim::Tensor>& in,
+                       const OpAttrs& a) {
+  using namespace sim;
+  if (op == "add") return add(in[0], in[1]);
+  if (op == "sub") return sub(in[0], in[1]);
+  if (op == "mul") return mul(in[0], in[1]);
+  if (op == "div") return div(in[0], in[1]);
+  if (op == "mul_scalar") return mul_scalar(in[0], a.scalar);
+  if (op == "relu") return relu(in[0]);
+  if (op == "gelu") return gelu(in[0], a.approx);
+  if (op == "tanh") return sim::tanh(in[0]);
+  if (op == "sigmoid") return sigmoid(in[0]);
+  if (op == "exp") return sim::exp(in[0]);
+  if (op == "log") return sim::log(in[0]);
+  if (op == "softmax") return softmax(in[0]);
+  if (op == "log_softmax") return log_softmax(in[0]);
+  if (op == "cross_entropy") return cross_entropy(in[0], a.target);
+  if (op == "mse") return mse(in[0], in[1]);
+  if (op == "layer_norm") return layer_norm(in[0], in[1], in[2], a.eps);
+  if (op == "sum") return a.dim ? sum(in[0], *a.dim) : sum(in[0]);
+  if (op == "mean") return a.dim ? mean(in[0], *a.dim) : mean(in[0]);
+  throw py::value_error("halfway.torch.emulate: sim has no op '" + op + "'");
+}
+
+py::array_t<float> values_array(const sim::Values& v, const sim::Shape& shape) {
+  std::vector<py::ssize_t> s(shape.begin(), shape.end());
+  py::array_t<float> out(s);
+  std::copy(v.f32(), v.f32() + v.size(), out.mutable_data());
+  return out;
+}
+
+/// One op of a PyTorch model run by sim's own op (forward in Emulator::op): its graph (the op's
+/// node, the casts its policy made, the input leaves), kept for the backward.
+class SimOp {
+ public:
+  SimOp(sim::Tensor out, std::vector<sim::Tensor> leaves, sim::Runtime* rt, py::object owner)
+      : out_(std::move(out)), leaves_(std::move(leaves)), rt_(rt), owner_(std::move(owner)) {}
+
+  /// The output gradient `grad` (float32, the output's shape) through sim's backward closures:
+  /// each input's gradient rounded into its dtype, or None for inputs that need none. A
+  /// gradient that PyTorch summed from several uses and that is not a value of the output's
+  /// dtype is rounded into it first, as sim accumulates (`<output>.grad_accum`).
+  py::list backward(py::handle grad, const std::string& rounding) {
+    if (!out_.requires_grad()) throw py::value_error("halfway.torch.emulate: no gradient to send");
+    const py::array_t<float> g = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grad);
+    if (size_t(g.size()) != out_.data().size())
+      throw py::value_error("halfway.torch.emulate: gradient of the wrong size");
+    std::vector<float> gv(g.data(), g.data() + g.size());
+    {
+      py::gil_scoped_release release;
+      const Rounding saved = rt_->rounding.rounding;
+      rt_->rounding.rounding = parse_rounding(rounding);
+      const auto order = sim::topo_order(out_.impl());
+      for (sim::TensorImpl* n : order) n->grad.clear();
+      sim::TensorImpl& o = *out_.impl();
+      sim::Values gvals(gv);
+      if (!representable(o.dtype, gvals)) {
+        const sim::TraceTag tag{o.name + ".grad_accum", "accumulate",
+                                o.weight ? sim::TraceKind::weight_grad
+                                         : sim::TraceKind::activation_grad};
+        sim::round_into(*rt_, o.dtype, gvals, &tag);
+      }
+      o.grad = std::move(gvals);
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        sim::TensorImpl* n = *it;
+        if (n->backward_fn && !n->grad.empty()) n->backward_fn();
+      }
+      rt_->rounding.rounding = saved;
+    }
+    py::list grads;
+    for (const sim::Tensor& t : leaves_) {
+      if (!t || !t.requires_grad())
+        grads.append(py::none());
+      else if (t.grad().empty())
+        grads.append(values_array(sim::Values(std::vector<float>(t.data().size(), 0.0f)), t.shape()));
+      else
+        grads.append(values_array(t.grad(), t.shape()));
+    }
+    return grads;
+  }
+
+ private:
+  /// Every value of v already a value of dt (a round trip with round-to-nearest-even, on a
+  /// runtime of its own so that no stochastic-rounding stream moves).
+  static bool representable(const sim::DType& dt, const sim::Values& v) {
+    if (!dt.is_low()) return true;
+    sim::Runtime scratch;
+    const sim::Values r = sim::rounded(scratch, dt, v.f32(), v.size(), nullptr);
+    return std::equal(v.f32(), v.f32() + v.size(), r.f32(), [](float a, float b) {
+      return std::memcmp(&a, &b, sizeof a) == 0;
+    });
+  }
+
+  sim::Tensor out_;
+  std::vector<sim::Tensor> leaves_;
+  sim::Runtime* rt_;
+  py::object owner_;  ///< the emulator whose runtime rt_ is: kept alive while the graph is
+};
+
 /// The state of one halfway.torch.emulate block: sim's runtime (accumulation, seed, threads,
 /// the stochastic-rounding stream of the step), the fp8 scaling state of each recipe, and the
 /// tracer whose records of every rounding really done become trace.csv and blocks.csv, written
@@ -1003,6 +1129,47 @@ class Emulator {
     return py::make_tuple(out, 1.0f / scale);
   }
 
+
+  /// sim's op `op` (ops.hpp) under recipe `recipe`'s policy in name scope `scope`, on float32
+  /// arrays holding values of `dtypes` (None: an absent input, as layer_norm's weight): the
+  /// output, its dtype, and the op for the backward. `self` is this emulator's Python object,
+  /// which the op keeps alive.
+  py::tuple op(py::object self, const std::string& recipe, const std::string& op,
+               py::list inputs, py::list dtypes, py::list needs_grad, py::list weights,
+               const std::string& scope, const std::string& rounding, py::dict attrs) {
+    const sim::Policy& pol = policy(recipe);
+    std::vector<sim::Tensor> leaves;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].is_none()) {
+        leaves.emplace_back();
+        continue;
+      }
+      const auto arr =
+          py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(inputs[i]);
+      if (!arr) throw py::type_error("halfway.torch.emulate: op inputs must be float32 arrays");
+      auto t = std::make_shared<sim::TensorImpl>();
+      t->shape.assign(arr.shape(), arr.shape() + arr.ndim());
+      t->dtype = op_dtype(dtypes[i].cast<std::string>(), "emulate");
+      t->data = sim::Values(std::vector<float>(arr.data(), arr.data() + arr.size()));
+      t->requires_grad = needs_grad[i].cast<bool>();
+      t->is_param = t->weight = weights[i].cast<bool>();
+      t->name = scope.empty() ? "input" : scope + ".input";
+      leaves.emplace_back(std::move(t));
+    }
+    const OpAttrs a = op_attrs(attrs);
+    sim::Tensor out;
+    {
+      py::gil_scoped_release release;
+      Direction d(rt_, rounding);
+      sim::ContextGuard g(&pol, &rt_);
+      sim::Scope s(scope);
+      out = run_sim_op(op, leaves, a);
+    }
+    py::array_t<float> y = values_array(out.data(), out.shape());
+    const std::string dt = out.dtype().name();
+    return py::make_tuple(y, dt, SimOp(std::move(out), std::move(leaves), &rt_, std::move(self)));
+  }
+
  private:
   /// The rounding direction of one call (a role's), restored after it.
   struct Direction {
@@ -1022,6 +1189,12 @@ class Emulator {
     return ops_.back()->c_str();
   }
 
+  const sim::Policy& policy(const std::string& recipe) {
+    auto it = policies_.find(recipe);
+    if (it == policies_.end()) it = policies_.emplace(recipe, sim::preset_policy(recipe)).first;
+    return it->second;
+  }
+
   sim::Fp8State& fp8_state(const std::string& recipe) {
     auto it = fp8_.find(recipe);
     if (it == fp8_.end()) {
@@ -1035,8 +1208,94 @@ class Emulator {
   sim::Runtime rt_;
   sim::Tracer tracer_;
   std::map<std::string, std::unique_ptr<sim::Fp8State>> fp8_;
+  std::map<std::string, sim::Policy> policies_;
   std::vector<std::unique_ptr<std::string>> ops_;
   std::unique_ptr<sim::AtomicFile> trace_, blocks_;
+};
+
+/// sim's optimizer (optim.hpp) over a PyTorch optimizer's parameters: halfway.torch.optimizer.
+/// The weights live here in their dtype (fp32, or a low dtype without a master copy); each step
+/// takes fp32 gradients and writes back the stored weights, with sim's update numerics (plain
+/// or Kahan-compensated, in the update rounding) and its per-parameter vanished counts. Its
+/// stochastic-rounding streams are (seed, step, n) with n counting this optimizer's rounding
+/// calls of the step from 0.
+class OptimizerCore {
+ public:
+  OptimizerCore(py::dict cfg, py::list names, py::list values, const std::string& weights,
+                const std::string& update, const std::string& compensation, uint64_t seed) {
+    sim::OptimizerConfig c;
+    c.kind = cfg["kind"].cast<std::string>();
+    c.lr = cfg["lr"].cast<double>();
+    c.momentum = cfg["momentum"].cast<double>();
+    c.dampening = cfg["dampening"].cast<double>();
+    c.nesterov = cfg["nesterov"].cast<bool>();
+    c.weight_decay = cfg["weight_decay"].cast<double>();
+    c.beta1 = cfg["beta1"].cast<double>();
+    c.beta2 = cfg["beta2"].cast<double>();
+    c.eps = cfg["eps"].cast<double>();
+    c.exp_avg_dtype = sim::parse_dtype(cfg["exp_avg_dtype"].cast<std::string>());
+    c.exp_avg_sq_dtype = sim::parse_dtype(cfg["exp_avg_sq_dtype"].cast<std::string>());
+    c.momentum_buffer_dtype = sim::parse_dtype(cfg["momentum_buffer_dtype"].cast<std::string>());
+    const sim::DType wdt = op_dtype(weights, "torch.optimizer");
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(values[i]);
+      sim::Shape shape(a.shape(), a.shape() + a.ndim());
+      sim::Tensor t = sim::Tensor::from(shape, std::vector<double>(a.data(), a.data() + a.size()),
+                                        wdt, true);
+      t.impl()->is_param = t.impl()->weight = true;
+      t.impl()->name = names[i].cast<std::string>();
+      params_.push_back({names[i].cast<std::string>(), t});
+    }
+    sim::WeightUpdate u;
+    if (update == "kahan") {
+      u.method = sim::UpdateMethod::kahan;
+      u.compensation = compensation == "low" ? wdt : sim::DType::f32();
+    } else if (update != "plain") {
+      throw py::value_error("halfway.torch.optimizer: update must be 'plain' or 'kahan', not '" +
+                            update + "'");
+    }
+    rt_.rounding.seed = seed;
+    opt_ = std::make_unique<sim::Optimizer>(c, params_, u);
+  }
+
+  /// One step: grads (float32, one per parameter, in order) at step `step`.
+  void step(py::list grads, int64_t step, const std::string& rounding) {
+    if (grads.size() != params_.size())
+      throw py::value_error("halfway.torch.optimizer: one gradient per parameter");
+    std::vector<std::vector<float>> g(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(grads[i]);
+      if (size_t(a.size()) != params_[i].t.data().size())
+        throw py::value_error("halfway.torch.optimizer: gradient of '" + params_[i].name +
+                              "' has the wrong size");
+      g[i].assign(a.data(), a.data() + a.size());
+    }
+    rt_.rounding.rounding = parse_rounding(rounding);
+    rt_.sr_step = uint64_t(step);
+    rt_.sr_tensor = 0;
+    py::gil_scoped_release release;
+    opt_->step(g, rt_);
+  }
+
+  py::array_t<float> weight(size_t i) const {
+    const sim::Tensor& t = params_.at(i).t;
+    return values_array(t.data(), t.shape());
+  }
+
+  /// Per parameter, the last step's (elements, nonzero, vanished).
+  py::list stats() const {
+    py::list out;
+    for (const sim::UpdateStats& s : opt_->last_stats())
+      out.append(py::make_tuple(s.elements, s.nonzero, s.vanished));
+    return out;
+  }
+
+  std::string dtype(size_t i) const { return params_.at(i).t.dtype().name(); }
+
+ private:
+  std::vector<sim::Param> params_;
+  std::unique_ptr<sim::Optimizer> opt_;
+  sim::Runtime rt_;
 };
 
 void bind_emulation(py::module_& m) {
@@ -1069,7 +1328,28 @@ void bind_emulation(py::module_& m) {
            py::arg("gemm"), py::arg("sr"), py::arg("rht"), py::arg("pow2_scales"),
            py::arg("prows"), py::arg("pcols"), py::arg("name"), py::arg("op"), py::arg("kind"))
       .def("fp8_quantize", &Emulator::fp8_quantize, py::arg("recipe"), py::arg("key"),
-           py::arg("backward"), py::arg("x"), py::arg("op"), py::arg("kind"));
+           py::arg("backward"), py::arg("x"), py::arg("op"), py::arg("kind"))
+      .def("op",
+           [](py::object self, const std::string& recipe, const std::string& op,
+              py::list inputs, py::list dtypes, py::list needs_grad, py::list weights,
+              const std::string& scope, const std::string& rounding, py::dict attrs) {
+             return self.cast<Emulator&>().op(self, recipe, op, inputs, dtypes, needs_grad,
+                                              weights, scope, rounding, attrs);
+           },
+           py::arg("recipe"), py::arg("op"), py::arg("inputs"), py::arg("dtypes"),
+           py::arg("needs_grad"), py::arg("weights"), py::arg("scope"), py::arg("rounding"),
+           py::arg("attrs"));
+  py::class_<OptimizerCore>(m, "_Optimizer")
+      .def(py::init<py::dict, py::list, py::list, const std::string&, const std::string&,
+                    const std::string&, uint64_t>(),
+           py::arg("config"), py::arg("names"), py::arg("values"), py::arg("weights"),
+           py::arg("update"), py::arg("compensation"), py::arg("seed"))
+      .def("step", &OptimizerCore::step, py::arg("grads"), py::arg("step"), py::arg("rounding"))
+      .def("weight", &OptimizerCore::weight, py::arg("i"))
+      .def("dtype", &OptimizerCore::dtype, py::arg("i"))
+      .def("stats", &OptimizerCore::stats);
+  py::class_<SimOp>(m, "_SimOp").def("backward", &SimOp::backward, py::arg("grad"),
+                                     py::arg("rounding"));
 }
 #endif
 

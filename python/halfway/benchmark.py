@@ -1,6 +1,7 @@
 """Throughput of halfway.round against the references people use, measured in one run.
 
     python3 -m halfway.benchmark [--n N] [--repeats R] [--threads T] [--json]
+    python3 -m halfway.benchmark --emulate [--repeats R] [--inner I] [--json]
 
 For each data set, every repetition times the contenders back to back on the same array;
 the ratio of each repetition is reference time / halfway time, and the median ratio over the
@@ -110,12 +111,19 @@ def main(argv=None):
     p.add_argument("--inner", type=int, default=3, help="calls per timing (default 3)")
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads (default 1)")
     p.add_argument("--json", action="store_true", help="print the results as JSON only")
+    p.add_argument("--emulate", action="store_true",
+                   help="time halfway.torch.emulate's training steps instead (see "
+                        "halfway.emulate_bench)")
     args = p.parse_args(argv)
     if args.n < 1 or args.repeats < 1 or args.inner < 1 or args.threads < 1:
         print("halfway.benchmark: error: --n, --repeats, --inner and --threads must be >= 1",
               file=sys.stderr)
         return 2
-    res = run(args.n, args.repeats, args.threads, args.inner, quiet=args.json)
+    if args.emulate:
+        from . import emulate_bench
+        res = emulate_bench.run(repeats=args.repeats, inner=args.inner, quiet=args.json)
+    else:
+        res = run(args.n, args.repeats, args.threads, args.inner, quiet=args.json)
     if args.json:
         print(json.dumps(res, indent=2))
     return 0

@@ -327,6 +327,44 @@ def _function_class(torch):
     return GemmFunction
 
 
+def _sim_function_class(torch):
+    class SimFunction(torch.autograd.Function):
+        """One of the model's ops run by sim's own op (halfway._halfway._Emulator.op)."""
+
+        @staticmethod
+        def forward(ctx, em, call, *tensors):
+            recipe, op, dtypes, weights, scope, attrs = call
+            arrays = [None if t is None else _f32(t) for t in tensors]
+            needs = [t is not None and t.requires_grad for t in tensors]
+            y, dt, handle = em.core.op(recipe.name, op, arrays, dtypes, needs, weights, scope,
+                                       recipe.forward_rounding, attrs)
+            ctx.em, ctx.handle, ctx.rounding = em, handle, recipe.backward_rounding
+            em._last_dtype = dt
+            return torch.from_numpy(y)
+
+        @staticmethod
+        def backward(ctx, g):
+            with ctx.em.busy():
+                grads = ctx.handle.backward(_f32(g), ctx.rounding)
+                return (None, None) + tuple(None if v is None else torch.from_numpy(v)
+                                            for v in grads)
+
+    class Declare(torch.autograd.Function):
+        """A tensor of fp32 values entering a recipe that keeps it in a low dtype (pure-*'s
+        parameters and data), rounded into it; the gradient passes unchanged (it is the
+        gradient of a tensor of that dtype, rounded into it by the op that sent it)."""
+
+        @staticmethod
+        def forward(ctx, em, t, dt, rounding, name, kind):
+            return torch.from_numpy(em.core.round(_f32(t), dt, rounding, name, "cast", kind))
+
+        @staticmethod
+        def backward(ctx, g):
+            return None, g, None, None, None, None
+
+    return SimFunction, Declare
+
+
 class emulate:
     """Context manager: run `model`'s GEMMs under `recipe` while the block runs.
 
@@ -388,6 +426,10 @@ class emulate:
         self.losses = []
         self._loss = float("nan")
         self._Function = _function_class(torch)
+        self._SimFunction, self._Declare = _sim_function_class(torch)
+        self.emulated_ops = {}
+        self.fp32_ops = {}
+        self._last_dtype = None
         self._mode = None
 
     # -- checks -------------------------------------------------------------------------------
@@ -490,7 +532,20 @@ class emulate:
                     self._begin_step()
                 self._forwarded = True
             self._stack.append(name)
+            if not name:
+                return self._data_in(inputs)
         return hook
+
+    def _data_in(self, inputs):
+        """The model's float32 inputs under a recipe whose data are a low dtype (pure-*),
+        rounded into it as sim casts the data before the model (traced as `input`)."""
+        recipe = self._recipe_for("")
+        if recipe.default_dtype(False) == "fp32":
+            return None
+        with self.busy():
+            return tuple(self._declared(a, recipe, "", "input", False)[0]
+                         if self._emulable(a) and isinstance(a, self._torch.Tensor) else a
+                         for a in inputs)
 
     def _leave_module(self):
         def hook(module, inputs, output):
@@ -519,14 +574,22 @@ class emulate:
             return func(*args, **kwargs)
         torch = self._torch
         handler = self._handlers().get(func)
+        why = None
         if handler is not None:
             with self.busy():
                 r = handler(func, args, kwargs)
             if r is not NotImplemented:
                 return r
+            why = "operands"
+        reader = self._sim_ops().get(func)
+        if reader is not None:
+            with self.busy():
+                r, why = self._sim_call(func, reader, args, kwargs)
+            if why is None:
+                return r
         name = _op_name(func)
         if name is not None:
-            key = name if handler is None else f"{name} (not emulated: operands)"
+            key = name if why is None else f"{name} (not emulated: {why})"
             self.unemulated[key] = self.unemulated.get(key, 0) + 1
         with self.busy():
             r = func(*args, **kwargs)
@@ -551,6 +614,77 @@ class emulate:
                  torch.conv1d: self._conv, torch.conv2d: self._conv}
             self._handler_table = h
         return h
+
+    def _sim_ops(self):
+        t = getattr(self, "_sim_op_table", None)
+        if t is None:
+            t = self._sim_op_table = _sim_op_table(self._torch)
+        return t
+
+    def _sim_call(self, func, reader, args, kwargs):
+        """An op sim computes, under the recipe of the module it runs in: (result, None), or
+        (NotImplemented, why) when it runs as PyTorch runs it, unemulated. An op whose inputs
+        are all fp32 and that the recipe does not lower computes in fp32: that is PyTorch's
+        own fp32 op (so recipe="fp32" changes nothing), counted under `fp32_ops`."""
+        try:
+            read = reader(args, kwargs)
+        except (TypeError, KeyError, AttributeError, IndexError, ValueError):
+            read = None
+        if read is None:
+            return NotImplemented, "options"
+        op, tensors, roles, attrs = read
+        if not self._emulable(*tensors) or not isinstance(tensors[0], self._torch.Tensor):
+            return NotImplemented, "operands"
+        module = self._stack[-1] if self._stack else ""
+        recipe = self._recipe_for(module)
+        rule = recipe.table["rules"]["mul" if op == "mul_scalar" else op]
+        if rule != "lower" and all(self._dtype_of(t, recipe) in (None, "fp32") for t in tensors):
+            key = _op_name(func)
+            self.fp32_ops[key] = self.fp32_ops.get(key, 0) + 1
+            return func(*args, **kwargs), None
+        scope = self._op_scope(op, module)
+        weights = [isinstance(t, self._torch.nn.Parameter) for t in tensors]
+        declared = [self._declared(t, recipe, scope, role) for t, role in zip(tensors, roles)]
+        ts = [t for t, _ in declared]
+        dtypes = [d for _, d in declared]
+        y = self._SimFunction.apply(self, (recipe, op, dtypes, weights, scope, attrs), *ts)
+        setattr(y, _TAG, self._last_dtype)
+        self.emulated_ops[op] = self.emulated_ops.get(op, 0) + 1
+        return y, None
+
+    def _op_scope(self, op, module):
+        """sim's name scope of an op: its module's for a leaf module (nn.ReLU, nn.LayerNorm),
+        else module.op; a loss outside the model is sim's `loss`; a second call gets #2, ..."""
+        if module and next(self.model.get_submodule(module).children(), None) is None:
+            base = module
+        elif module:
+            base = f"{module}.{op}"
+        else:
+            base = "loss" if op in ("mse", "cross_entropy") else op
+        n = self._calls.get(base, 0) + 1
+        self._calls[base] = n
+        return base if n == 1 else f"{base}#{n}"
+
+    def _declared(self, t, recipe, scope, role, is_param=None):
+        """(t, its logical dtype). A tensor nothing emulated produced holds fp32 values; where
+        the recipe keeps such tensors in a low dtype (pure-*: parameters and data, as sim's
+        param_dtype and input_dtype) it is first rounded into it: a parameter silently, as sim
+        keeps its parameters in that dtype, any other tensor as sim's cast `<scope>.<role>`."""
+        if t is None:
+            return None, None
+        tag = getattr(t, _TAG, None)
+        if tag is not None:
+            return t, tag
+        if is_param is None:
+            is_param = isinstance(t, self._torch.nn.Parameter)
+        dt = recipe.default_dtype(is_param)
+        if dt == "fp32":
+            return t, dt
+        name = "" if is_param else (f"{scope}.{role}" if scope else role)
+        y = self._Declare.apply(self, t, dt, recipe.forward_rounding, name,
+                                "weight" if is_param else "activation")
+        setattr(y, _TAG, dt)
+        return y, dt
 
     def _site_name(self, op):
         """The GEMM's trace name: its module's for a module's own layer, else module.op;
@@ -596,9 +730,11 @@ class emulate:
         """a [M, K] or [B, M, K]; b [N, K] (linear) or [K, N] / [B, K, N]; bias [N] or None."""
         recipe_site, module = self._site_name(stat)
         recipe = self._recipe_for(module)
-        dtypes = [self._dtype_of(a, recipe), self._dtype_of(b, recipe, b_is_param),
-                  self._dtype_of(bias, recipe)]
         is_param = isinstance(b, self._torch.nn.Parameter) if b_is_param is None else b_is_param
+        a, da = self._declared(a, recipe, recipe_site, "input")
+        b, db = self._declared(b, recipe, recipe_site, "other", is_param)
+        bias, dbias = self._declared(bias, recipe, recipe_site, "bias")
+        dtypes = [da, db, dbias]
         batch = a.shape[0] if a.dim() == 3 else 1
         sites = [_Gemm(self, recipe, self.accumulation,
                        recipe_site if batch == 1 else f"{recipe_site}[{i}]", op, dtypes, is_param)
@@ -731,12 +867,160 @@ class emulate:
             "halfway_version": __version__,
             "model": type(self.model).__name__,
             "emulated_gemms": dict(sorted(self.emulated.items())),
+            "emulated_ops": dict(sorted(self.emulated_ops.items())),
+            "fp32_ops": dict(sorted(self.fp32_ops.items())),
             "unemulated_ops": dict(sorted(self.unemulated.items())),
             "outputs": ["steps.csv", "trace.csv", "blocks.csv"],
             "complete": bool(complete),
         }
         _write_atomic(os.path.join(self.out, "manifest.json"),
                       json.dumps(manifest, indent=2) + "\n")
+
+
+
+# -- the other ops: PyTorch functions read as sim's ops ----------------------------------------
+#
+# Each reader takes a call's (args, kwargs) and returns (sim op, tensors, roles, attrs), or None
+# when the call is one sim's op does not compute (an option it lacks): that call runs as PyTorch
+# runs it and is counted. `roles` are sim's names of the inputs (the casts' trace names).
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _read_unary(op, option=None, allowed=(False,)):
+    """A one-tensor op; `option` (F.relu's inplace, F.gelu's approximate) one of `allowed`."""
+    def read(args, kwargs):
+        if len(args) > (2 if option else 1) or set(kwargs) - ({option} if option else set()):
+            return None
+        value = args[1] if len(args) > 1 else kwargs.get(option, allowed[0])
+        if option and value not in allowed:
+            return None
+        return op, [args[0]], ["input"], {"approximate": value} if option == "approximate" else {}
+    return read
+
+
+def _pow2(c):
+    m, _ = np.frexp(c)
+    return c != 0 and np.isfinite(c) and abs(m) == 0.5
+
+
+def _read_binary(op, swapped=False):
+    def read(args, kwargs):
+        if kwargs or len(args) != 2:
+            return None  # alpha=, rounding_mode=, out=
+        a, b = (args[1], args[0]) if swapped else args
+        if _number(b) and op in ("mul", "div") and not _number(a):
+            c = float(b)
+            if op == "div":
+                if not _pow2(c):
+                    return None  # x / c is not x · (1/c) unless 1/c is exact
+                c = 1.0 / c
+            return "mul_scalar", [a], ["input"], {"scalar": c}
+        if _number(a) and op == "mul" and not _number(b):
+            return "mul_scalar", [b], ["input"], {"scalar": float(a)}
+        if _number(a) or _number(b):
+            return None
+        return op, [a, b], ["input", "other"], {}
+    return read
+
+
+def _last_dim(x, dim):
+    return dim is not None and isinstance(dim, int) and dim in (-1, x.dim() - 1)
+
+
+def _read_softmax(op):
+    def read(args, kwargs):
+        names = ("input", "dim", "_stacklevel", "dtype")
+        p = dict(zip(names, args))
+        p.update(kwargs)
+        if p.get("dtype") is not None or not _last_dim(p["input"], p.get("dim")):
+            return None
+        return op, [p["input"]], ["input"], {}
+    return read
+
+
+def _read_reduction(op):
+    def read(args, kwargs):
+        names = ("input", "dim", "keepdim")
+        p = dict(zip(names, args))
+        p.update(kwargs)
+        if set(p) - set(names) or p.get("keepdim", False):
+            return None
+        dim = p.get("dim")
+        if isinstance(dim, (tuple, list)):
+            if len(dim) != 1:
+                return None
+            dim = dim[0]
+        if dim is not None and not isinstance(dim, int):
+            return None
+        return op, [p["input"]], ["input"], {"dim": dim}
+    return read
+
+
+def _read_mse(args, kwargs):
+    names = ("input", "target", "size_average", "reduce", "reduction")
+    p = dict(zip(names, args))
+    p.update(kwargs)
+    if p.get("size_average") is not None or p.get("reduce") is not None \
+            or p.get("reduction", "mean") != "mean" or p["input"].shape != p["target"].shape:
+        return None
+    return "mse", [p["input"], p["target"]], ["input", "target"], {}
+
+
+def _read_cross_entropy(args, kwargs):
+    names = ("input", "target", "weight", "size_average", "ignore_index", "reduce",
+             "reduction", "label_smoothing")
+    p = dict(zip(names, args))
+    p.update(kwargs)
+    x, t = p["input"], p["target"]
+    if any(p.get(k) is not None for k in ("weight", "size_average", "reduce")) \
+            or p.get("reduction", "mean") != "mean" or p.get("label_smoothing", 0.0) != 0.0 \
+            or x.dim() != 2 or t.dim() != 1 or t.is_floating_point() \
+            or bool((t == p.get("ignore_index", -100)).any()):
+        return None
+    return "cross_entropy", [x], ["input"], {"target": t.detach().cpu().numpy()}
+
+
+def _read_layer_norm(args, kwargs):
+    names = ("input", "normalized_shape", "weight", "bias", "eps")
+    p = dict(zip(names, args))
+    p.update(kwargs)
+    x = p["input"]
+    if tuple(p["normalized_shape"]) != (x.shape[-1],):
+        return None
+    return "layer_norm", [x, p.get("weight"), p.get("bias")], ["input", "weight", "bias"], \
+        {"eps": float(p.get("eps", 1e-5))}
+
+
+def _sim_op_table(torch):
+    """{PyTorch function: reader} for every function emulate computes with sim's ops."""
+    F, T = torch.nn.functional, torch.Tensor
+    table = {}
+
+    def put(funcs, reader):
+        for f in funcs:
+            table[f] = reader
+    put([F.relu], _read_unary("relu", "inplace"))
+    put([torch.relu, T.relu], _read_unary("relu"))
+    put([F.gelu], _read_unary("gelu", "approximate", ("none", "tanh")))
+    for name in ("tanh", "sigmoid", "exp", "log"):
+        put([getattr(torch, name), getattr(T, name)], _read_unary(name))
+    put([F.tanh], _read_unary("tanh"))
+    put([F.sigmoid], _read_unary("sigmoid"))
+    for name in ("add", "sub", "mul", "div"):
+        put([getattr(torch, name), getattr(T, name), getattr(T, f"__{name}__")
+             if name != "div" else T.__truediv__], _read_binary(name))
+    put([T.__radd__], _read_binary("add", swapped=True))
+    put([T.__rmul__], _read_binary("mul", swapped=True))
+    put([F.softmax, torch.softmax, T.softmax], _read_softmax("softmax"))
+    put([F.log_softmax, torch.log_softmax, T.log_softmax], _read_softmax("log_softmax"))
+    put([torch.sum, T.sum], _read_reduction("sum"))
+    put([torch.mean, T.mean], _read_reduction("mean"))
+    put([F.mse_loss], _read_mse)
+    put([F.cross_entropy], _read_cross_entropy)
+    put([F.layer_norm], _read_layer_norm)
+    return table
 
 
 def _op_name(func):

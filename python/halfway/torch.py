@@ -35,8 +35,9 @@ from . import _halfway
 from .analysis import CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, format_list, scale_range
 
 from .emulate import emulate
+from .optimizer import optimizer
 
-__all__ = ["trace", "emulate"]
+__all__ = ["trace", "emulate", "optimizer"]
 
 # The folders (real paths) that a trace in its with block is writing.
 _writing = set()

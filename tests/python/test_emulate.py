@@ -8,9 +8,12 @@
   the weight's quantization must disagree);
 - bad input is a ValueError/TypeError naming it, with the model unchanged; leaving the block,
   normally or by an exception, restores the model exactly; the run folder says which.
-The loss itself is compared through its gradient: PyTorch's mse_loss sums in another order
-than the simulator's binary64 sum (the one op of this model that differs by design), while
-its backward, 2/64·(p - t), is exact in both."""
+Under every recipe but fp32 the ReLU and the MSE loss run as the simulator's ops (pure-*: in
+the low dtype, the data and target cast into it), so the loss itself is bit-identical too and
+so is every trace record both runs write. Under fp32 (every input fp32) PyTorch's own mse_loss
+runs, which sums in another order than the simulator's binary64 sum: there the loss is
+compared through its gradient, 2/64·(p - t), exact in both. Negative control: a sim op left
+to PyTorch (pure-bf16's MSE) must disagree."""
 
 import json
 import os
@@ -122,8 +125,9 @@ class Native(hwtest.unittest.TestCase):
                     self.assertTrue(all(t.dtype == torch.float32 for t in r))
 
 
-class AgainstSimulator(hwtest.unittest.TestCase):
-    """One step of halfway train's default MLP and the same step under emulate."""
+class DefaultMlp:
+    """halfway train's default MLP from weights and data written here (init.npz, data.npz):
+    setUpClass writes them, config(...) is the simulator's config reading them."""
 
     @classmethod
     def setUpClass(cls):
@@ -141,18 +145,28 @@ class AgainstSimulator(hwtest.unittest.TestCase):
     def tearDownClass(cls):
         cls.dir.cleanup()
 
-    def simulate(self, recipe):
+    def config(self, recipe, optimizer, steps, output, precision=None):
         d = self.dir.name
-        out = os.path.join(d, "sim-" + recipe)
-        cfg = {"model": {"kind": "mlp", "layers": [10, 32, 1], "activation": "relu",
-                         "init": os.path.join(d, "init.npz")},
-               "data": {"npz": os.path.join(d, "data.npz"), "batch_size": 64},
-               "loss": {"kind": "mse"}, "optimizer": {"kind": "sgd", "lr": 0.01},
-               "precision": {"policy": recipe}, "scaler": {"kind": "none"},
-               "run": {"steps": 1, "seed": 0}, "output": {"grads": True}}
+        return {"model": {"kind": "mlp", "layers": [10, 32, 1], "activation": "relu",
+                          "init": os.path.join(d, "init.npz")},
+                "data": {"npz": os.path.join(d, "data.npz"), "batch_size": 64},
+                "loss": {"kind": "mse"}, "optimizer": optimizer,
+                "precision": dict(policy=recipe, **(precision or {})),
+                "scaler": {"kind": "none"}, "run": {"steps": steps, "seed": 0},
+                "output": output}
+
+
+class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
+    """One step of halfway train's default MLP and the same step under emulate."""
+
+    def simulate(self, recipe):
+        out = os.path.join(self.dir.name, "sim-" + recipe)
+        cfg = self.config(recipe, {"kind": "sgd", "lr": 0.01}, 1, {"grads": True})
         r = halfway.train(cfg, out_dir=out)
         grads = np.load(os.path.join(out, "grads.npz"))
-        return {k[len("step0."):]: grads[k] for k in grads.files}, r.trace
+        g = {k[len("step0."):]: grads[k] for k in grads.files}
+        g["loss"] = np.float32(r.steps.loss[0])
+        return g, r.trace
 
     def emulate(self, recipe):
         model = mlp()
@@ -163,35 +177,56 @@ class AgainstSimulator(hwtest.unittest.TestCase):
             loss.backward()
         trace = pd.read_csv(os.path.join(out, "trace.csv"), keep_default_na=False,
                             dtype={"hist": str})
-        return {k: p.grad.numpy() for k, p in model.named_parameters()}, trace
+        g = {k: p.grad.numpy() for k, p in model.named_parameters()}
+        g["loss"] = np.float32(loss.item())
+        return g, trace
 
     def compare(self, recipe):
         sim, sim_trace = self.simulate(recipe)
         emu, emu_trace = self.emulate(recipe)
         diffs = [k for k in sim if not np.array_equal(hwtest.bits32(sim[k]), hwtest.bits32(emu[k]))]
-        # The GEMM outputs' records (pre-rounding statistics and counts of their rounding).
+        # Every record both write (pre-rounding statistics and counts of each rounding). Only
+        # the simulator has the optimizer's (*.update); only emulate has `<layer>.grad_output`,
+        # a GEMM's rounding of its incoming gradient, which the simulator records under the op
+        # that sent it (loss.grad_input, 1.grad_input).
         cols = ["name", "dtype", "total", "zeros", "flushed", "subnormal", "overflow", "inexact",
                 "min_exp", "max_exp", "max_abs", "hist"]
-        # The simulator also rounds the ReLU's output into the low dtype (exact, a record
-        # named 1.output); emulate leaves elementwise ops to PyTorch, so it has the GEMMs'.
-        names = sorted(n for n in emu_trace.name if n.endswith(".output"))
+        names = sorted(set(emu_trace.name) & set(sim_trace.name))
         pick = lambda t: t[t.name.isin(names)][cols].astype(str) \
             .sort_values("name").reset_index(drop=True)  # noqa: E731
         return diffs, pick(sim_trace).equals(pick(emu_trace)), names
 
-    def test_gradients_and_gemm_outputs_match_the_simulator(self):
-        for recipe in ("fp32", "torch-cuda-fp16", "torch-cuda-bf16", "torch-cpu-bf16",
-                       "fp8-hybrid", "fp8-current", "mxfp8", "mxfp4", "fp8-blockwise"):
-            # Not yet equal (docs/emulate.md): pure-fp16/bf16, whose MSE and ReLU the
-            # simulator runs in the low dtype, and nvfp4, whose stochastic rounding of the
-            # gradients draws from streams numbered in the simulator's call order.
+    def test_gradients_loss_and_records_match_the_simulator(self):
+        for recipe in halfway.recipes():
+            if recipe == "nvfp4":
+                # Not yet equal (docs/emulate.md): its stochastic rounding of the gradients
+                # draws from streams numbered in the simulator's call order.
+                continue
             with self.subTest(recipe=recipe):
-                diffs, outputs_same, names = self.compare(recipe)
-                self.assertEqual(diffs, [], f"{recipe}: gradients differ from the simulator's")
-                self.assertTrue(outputs_same, f"{recipe}: GEMM output records differ")
+                diffs, records_same, names = self.compare(recipe)
+                if recipe == "fp32":  # PyTorch's own fp32 mse_loss (see above)
+                    diffs = [d for d in diffs if d != "loss"]
+                self.assertEqual(diffs, [], f"{recipe}: gradients or loss differ")
+                self.assertTrue(records_same, f"{recipe}: trace records differ")
                 if recipe.startswith("torch-"):
-                    # both layers' outputs are rounded into the low dtype and traced
-                    self.assertEqual(names, ["0.output", "2.output"])
+                    # both layers, the ReLU (sim's op on the low dtype) and the loss's
+                    # gradient rounded back into the low dtype
+                    self.assertTrue({"0.output", "1.output", "2.output",
+                                     "loss.grad_input"} <= set(names), names)
+                if recipe.startswith("pure-"):
+                    # the data and the target cast into the low dtype, the loss computed in it
+                    self.assertTrue({"input", "loss.target", "loss.output", "1.output",
+                                     "2.weight.grad"} <= set(names), names)
+
+    def test_negative_control_loss_left_to_pytorch(self):
+        original = emu_module._read_mse
+        emu_module._read_mse = lambda args, kwargs: None
+        try:
+            diffs, records_same, _ = self.compare("pure-bf16")
+        finally:
+            emu_module._read_mse = original
+        self.assertIn("loss", diffs)
+        self.assertIn("2.weight", diffs)
 
     def test_negative_control_skipped_weight_quantization(self):
         original = emu_module._Gemm._cast
@@ -263,7 +298,10 @@ class BadInputAndRestoration(hwtest.unittest.TestCase):
             self.assertEqual(m["steps"], 2)
             self.assertEqual(m["recipe"], "torch-cuda-fp16")
             self.assertEqual(m["emulated_gemms"], {"linear": 4})
-            self.assertEqual(m["unemulated_ops"].get("F.relu"), 2)
+            # the ReLU on fp16 outputs is sim's op; square is not one: PyTorch's, counted
+            self.assertEqual(m["emulated_ops"], {"relu": 2})
+            self.assertNotIn("F.relu", m["unemulated_ops"])
+            self.assertEqual(m["unemulated_ops"].get("Tensor.square"), 2)
             steps = pd.read_csv(os.path.join(d, "steps.csv"))
             self.assertEqual(list(steps.step), [0, 1])
             with self.assertRaisesRegex(RuntimeError, "planted"):
