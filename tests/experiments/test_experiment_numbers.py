@@ -686,6 +686,29 @@ def check_pitfalls(res, figs, con):
     provenance(doc, res)
 
 
+def rounded_to(values):
+    """(name, significand bits) of the coarsest of bf16, fp16, fp32 that holds every value
+    exactly (bf16: a float32 whose low 16 bits are zero)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v != 0)]
+    f = v.astype(np.float32)
+    if len(v) and (f == v).all() and ((f.view(np.uint32) & np.uint32(0xFFFF)) == 0).all():
+        return "bf16", 8
+    if len(v) and (v.astype(np.float16).astype(np.float64) == v).all():
+        return "fp16", 11
+    return "fp32", 24
+
+
+def within_resolution(a, avals, b, bvals):
+    """The name of the coarser format when a and b (medians of the values avals, bvals) differ by
+    less than its spacing at them, else None: their ratio is then no measured difference."""
+    (fa, pa), (fb, pb) = rounded_to(avals), rounded_to(bvals)
+    gap = max(math.ldexp(1.0, math.frexp(a)[1] - pa), math.ldexp(1.0, math.frexp(b)[1] - pb))
+    if abs(a - b) < gap:
+        return fa if pa <= pb else fb
+    return None
+
+
 def check_update_rounding(res, figs, con):
     df = sweep(res)
     doc = figs["update_rounding"]
@@ -733,9 +756,22 @@ def check_update_rounding(res, figs, con):
     if "fp32" in updates:
         for m in models:
             others = [u for u in updates if u != "fp32"]
-            con.expect("%s at lr {N}, final loss / fp32's: " % m +
-                       ", ".join("%s {N}" % u for u in others), lrs[0],
-                       *[ratio[(m, u)] / ratio[(m, "fp32")] for u in others], full=True)
+            b = ratio[(m, "fp32")]
+            bvals = df[(df["model"] == m) & (df["update"] == "fp32") &
+                       (df["optimizer.lr"] == lrs[0])]["final_loss"]
+            parts, vals = [], [lrs[0]]
+            for u in others:
+                a = ratio[(m, u)]
+                avals = df[(df["model"] == m) & (df["update"] == u) &
+                           (df["optimizer.lr"] == lrs[0])]["final_loss"]
+                same = within_resolution(a, avals, b, bvals)
+                if same:
+                    parts.append("%s = fp32 within %s's resolution" % (u, same))
+                else:
+                    parts.append("%s {N}" % u)
+                    vals.append(a / b)
+            con.expect("%s at lr {N}, final loss / fp32's: " % m + ", ".join(parts), *vals,
+                       full=True)
 
 
 def check_text_lm(res, figs, con):
@@ -745,12 +781,38 @@ def check_text_lm(res, figs, con):
     for t in ("step", "step", "validation loss (nats per byte)",
               "gradient values flushed to zero (%)", "gradient underflow of the traced steps"):
         doc.text(t)
+    doc.text("0 flushed")
+    doc.expect("English fortune-cookie database, byte-level; underflow: lines join traced steps "
+               "that flushed values, the row below marks those that flushed none | ")
     provenance(doc, res)
     con.header("recipe", ["final_val_loss", "at_step", "best_val_loss", "grad_values",
-                          "flushed", "skipped"])
+                          "flushed", "skipped", "rounded_gradients"])
+    con.text("grad_values and flushed count the roundings of the tensors in rounded_gradients "
+             "(per traced step): recipes that round different tensors are not comparable by them")
+    data = figure_data(res, "text_lm")
+    lowered = [r["case"] for _, r in df.iterrows()
+               if run_csv(res, r, "steps.csv")["grad_values"].sum() > 0]
     for _, r in df.iterrows():
         doc.text(r["case"])
         s = run_csv(res, r, "steps.csv")
+        # The log axis: a point per traced step that flushed values, a gap (None) at those that
+        # flushed none, which the zero row marks on the recipe's own row instead.
+        t = s[s["grad_values"] > 0]
+        fl, gv = t["grad_flushed"].to_numpy(), t["grad_values"].to_numpy(dtype=np.float64)
+        if r["case"] in lowered:
+            drawn(doc, data, "flushed " + r["case"],
+                  {"x": nan_none(t["step"]),
+                   "y": [100.0 * a / b if a > 0 else None for a, b in zip(fl, gv)]})
+            drawn(doc, data, "zero " + r["case"],
+                  {"x": nan_none(t["step"][fl == 0]),
+                   "y": [float(lowered.index(r["case"]))] * int((fl == 0).sum())})
+        elif "flushed " + r["case"] in data:
+            doc.errors.append("text_lm: %s rounds no gradient but has a line" % r["case"])
+        # The tensors its grad_values count: the first traced step's low-precision gradients.
+        tr = run_csv(res, r, "trace.csv")
+        tr = tr[tr["kind"].isin(["activation_grad", "weight_grad"]) & (tr["dtype"] != "fp32")]
+        tr = tr[tr["step"] == tr["step"].min()] if len(tr) else tr
+        counts = [g["name"].nunique() for _, g in tr.groupby(["kind", "dtype"], sort=True)]
         # Validation rows: every data.val_every steps and the last step, nowhere else.
         every, n = int(cfg["data"]["val_every"]), len(s)
         val = {int(st): float(v) for st, v in zip(s["step"], s["val_loss"]) if v == v}
@@ -761,7 +823,7 @@ def check_text_lm(res, figs, con):
         last = max(val)
         ss = steps_summary(s)
         con.row(r["case"], [val[last], last, min(val.values()), ss["grad_values"],
-                            ss["grad_flushed"], ss["skipped"]])
+                            ss["grad_flushed"], ss["skipped"]] + counts)
 
 
 def check_block_formats(res, figs, con):
@@ -772,12 +834,14 @@ def check_block_formats(res, figs, con):
               "quantization SNR of the GEMM operands", "elements flushed to zero (%)",
               "flushed elements of the GEMM operands", "X", "W", "dY"):
         doc.text(t)
-    doc.expect("English fortune-cookie database, byte-level; loss: mean of the seeds; SNR and "
-               "flushes: block-scaled recipes, every seed, layer and copy of the traced steps | ")
+    doc.expect("English fortune-cookie database, byte-level; loss: mean of the {I} seeds, band: "
+               "min-max; SNR and flushes: block-scaled recipes, every seed, layer and copy of the "
+               "traced steps | ", df["run.seed"].nunique())
     provenance(doc, res)
     roles = ["input", "weight", "grad_output"]
     con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
                           "flush_X%", "flush_W%", "flush_dY%", "satur%", "clamped"])
+    all_finals = {}
     for case in dict.fromkeys(df["case"]):
         doc.text(case)
         finals, tables = [], []
@@ -792,6 +856,7 @@ def check_block_formats(res, figs, con):
                 con.errors.append("block_formats: %s: %d blocks.csv rows for policy %s"
                                   % (case, len(b), policy["name"]))
             tables.append(b)
+        all_finals[case] = finals
         values = [sum(finals) / len(finals), min(finals), max(finals)]
         b = pd.concat(tables)
         if len(b):
@@ -806,6 +871,17 @@ def check_block_formats(res, figs, con):
             values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum()),
                        int(b["scales_clamped"].sum())]
         con.row(case, values)
+    # Differences from fp32 smaller than the seeds' spread are marked so.
+    ref = all_finals.get("fp32")
+    for case, v in all_finals.items():
+        if ref is None or case == "fp32":
+            continue
+        d = float(np.mean(v)) - float(np.mean(ref))
+        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
+        con.expect("%s: mean final validation loss {N} against fp32's, %s the seed spread (spread "
+                   "over {I} seeds: {N} %s, {N} fp32)"
+                   % (case, "within" if abs(d) < max(sa, sr) else "beyond", case),
+                   d, len(v), sa, sr, full=True)
 
 
 CHECKERS = {"accumulation": check_accumulation,
@@ -989,6 +1065,10 @@ def main(halfway):
         ok(any(row["case"] in e for e in errors),
            "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
            % (row["case"], errors[:1]))
+        ok(planted("text_lm", 't = s[s["grad_values"] > 0]\n',
+                   't = s[(s["grad_values"] > 0) & (s["grad_flushed"] > 0)]\n', "draws"),
+           "negative control: a text_lm plot.py that leaves out the traced steps without "
+           "underflow (its line spans them on the log axis) is caught")
     if "block_formats" in seen:
         def more_flushed_elements(b):
             last = len(b) - 1
