@@ -1002,7 +1002,7 @@ def main(halfway):
         """The checker's errors on a copy of `name`'s results in which `change` edited `file`
         (a DataFrame of strings) of the run `pick` chose from the sweep table; and that run."""
         res, texts, out = seen[name]
-        bad = os.path.join(tmp, name + "-corrupt")
+        bad = os.path.join(tempfile.mkdtemp(prefix=name + "-corrupt-", dir=tmp), "results")
         shutil.copytree(res, bad)
         row = pick(sweep(bad))
         p = os.path.join(bad, row["dir"], file)
@@ -1019,7 +1019,7 @@ def main(halfway):
         on a copy of its results: whether the checker then reports an error containing
         `word`."""
         res = seen[name][0]
-        bad = os.path.join(tmp, name + "-planted")
+        bad = os.path.join(tempfile.mkdtemp(prefix=name + "-planted-", dir=tmp), "results")
         shutil.copytree(res, bad)
         src = os.path.join(exps, name, "plot.py")
         with open(src) as f:
