@@ -6,7 +6,9 @@ sweep (file and definition hash), halfway's version and the git revision of the 
 produced the results, set below everything else. `save` writes PNG and PDF without timestamps,
 so the same results give the same files, and NAME.texts.json: every text of the figure except
 tick labels (titles, axis labels, legend entries, annotations, the caption), so that a test can
-check each number a figure prints against the results.
+check each number a figure prints against the results, and NAME.data.json: the data of every
+artist marked with `mark` (a line's points, a LineCollection's segments), read back from
+the drawn artists, so that a test can compare what is drawn with the results.
 
 Plot scripts read only results: `sweep.csv`, `sweep.json` and the run folders.
 """
@@ -32,6 +34,7 @@ BF16_MIN_NORMAL = 2.0 ** -126
 BF16_MAX = 3.3895313892515355e38
 
 CAPTION_GID = "halfway-caption"
+DATA_GID = "halfway-data:"
 
 
 def setup():
@@ -108,7 +111,13 @@ def provenance(results):
             m = json.load(f)
         version, rev = m.get("halfway_version", "?"), m.get("git_revision", "?")
     return "sweep %s (hash %s), %d runs, halfway %s, git %s" % (
-        d.get("sweep_file", "?"), d.get("sweep_hash", "?")[:12], len(df), version, rev[:12])
+        d.get("sweep_file", "?"), d.get("sweep_hash", "?")[:12], len(df), version, short_rev(rev))
+
+
+def short_rev(rev):
+    """A manifest's git revision in 12 digits, keeping its '-dirty' (a binary built from a tree
+    with uncommitted changes)."""
+    return rev[:12] + ("-dirty" if rev.endswith("-dirty") else "")
 
 
 def caption(fig, results, extra="", text=None):
@@ -259,9 +268,94 @@ def shade_fp16(ax, axis="x", log2=True, bf16=True, labels=True):
         ax.set_ylim(lo, hi)
 
 
+def mark(artist, key):
+    """Name a drawn artist so that `save` writes its data to NAME.data.json under `key`;
+    returns the artist."""
+    artist.set_gid(DATA_GID + key)
+    return artist
+
+
+def _plain(v):
+    """A float for JSON: NaN and inf as None (a gap in a line)."""
+    v = float(v)
+    return v if v == v and abs(v) != float("inf") else None
+
+
+def figure_data(fig):
+    """{key: data} of every artist marked with `mark`, read from the artist as drawn: a line's
+    {"x": [...], "y": [...]} (NaN as None), a LineCollection's (vlines, hlines)
+    {"segments": [[[x, y], ...], ...]}."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+
+    out = {}
+    for ax in fig.axes:
+        for a in ax.get_children():
+            gid = a.get_gid() or ""
+            if not gid.startswith(DATA_GID):
+                continue
+            key = gid[len(DATA_GID):]
+            if key in out:
+                raise ValueError("two artists marked %r" % key)
+            if isinstance(a, Line2D):
+                out[key] = {"x": [_plain(x) for x in a.get_xdata()],
+                            "y": [_plain(y) for y in a.get_ydata()]}
+            elif isinstance(a, LineCollection):
+                out[key] = {"segments": [[[_plain(x), _plain(y)] for x, y in seg]
+                                         for seg in a.get_segments()]}
+            else:
+                raise TypeError("mark: no data reader for %s" % type(a).__name__)
+    return out
+
+
+# Significand bits (with the implicit one) of the formats a printed quantity may be rounded to,
+# coarsest first.
+PRECISIONS = (("bf16", 8), ("fp16", 11), ("fp32", 24))
+
+
+def precision_of(values):
+    """(name, significand bits) of the coarsest format that holds every value exactly: what the
+    values were rounded to (a bf16 loss is a float32 whose low 16 bits are zero)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v != 0)]
+    for name, bits in PRECISIONS[:-1]:
+        dtype = {"bf16": None, "fp16": np.float16}[name]
+        if dtype is None:
+            f = v.astype(np.float32)
+            exact = (f == v).all() and not (f.view(np.uint32) & 0xFFFF).any()
+        else:
+            with np.errstate(over="ignore"):
+                exact = (v.astype(dtype).astype(np.float64) == v).all()
+        if len(v) and exact:
+            return name, bits
+    return PRECISIONS[-1]
+
+
+def spacing(value, bits):
+    """The distance between neighbouring numbers of a `bits`-bit significand at `value`."""
+    import math
+
+    return 2.0 ** (math.floor(math.log2(abs(value))) - bits + 1) if value else 0.0
+
+
+def ratio_text(a, a_values, b, b_values, b_name, digits=3):
+    """a / b printed to `digits`, or '= B_NAME within F's resolution' when a and b differ by
+    less than the spacing of the coarser format F their values were rounded to (`a_values`,
+    `b_values`: every value each of them was taken from): a ratio below the resolution of the
+    numbers it divides is no gain and no loss."""
+    (fa, pa), (fb, pb) = precision_of(a_values), precision_of(b_values)
+    res = max(spacing(a, pa), spacing(b, pb))
+    if abs(a - b) < res:
+        return "= %s within %s's resolution" % (b_name, fa if pa <= pb else fb)
+    return "%.*g" % (digits, a / b)
+
+
 def save(fig, results, name):
-    """Write figures/NAME.png and figures/NAME.pdf under the results folder, and
-    figures/NAME.texts.json (`figure_texts`)."""
+    """Write figures/NAME.png and figures/NAME.pdf under the results folder,
+    figures/NAME.texts.json (`figure_texts`) and, when artists are marked, figures/NAME.data.json
+    (`figure_data`)."""
     out = os.path.join(results, "figures")
     os.makedirs(out, exist_ok=True)
     _place_caption(fig)
@@ -275,5 +369,10 @@ def save(fig, results, name):
     with open(os.path.join(out, name + ".texts.json"), "w") as f:
         json.dump(figure_texts(fig), f, indent=1, ensure_ascii=False)
         f.write("\n")
+    data = figure_data(fig)
+    if data:
+        with open(os.path.join(out, name + ".data.json"), "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.write("\n")
     plt.close(fig)
     return paths

@@ -45,7 +45,7 @@ def main(results):
     style.caption(fig, results, text="median over %d trials, band: min-max; 0 drawn at 1e-12 | "
                   "%s, seed %d, halfway %s, git %s"
                   % (man["trials"], man["config_file"], man["seed"], man["halfway_version"],
-                     man["git_revision"][:12]))
+                     style.short_rev(man["git_revision"])))
     style.save(fig, results, "accumulation")
     print(df.groupby(["model", "n"], sort=False)["rel_error"].median().unstack().to_string())
 

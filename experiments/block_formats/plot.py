@@ -35,6 +35,26 @@ def role_of(names):
     return names.str.rsplit(".", n=1).str[1]
 
 
+def seed_spread(cases, finals, ref="fp32"):
+    """Each recipe's mean final validation loss against the reference's, marked "within the seed
+    spread" when the difference is smaller than the larger of the two recipes' spreads over
+    seeds (max - min): such a difference is not a measured one."""
+    if ref not in finals:
+        return
+    r = finals[ref]
+    for case in cases:
+        if case == ref:
+            continue
+        v = finals[case]
+        d = float(np.mean(v) - np.mean(r))
+        spread = max(max(v) - min(v), max(r) - min(r))
+        print("%s: mean final validation loss %+.4f against %s's, %s (spread over %d seeds: "
+              "%.4f %s, %.4f %s)" % (case, d, ref,
+                                     "within the seed spread" if abs(d) < spread
+                                     else "beyond the seed spread", len(v), max(v) - min(v),
+                                     case, max(r) - min(r), ref))
+
+
 def main(results):
     style.setup()
     df, _ = style.load(results)
@@ -49,9 +69,12 @@ def main(results):
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.9))
     for i, case in enumerate(cases):
         v = pd.concat([s.dropna(subset=["val_loss"]) for s in steps[case]])
-        mean = v.groupby("step")["val_loss"].mean()
+        g = v.groupby("step")["val_loss"]
+        mean = g.mean()
         ax[0].plot(mean.index, mean.values, "o-", color=style.color(i), lw=1.2, ms=2.5,
                    label=case)
+        ax[0].fill_between(mean.index, g.min().values, g.max().values, color=style.color(i),
+                           alpha=0.12, lw=0)
         b = blocks[case]
         if not len(b):
             continue
@@ -80,8 +103,8 @@ def main(results):
     extra = [(Line2D([], [], color="#555555", ls=ls), label) for label, _, ls in ROLES]
     style.legend_below(fig, ax, ncol=11, extra=extra)
     style.caption(fig, results, "English fortune-cookie database, byte-level; loss: mean of the "
-                                "seeds; SNR and flushes: block-scaled recipes, every seed, layer "
-                                "and copy of the traced steps")
+                                "%d seeds, band: min-max; SNR and flushes: block-scaled recipes, every seed, layer "
+                                "and copy of the traced steps" % df["run.seed"].nunique())
     paths = style.save(fig, results, "block_formats")
 
     print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %8s" % (
@@ -103,6 +126,7 @@ def main(results):
         else:
             line += " %7s %7s %7s %10s %10s %10s %9s %8s" % (("-",) * 8)
         print(line)
+    seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
 
 

@@ -1,6 +1,7 @@
 """The main job's figure and summary: loss curves of every configuration and seed, gradient
-underflow per step, and the dynamic loss scale against the safe window one unscaled fp16 run
-predicts; on the console, a table per configuration and seed, and the effect in two ratios.
+underflow per step, and the dynamic loss scale against the safe window of its own steps (with,
+dashed, the window the unscaled fp16 run's steps predict, a different trajectory); on the console, a table per configuration and seed, the effect in two ratios,
+and how often each seed's scale left its own safe window.
 
 usage: plot.py RESULTS_DIR   (reads only the results of `halfway sweep experiments/demo/sweep.toml`)
 """
@@ -55,26 +56,81 @@ def draw(results, df, cases, seeds):
     ax[1].set_ylabel("gradient values flushed to zero (%)")
     ax[1].set_title("underflow in fp16/bf16 gradients (seed %d)" % seeds[0])
 
-    if REF in cases:
-        s = style.read_run_csv(results, run_of(df, REF, seeds[0]), "steps.csv")
-        ax[2].fill_between(s["step"], s["k_low"], s["k_high"], color=style.color(2), alpha=0.25,
-                           step="mid", label="safe window predicted\nfrom the unscaled run")
     if SCALED in cases:
-        s = style.read_run_csv(results, run_of(df, SCALED, seeds[0]), "steps.csv")
-        ax[2].step(s["step"], [math.log2(v) for v in s["loss_scale"]], where="mid",
-                   color=colors[SCALED], label="dynamic scale (%s)" % SCALED)
-        sk = s[s["skipped"] != 0]
-        ax[2].plot(sk["step"], [math.log2(v) for v in sk["loss_scale"]], "x",
-                   color=style.color(3), label="skipped step (overflow)")
-    ax[2].axhline(0, color="#555555", lw=0.8, ls=":", label="no scaling (2^0)")
-    ax[2].set_xlabel("step")
-    ax[2].set_ylabel("loss scale (log2)")
-    ax[2].set_title("fp16 loss scale and its safe window (seed %d)" % seeds[0])
+        scale_panel(ax[2], results, df, cases, seeds[0], colors[SCALED])
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=4)
-    style.caption(fig, results, "fp16 underflow below 2^-25, subnormal below 2^-14; "
-                                "bf16 normal down to 2^-126")
+    style.caption(fig, results, "right: band: the safe window of %s's own steps; dashed: the "
+                                "window predicted from %s's steps, another trajectory (seed %d "
+                                "each) | fp16 underflow below 2^-25, subnormal below 2^-14; bf16 "
+                                "normal down to 2^-126" % (SCALED, REF, seeds[0]))
     return style.save(fig, results, "demo")
+
+
+def log2s(values):
+    return [math.log2(v) for v in values]
+
+
+def scale_steps(s):
+    """Per step of a scaled run's steps.csv: log2 of its loss scale, and masks of the steps
+    whose scale lies below / above that step's own safe window k_low..k_high, and of those on
+    which no scale is safe."""
+    k = s["loss_scale"].map(math.log2)
+    none = s["k_low"].isna()
+    return k, (~none) & (k < s["k_low"]), (~none) & (k > s["k_high"]), none
+
+
+def scale_panel(ax, results, df, cases, seed, color):
+    """The scaled run's loss scale against the safe window of its own steps (a band, one
+    vertical line per step from k_low to k_high), and, dashed, the window the unscaled run's
+    steps predict (another trajectory: it stalls on the plateau)."""
+    s = style.read_run_csv(results, run_of(df, SCALED, seed), "steps.csv")
+    w = s[s["k_low"].notna()]
+    style.mark(ax.vlines(w["step"], w["k_low"], w["k_high"], color="#bcd6ee", lw=1.2, zorder=1,
+                         label="safe window of %s's own steps" % SCALED), "band")
+    if REF in cases:
+        r = style.read_run_csv(results, run_of(df, REF, seed), "steps.csv")
+        for edge in ("k_low", "k_high"):
+            style.mark(ax.step(r["step"], r[edge], where="mid", color="#555555", lw=0.6, ls="--",
+                               alpha=0.8, zorder=2, label="window predicted from %s's steps" % REF)[0],
+                       "predicted " + edge)
+    k, below, above, none = scale_steps(s)
+    style.mark(ax.step(s["step"], k, where="mid", color=color, zorder=3,
+                       label="dynamic scale (%s)" % SCALED)[0], "scale")
+    for mask, marker, c, what, key in (
+            (below, ".", style.color(1), "scale below the step's safe window", "below"),
+            (above, "^", style.color(4), "scale above the step's safe window", "above"),
+            (none, "o", style.color(3), "no scale safe on the step", "none")):
+        style.mark(ax.plot(s["step"][mask], k[mask], marker, ls="none", ms=3, mfc="none",
+                           color=c, zorder=4,
+                           label="%s (%d of %d steps)" % (what, mask.sum(), len(s)))[0], key)
+    sk = s[s["skipped"] != 0]
+    style.mark(ax.plot(sk["step"], log2s(sk["loss_scale"]), "x", color=style.color(7), zorder=5,
+                       label="skipped step (overflow)")[0], "skipped")
+    ax.axhline(0, color="#555555", lw=0.8, ls=":", label="no scaling (2^0)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss scale (log2)")
+    ax.set_title("%s's loss scale and its own safe window (seed %d)" % (SCALED, seed))
+
+
+def scaled_window(results, df, seeds):
+    """Per seed of the scaled run: how often its scale left its own steps' safe window, and the
+    steps that lost more gradient values than the tolerance."""
+    for seed in seeds:
+        row = run_of(df, SCALED, seed)
+        s = style.read_run_csv(results, row, "steps.csv")
+        tol = style.run_config(results, row).get("trace", {}).get("flush_tolerance", 0.0)
+        _, below, above, none = scale_steps(s)
+        lost = s["grad_flushed"] / s["grad_values"].where(s["grad_values"] > 0)
+        over = lost > tol
+        worst = lost.idxmax() if lost.notna().any() else None
+        print("%s, seed %d: the scale was below its own step's safe window on %d of %d steps, "
+              "above it on %d, no scale was safe on %d; %d steps lost more than the %.3g%% "
+              "tolerance%s" % (SCALED, seed, below.sum(), len(s), above.sum(), none.sum(),
+                               over.sum(), 100.0 * tol,
+                               "" if worst is None or not over.any() else
+                               " (at most %.3g%%, step %d)" % (100.0 * lost[worst],
+                                                                s["step"][worst])))
 
 
 def table(results, df, cases, seeds):
@@ -128,6 +184,8 @@ def main(results):
     ratios(df, cases, seeds)
     if REF in cases:
         window(df, seeds)
+    if SCALED in cases:
+        scaled_window(results, df, seeds)
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
 
 

@@ -33,7 +33,7 @@ def main(results):
     lrs = sorted(df["optimizer.lr"].unique())
     lr0 = lrs[0]
     fig, axes = plt.subplots(len(models), 2, figsize=(10, 3.4 * len(models)), squeeze=False)
-    table = []
+    table, finals = [], {}
     for row, m in zip(axes, models):
         for i, u in enumerate(updates):
             sel = df[(df["model"] == m) & (df["update"] == u)]
@@ -48,6 +48,7 @@ def main(results):
             lost = [pct(*vanished_by_step(results, sel[sel["optimizer.lr"] == lr]).sum())
                     for lr in lrs]
             table.append((m, u, [med[lr] for lr in lrs], lost))
+            finals[m, u] = sel[sel["optimizer.lr"] == lr0]["final_loss"].tolist()
         row[0].set_xscale("log")
         row[0].set_yscale("log")
         row[0].set_xlabel("learning rate (Adam)")
@@ -71,14 +72,15 @@ def main(results):
         print("%s/%s vanished%% %s" % (m, u, " ".join("%.1f" % x for x in lost)))
     # The expectation, measured rather than assumed: at the smallest learning rate, how far
     # each configuration's final loss is from fp32's.
+    # A ratio within the resolution of the losses it divides (bf16 losses: 2^-8 to 2^-7 of
+    # their value) is printed as equal.
     if "fp32" in updates:
         for m in models:
-            ref = {lr: l for (mm, u, loss, _) in table if mm == m and u == "fp32"
-                   for lr, l in zip(lrs, loss)}
-            parts = ["%s %.3g" % (u, loss[0] / ref[lr0]) for (mm, u, loss, _) in table
-                     if mm == m and u != "fp32"]
+            ref = [loss[0] for (mm, u, loss, _) in table if mm == m and u == "fp32"][0]
+            parts = ["%s %s" % (u, style.ratio_text(loss[0], finals[m, u], ref, finals[m, "fp32"],
+                                                    "fp32"))
+                     for (mm, u, loss, _) in table if mm == m and u != "fp32"]
             print("%s at lr %g, final loss / fp32's: %s" % (m, lr0, ", ".join(parts)))
-
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -1,12 +1,15 @@
 """Figures of an analysis folder (`halfway analyze`, halfway.analyze, halfway.torch.trace),
-drawn from its files only (trace.csv, scale_window.csv) for one step (default: the last):
+drawn from its files only (trace.csv, scale_window.csv) for one step (default: the last), which
+each figure's title names:
 
   fraction_lost.png   heatmap tensors x formats, coloured by the part of each tensor's L2 norm
                       lost to flushing (flushed_l2_fraction); a cross marks overflows
   histograms.png      per tensor, the power-of-two histogram of the magnitudes, with each
                       format's subnormal and normal ranges (up to 24 tensors: those that lose
                       the most)
-  safe_window.png     per tensor and format, the safe loss scales 2^k (k_low..k_high) as a bar
+  safe_window.png     per tensor and format, the safe scales 2^k (k_low..k_high) as a bar, or
+                      "no safe scale"; gradients (a loss scale) and the other tensors (a
+                      per-tensor scale factor) in panels of their own; the title names the step
 
     python3 -m halfway.figures DIR [--step N]
 """
@@ -63,7 +66,15 @@ def ordered(values):
     return seen
 
 
-def heatmap(t, out):
+def step_text(step, steps):
+    """'traced step N (of M traced steps, a..b)'."""
+    text = "traced step %d" % step
+    if steps is not None and len(steps) > 1:
+        text += " (of %d traced steps, %d..%d)" % (len(steps), steps[0], steps[-1])
+    return text
+
+
+def heatmap(t, out, step, steps=None):
     names, fmts = ordered(t["name"]), ordered(t["dtype"])
     grid = np.full((len(names), len(fmts)), np.nan)
     over = np.zeros_like(grid, dtype=bool)
@@ -82,13 +93,14 @@ def heatmap(t, out):
     for i, j in zip(*np.nonzero(over)):
         ax.text(j, i, "x", ha="center", va="center", color="#D55E00", fontsize=9)
     fig.colorbar(im, ax=ax, label="fraction of the L2 norm lost to flushing")
-    ax.set_title("flushed to zero (x: some values overflow)")
+    ax.set_title("flushed to zero (x: some values overflow)\n" + step_text(step, steps),
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
 
 
-def histograms(t, out):
+def histograms(t, out, step, steps=None):
     fmts = ordered(t["dtype"])
     worst = t.groupby("name", sort=False)["flushed_l2_fraction"].max().fillna(0)
     names = list(worst.sort_values(ascending=False, kind="stable").index[:MAX_HIST])
@@ -125,42 +137,90 @@ def histograms(t, out):
                   "range, pale: subnormal)", fontsize=8, y=0.01)
     if names:
         fig.legend(loc="upper right", fontsize=7)
+    fig.suptitle("magnitudes before rounding, " + step_text(step, steps), fontsize=9, x=0.4)
     # Room under each axis for the format bands (tight_layout does not see them).
-    fig.subplots_adjust(left=0.06, right=0.94, top=0.95, bottom=0.12, hspace=0.9, wspace=0.3)
+    fig.subplots_adjust(left=0.06, right=0.94, top=0.92, bottom=0.12, hspace=0.9, wspace=0.3)
     fig.savefig(out, dpi=120)
     plt.close(fig)
 
 
-def safe_windows(t, out):
-    names, fmts = ordered(t["name"]), ordered(t["dtype"])
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.22 * len(names) * max(1, len(fmts)) / 2))
-    height = 0.8 / max(1, len(fmts))
-    for j, f in enumerate(fmts):
-        rows = t[t["dtype"] == f]
-        for name, lo, hi in zip(rows["name"], rows["k_low"], rows["k_high"]):
-            if lo == lo and hi == hi:  # no bar when no scale is safe
-                ax.barh(names.index(name) + j * height, hi - lo + 1, left=lo - 0.5,
-                        height=height, color=PALETTE[j % 8],
-                        label=f if name == rows["name"].iloc[0] else None)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))])
-    ax.set_yticklabels(names, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("loss scale 2^k: safe (no overflow, no underflow) for k in the bar")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+# Gradients are multiplied by the loss scale; any other tensor (activations, weights, updates)
+# only by a scale factor of its own (a per-tensor scale, as fp8 recipes keep).
+GRADIENT_KINDS = ("activation_grad", "weight_grad")
+NO_SAFE_SCALE = "no safe scale"
+
+
+def scale_groups(t):
+    """[(x-axis label, rows of t)]: the gradients, whose safe 2^k is a loss scale, then the other
+    tensors, whose 2^k is a per-tensor scale factor; groups without rows left out."""
+    grad = t["kind"].isin(GRADIENT_KINDS) if "kind" in t else np.zeros(len(t), dtype=bool)
+    groups = [("loss scale 2^k (gradients): safe for k in the bar", t[grad]),
+              ("per-tensor scale factor 2^k (activations, weights, updates; not the loss "
+               "scale): safe for k in the bar", t[~grad])]
+    return [(label, rows) for label, rows in groups if len(rows)]
+
+
+def safe_windows(t, out, step, steps=None):
+    """Per tensor and format, a bar over its safe k (k_low - 0.5 .. k_high + 0.5), or the words
+    "no safe scale"; one panel for gradients (loss scale), one for the other tensors (scale
+    factor). Every format in `t` has its legend entry. Returns what was drawn, read back from the
+    figure: {"legend": [...], "title": ..., "panels": [{"xlabel", "names", "bars": {(name,
+    format): (left, width)}, "no_safe": [(name, format), ...]}]}."""
+    from matplotlib.patches import Patch
+
+    fmts = ordered(t["dtype"])
+    groups = scale_groups(t)
+    heights = [max(1, len(ordered(rows["name"]))) for _, rows in groups] or [1]
+    bar = 0.8 / max(1, len(fmts))
+    fig, axes = plt.subplots(len(heights), 1, squeeze=False, gridspec_kw={"height_ratios": heights},
+                             figsize=(8, 1.6 + 0.2 * sum(heights) * max(1, len(fmts)) / 2
+                                      + 0.7 * len(heights)))
+    for ax, (label, rows) in zip(axes[:, 0], groups):
+        names = ordered(rows["name"])
+        for name, f, lo, hi in zip(rows["name"], rows["dtype"], rows["k_low"], rows["k_high"]):
+            j = fmts.index(f)
+            y = names.index(name) + j * bar
+            if lo == lo and hi == hi:
+                ax.barh(y, hi - lo + 1, left=lo - 0.5, height=bar, color=PALETTE[j % 8],
+                        gid="%s|%s" % (name, f))
+            else:
+                ax.text(0.01, y, "%s (%s)" % (NO_SAFE_SCALE, f), transform=ax.get_yaxis_transform(),
+                        va="center", fontsize=6, color=PALETTE[j % 8], gid="%s|%s" % (name, f))
+        ax.set_yticks([i + 0.4 - bar / 2 for i in range(len(names))])
+        ax.set_yticklabels(names, fontsize=7)
+        ax.set_ylim(len(names) - bar / 2 - 0.1, -bar / 2 - 0.1)
+        ax.set_xlabel(label, fontsize=8)
+    top = 1 - 0.45 / fig.get_figheight()   # the title's and the legend's lines
+    fig.suptitle("safe scales (no overflow, flushed fraction within the tolerance), " +
+                 step_text(step, steps), fontsize=9, x=0.01, ha="left")
+    handles = [Patch(color=PALETTE[j % 8], label=f) for j, f in enumerate(fmts)]
+    fig.legend(handles=handles, fontsize=7, loc="upper left", ncol=len(fmts) or 1, frameon=False,
+               bbox_to_anchor=(0.0, 1 - 0.3 / fig.get_figheight()))
+    fig.tight_layout(rect=(0, 0, 1, top))
     fig.savefig(out, dpi=120)
+    drawn = {"legend": [x.get_text() for lg in fig.legends for x in lg.get_texts()],
+             "title": fig._suptitle.get_text(), "panels": []}
+    for ax in axes[:, 0]:
+        bars = {tuple(p.get_gid().split("|")): (p.get_x(), p.get_width())
+                for p in ax.patches if p.get_gid()}
+        no_safe = [tuple(x.get_gid().split("|")) for x in ax.texts
+                   if x.get_gid() and x.get_text().startswith(NO_SAFE_SCALE)]
+        drawn["panels"].append({"xlabel": ax.get_xlabel(), "bars": bars, "no_safe": no_safe,
+                                "names": [x.get_text() for x in ax.get_yticklabels()]})
     plt.close(fig)
+    return drawn
 
 
 def draw(directory, step=None):
     """Draw the three figures into `directory`; return their paths."""
     r = read_result(directory, True)
     t, step = step_rows(r.trace, step)
+    steps = sorted(int(x) for x in r.trace["step"].unique())
     paths = [os.path.join(directory, n) for n in
              ("fraction_lost.png", "histograms.png", "safe_window.png")]
-    heatmap(t, paths[0])
-    histograms(t, paths[1])
-    safe_windows(t, paths[2])
+    heatmap(t, paths[0], step, steps)
+    histograms(t, paths[1], step, steps)
+    safe_windows(t, paths[2], step, steps)
     return paths
 
 

@@ -230,6 +230,12 @@ def expect_transformer_title(doc, cfg):
     return cfg
 
 
+def short_rev(rev):
+    """12 digits of a revision; a binary built from an uncommitted tree keeps its '-dirty'."""
+    sha, dirty = (rev[:-len("-dirty")], True) if rev.endswith("-dirty") else (rev, False)
+    return sha[:12] + ("-dirty" if dirty else "")
+
+
 def provenance(doc, res):
     """The caption's 'sweep FILE (hash H), N runs, halfway V, git R' against sweep.json, sweep.csv
     and the manifests."""
@@ -237,12 +243,13 @@ def provenance(doc, res):
         d = json.load(f)
     df = sweep(res)
     mans = [manifest(res, r) for _, r in df.iterrows()]
-    rx = re.compile(r"sweep (\S+) \(hash ([0-9a-f]+)\), (\d+) runs, halfway (\S+), git ([0-9a-f]+)")
+    rx = re.compile(r"sweep (\S+) \(hash ([0-9a-f]+)\), (\d+) runs, halfway (\S+), "
+                    r"git ([0-9a-f]+(?:-dirty)?)")
     for i, t in enumerate(doc.texts):
         m = rx.search(t)
         if m:
             want = (d["sweep_file"], d["sweep_hash"][:12], str(len(df)),
-                    mans[0]["halfway_version"], mans[0]["git_revision"][:12])
+                    mans[0]["halfway_version"], short_rev(mans[0]["git_revision"]))
             if m.groups() != want or len(os.listdir(os.path.join(res, "runs"))) != len(df) or \
                     any((x["halfway_version"], x["git_revision"]) != (mans[0]["halfway_version"],
                                                                       mans[0]["git_revision"])
@@ -288,7 +295,7 @@ def check_accumulation(res, figs, con):
         doc.errors.append("accumulation: %d trials in the CSV, %d in the manifest"
                           % (trials, man["trials"]))
     doc.expect("%s, seed {I}, halfway %s, git %s" % (man["config_file"], man["halfway_version"],
-                                                     man["git_revision"][:12]), man["seed"])
+                                                     short_rev(man["git_revision"])), man["seed"])
     # The console: median relative error per model (rows) and length (columns).
     ns = [int(n) for n in sorted(df["n"].unique())]
     con.header("n", ns)
@@ -333,11 +340,14 @@ def check_demo(res, figs, con):
         doc.expect(c + " ({I} seeds)", len(seeds), full=True)
     doc.text("loss, every seed")
     doc.expect("underflow in fp16/bf16 gradients (seed {I})", seeds[0], full=True)
-    doc.expect("fp16 loss scale and its safe window (seed {I})", seeds[0], full=True)
     doc.expect("no scaling ({P})", 0, full=True)
+    doc.expect("right: band: the safe window of fp16-dynamic's own steps; dashed: the window "
+               "predicted from fp16-noscale's steps, another trajectory (seed {I} each) | ",
+               seeds[0])
     doc.expect("fp16 underflow below {P}, subnormal below {P}; bf16 normal down to {P}",
                LOG2_F16_FLUSH, LOG2_F16_MIN_NORMAL, LOG2_BF16_MIN_NORMAL)
     provenance(doc, res)
+    check_demo_scale(res, df, doc, con, seeds)
     con.header("configuration", ["seed", "final", "loss", "grad", "values", "lost", "to",
                                  "underflow", "skipped", "final", "scale", "first-layer", "zeros"])
     final = {}
@@ -365,6 +375,84 @@ def check_demo(res, figs, con):
     else:
         con.expect("no loss scale keeps every step of %s (seed {I}) free of underflow and "
                    "overflow" % ref, seeds[0])
+
+
+def figure_data(res, name):
+    """figures/NAME.data.json: what the figure drew, read back from its artists."""
+    p = os.path.join(res, "figures", name + ".data.json")
+    if not os.path.exists(p):
+        return {}
+    with open(p) as f:
+        return json.load(f)
+
+
+def drawn(doc, data, key, want):
+    """The artist `key` of the figure drew exactly `want` (NaN and missing as None)."""
+    got = data.get(key)
+    if got != want:
+        doc.errors.append("%s: %s draws %s, the results give %s"
+                          % (doc.what, key, str(got)[:300], str(want)[:300]))
+
+
+def nan_none(values):
+    return [None if v != v else float(v) for v in values]
+
+
+def check_demo_scale(res, df, doc, con, seeds):
+    """The right panel: the scaled run's loss scale in the band of its own steps' safe windows
+    (steps.csv k_low..k_high, one vertical segment per step), the unscaled run's window only as
+    the dashed second element; the legend counts and the console lines per seed."""
+    data = figure_data(res, "demo")
+
+    def steps(case, seed):
+        return run_csv(res, df[(df["case"] == case) & (df["run.seed"] == seed)].iloc[0],
+                       "steps.csv")
+
+    s, r = steps("fp16-dynamic", seeds[0]), steps("fp16-noscale", seeds[0])
+    k = np.log2(s["loss_scale"].to_numpy(dtype=np.float64))
+    lo, hi = s["k_low"].to_numpy(dtype=np.float64), s["k_high"].to_numpy(dtype=np.float64)
+    has = ~np.isnan(lo)
+    drawn(doc, data, "band", {"segments": [[[float(st), float(a)], [float(st), float(b)]]
+                                           for st, a, b, h in zip(s["step"], lo, hi, has) if h]})
+    drawn(doc, data, "scale", {"x": nan_none(s["step"]), "y": nan_none(k)})
+    for edge in ("k_low", "k_high"):
+        drawn(doc, data, "predicted " + edge, {"x": nan_none(r["step"]), "y": nan_none(r[edge])})
+    masks = {"below": has & (k < np.where(has, lo, 0)), "above": has & (k > np.where(has, hi, 0)),
+             "none": ~has}
+    for key, m in masks.items():
+        drawn(doc, data, key, {"x": nan_none(s["step"][m]), "y": nan_none(k[m])})
+    sk = (s["skipped"] != 0).to_numpy()
+    drawn(doc, data, "skipped", {"x": nan_none(s["step"][sk]), "y": nan_none(k[sk])})
+    doc.expect("fp16-dynamic's loss scale and its own safe window (seed {I})", seeds[0],
+               full=True)
+    doc.text("safe window of fp16-dynamic's own steps")
+    doc.text("window predicted from fp16-noscale's steps")
+    doc.text("dynamic scale (fp16-dynamic)")
+    doc.text("skipped step (overflow)")
+    for key, what in (("below", "scale below the step's safe window"),
+                      ("above", "scale above the step's safe window"),
+                      ("none", "no scale safe on the step")):
+        doc.expect(what + " ({I} of {I} steps)", int(masks[key].sum()), len(s), full=True)
+    for seed in seeds:
+        s = steps("fp16-dynamic", seed)
+        tol = manifest(res, df[(df["case"] == "fp16-dynamic") & (df["run.seed"] == seed)]
+                       .iloc[0])["config"].get("trace", {}).get("flush_tolerance", 0.0)
+        k = np.log2(s["loss_scale"].to_numpy(dtype=np.float64))
+        lo, hi = s["k_low"].to_numpy(dtype=np.float64), s["k_high"].to_numpy(dtype=np.float64)
+        gv = s["grad_values"].to_numpy(dtype=np.float64)
+        lost = np.divide(s["grad_flushed"].to_numpy(dtype=np.float64), gv,
+                         out=np.full(len(gv), np.nan), where=gv > 0)
+        over = lost > tol
+        line = ("fp16-dynamic, seed {I}: the scale was below its own step's safe window on {I} "
+                "of {I} steps, above it on {I}, no scale was safe on {I}; {I} steps lost more "
+                "than the {N}% tolerance")
+        vals = [seed, int(np.sum(k < lo)), len(s), int(np.sum(k > hi)), int(np.sum(np.isnan(lo))),
+                int(over.sum()), 100.0 * tol]
+        if over.any():
+            i = int(np.nanargmax(lost))
+            line += " (at most {N}%, step {I})"
+            vals += [100.0 * lost[i], int(s["step"][i])]
+        con.expect(line, *vals, full=True)
 
 
 def check_dynamic_scaler(res, figs, con):
@@ -598,6 +686,29 @@ def check_pitfalls(res, figs, con):
     provenance(doc, res)
 
 
+def rounded_to(values):
+    """(name, significand bits) of the coarsest of bf16, fp16, fp32 that holds every value
+    exactly (bf16: a float32 whose low 16 bits are zero)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v != 0)]
+    f = v.astype(np.float32)
+    if len(v) and (f == v).all() and ((f.view(np.uint32) & np.uint32(0xFFFF)) == 0).all():
+        return "bf16", 8
+    if len(v) and (v.astype(np.float16).astype(np.float64) == v).all():
+        return "fp16", 11
+    return "fp32", 24
+
+
+def within_resolution(a, avals, b, bvals):
+    """The name of the coarser format when a and b (medians of the values avals, bvals) differ by
+    less than its spacing at them, else None: their ratio is then no measured difference."""
+    (fa, pa), (fb, pb) = rounded_to(avals), rounded_to(bvals)
+    gap = max(math.ldexp(1.0, math.frexp(a)[1] - pa), math.ldexp(1.0, math.frexp(b)[1] - pb))
+    if abs(a - b) < gap:
+        return fa if pa <= pb else fb
+    return None
+
+
 def check_update_rounding(res, figs, con):
     df = sweep(res)
     doc = figs["update_rounding"]
@@ -645,9 +756,22 @@ def check_update_rounding(res, figs, con):
     if "fp32" in updates:
         for m in models:
             others = [u for u in updates if u != "fp32"]
-            con.expect("%s at lr {N}, final loss / fp32's: " % m +
-                       ", ".join("%s {N}" % u for u in others), lrs[0],
-                       *[ratio[(m, u)] / ratio[(m, "fp32")] for u in others], full=True)
+            b = ratio[(m, "fp32")]
+            bvals = df[(df["model"] == m) & (df["update"] == "fp32") &
+                       (df["optimizer.lr"] == lrs[0])]["final_loss"]
+            parts, vals = [], [lrs[0]]
+            for u in others:
+                a = ratio[(m, u)]
+                avals = df[(df["model"] == m) & (df["update"] == u) &
+                           (df["optimizer.lr"] == lrs[0])]["final_loss"]
+                same = within_resolution(a, avals, b, bvals)
+                if same:
+                    parts.append("%s = fp32 within %s's resolution" % (u, same))
+                else:
+                    parts.append("%s {N}" % u)
+                    vals.append(a / b)
+            con.expect("%s at lr {N}, final loss / fp32's: " % m + ", ".join(parts), *vals,
+                       full=True)
 
 
 def check_text_lm(res, figs, con):
@@ -657,12 +781,38 @@ def check_text_lm(res, figs, con):
     for t in ("step", "step", "validation loss (nats per byte)",
               "gradient values flushed to zero (%)", "gradient underflow of the traced steps"):
         doc.text(t)
+    doc.text("0 flushed")
+    doc.expect("English fortune-cookie database, byte-level; underflow: lines join traced steps "
+               "that flushed values, the row below marks those that flushed none | ")
     provenance(doc, res)
     con.header("recipe", ["final_val_loss", "at_step", "best_val_loss", "grad_values",
-                          "flushed", "skipped"])
+                          "flushed", "skipped", "rounded_gradients"])
+    con.text("grad_values and flushed count the roundings of the tensors in rounded_gradients "
+             "(per traced step): recipes that round different tensors are not comparable by them")
+    data = figure_data(res, "text_lm")
+    lowered = [r["case"] for _, r in df.iterrows()
+               if run_csv(res, r, "steps.csv")["grad_values"].sum() > 0]
     for _, r in df.iterrows():
         doc.text(r["case"])
         s = run_csv(res, r, "steps.csv")
+        # The log axis: a point per traced step that flushed values, a gap (None) at those that
+        # flushed none, which the zero row marks on the recipe's own row instead.
+        t = s[s["grad_values"] > 0]
+        fl, gv = t["grad_flushed"].to_numpy(), t["grad_values"].to_numpy(dtype=np.float64)
+        if r["case"] in lowered:
+            drawn(doc, data, "flushed " + r["case"],
+                  {"x": nan_none(t["step"]),
+                   "y": [100.0 * a / b if a > 0 else None for a, b in zip(fl, gv)]})
+            drawn(doc, data, "zero " + r["case"],
+                  {"x": nan_none(t["step"][fl == 0]),
+                   "y": [float(lowered.index(r["case"]))] * int((fl == 0).sum())})
+        elif "flushed " + r["case"] in data:
+            doc.errors.append("text_lm: %s rounds no gradient but has a line" % r["case"])
+        # The tensors its grad_values count: the first traced step's low-precision gradients.
+        tr = run_csv(res, r, "trace.csv")
+        tr = tr[tr["kind"].isin(["activation_grad", "weight_grad"]) & (tr["dtype"] != "fp32")]
+        tr = tr[tr["step"] == tr["step"].min()] if len(tr) else tr
+        counts = [g["name"].nunique() for _, g in tr.groupby(["kind", "dtype"], sort=True)]
         # Validation rows: every data.val_every steps and the last step, nowhere else.
         every, n = int(cfg["data"]["val_every"]), len(s)
         val = {int(st): float(v) for st, v in zip(s["step"], s["val_loss"]) if v == v}
@@ -673,7 +823,7 @@ def check_text_lm(res, figs, con):
         last = max(val)
         ss = steps_summary(s)
         con.row(r["case"], [val[last], last, min(val.values()), ss["grad_values"],
-                            ss["grad_flushed"], ss["skipped"]])
+                            ss["grad_flushed"], ss["skipped"]] + counts)
 
 
 def check_block_formats(res, figs, con):
@@ -684,12 +834,14 @@ def check_block_formats(res, figs, con):
               "quantization SNR of the GEMM operands", "elements flushed to zero (%)",
               "flushed elements of the GEMM operands", "X", "W", "dY"):
         doc.text(t)
-    doc.expect("English fortune-cookie database, byte-level; loss: mean of the seeds; SNR and "
-               "flushes: block-scaled recipes, every seed, layer and copy of the traced steps | ")
+    doc.expect("English fortune-cookie database, byte-level; loss: mean of the {I} seeds, band: "
+               "min-max; SNR and flushes: block-scaled recipes, every seed, layer and copy of the "
+               "traced steps | ", df["run.seed"].nunique())
     provenance(doc, res)
     roles = ["input", "weight", "grad_output"]
     con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
                           "flush_X%", "flush_W%", "flush_dY%", "satur%", "clamped"])
+    all_finals = {}
     for case in dict.fromkeys(df["case"]):
         doc.text(case)
         finals, tables = [], []
@@ -704,6 +856,7 @@ def check_block_formats(res, figs, con):
                 con.errors.append("block_formats: %s: %d blocks.csv rows for policy %s"
                                   % (case, len(b), policy["name"]))
             tables.append(b)
+        all_finals[case] = finals
         values = [sum(finals) / len(finals), min(finals), max(finals)]
         b = pd.concat(tables)
         if len(b):
@@ -718,6 +871,17 @@ def check_block_formats(res, figs, con):
             values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum()),
                        int(b["scales_clamped"].sum())]
         con.row(case, values)
+    # Differences from fp32 smaller than the seeds' spread are marked so.
+    ref = all_finals.get("fp32")
+    for case, v in all_finals.items():
+        if ref is None or case == "fp32":
+            continue
+        d = float(np.mean(v)) - float(np.mean(ref))
+        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
+        con.expect("%s: mean final validation loss {N} against fp32's, %s the seed spread (spread "
+                   "over {I} seeds: {N} %s, {N} fp32)"
+                   % (case, "within" if abs(d) < max(sa, sr) else "beyond", case),
+                   d, len(v), sa, sr, full=True)
 
 
 CHECKERS = {"accumulation": check_accumulation,
@@ -838,7 +1002,7 @@ def main(halfway):
         """The checker's errors on a copy of `name`'s results in which `change` edited `file`
         (a DataFrame of strings) of the run `pick` chose from the sweep table; and that run."""
         res, texts, out = seen[name]
-        bad = os.path.join(tmp, name + "-corrupt")
+        bad = os.path.join(tempfile.mkdtemp(prefix=name + "-corrupt-", dir=tmp), "results")
         shutil.copytree(res, bad)
         row = pick(sweep(bad))
         p = os.path.join(bad, row["dir"], file)
@@ -850,6 +1014,31 @@ def main(halfway):
     def case(name):
         return lambda df: df[df["case"] == name].iloc[0]
 
+    def planted(name, old, new, word):
+        """A copy of `name`'s plot.py with `old` replaced by `new` (a planted plotting bug), run
+        on a copy of its results: whether the checker then reports an error containing
+        `word`."""
+        res = seen[name][0]
+        bad = os.path.join(tempfile.mkdtemp(prefix=name + "-planted-", dir=tmp), "results")
+        shutil.copytree(res, bad)
+        src = os.path.join(exps, name, "plot.py")
+        with open(src) as f:
+            code = f.read()
+        if old not in code:
+            print("     planted bug: %r is not in %s" % (old, src))
+            return False
+        bad_py = os.path.join(exps, name, "plot_planted.py")
+        with open(bad_py, "w") as f:
+            f.write(code.replace(old, new))
+        try:
+            out = plot(bad_py, bad)
+        except RuntimeError as e:
+            print("     " + str(e))
+            return False
+        errors = check(name, bad, texts_of(bad), out)
+        print("     planted bug in %s: %s" % (name, errors[:1]))
+        return any(word in e for e in errors)
+
     if "demo" in seen:
         def more_flushed(s):
             s.loc[0, "grad_flushed"] = str(int(s.loc[0, "grad_flushed"]) + 7)
@@ -857,6 +1046,18 @@ def main(halfway):
         ok(any("fp16-noscale" in e for e in errors),
            "negative control: 7 more underflows in one step of fp16-noscale's steps.csv are "
            "caught (%s)" % (errors[:1],))
+
+        def lower_window(s):
+            i = next(j for j in range(len(s)) if s.loc[j, "k_low"] != "")
+            s.loc[i, "k_low"] = str(int(float(s.loc[i, "k_low"])) - 1)
+        errors, _ = corrupted("demo", case("fp16-dynamic"), "steps.csv", lower_window)
+        ok(any("band" in e for e in errors),
+           "negative control: one step's k_low lowered in fp16-dynamic's steps.csv is caught "
+           "in the drawn band (%s)" % (errors[:1],))
+        ok(planted("demo", 'run_of(df, SCALED, seed), "steps.csv")\n    w = ',
+                   'run_of(df, REF, seed), "steps.csv")\n    w = ', "band"),
+           "negative control: a demo plot.py that draws the unscaled run's window as the band "
+           "is caught")
     if "text_lm" in seen:
         def higher_val_loss(s):
             s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
@@ -864,6 +1065,10 @@ def main(halfway):
         ok(any(row["case"] in e for e in errors),
            "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
            % (row["case"], errors[:1]))
+        ok(planted("text_lm", 't = s[s["grad_values"] > 0]\n',
+                   't = s[(s["grad_values"] > 0) & (s["grad_flushed"] > 0)]\n', "draws"),
+           "negative control: a text_lm plot.py that leaves out the traced steps without "
+           "underflow (its line spans them on the log axis) is caught")
     if "block_formats" in seen:
         def more_flushed_elements(b):
             last = len(b) - 1

@@ -1,6 +1,7 @@
 """examples/torch_transformer.py runs on the CPU: a TransformerEncoder trained under
 torch.autocast(bfloat16) and traced for fp16, bf16, e4m3 and e5m2 gives a run folder in the
-`halfway train` schema whose loss falls, and the three figures."""
+`halfway train` schema whose loss falls, and the three figures, safe_window.png as trace.csv
+says."""
 import json
 import os
 import subprocess
@@ -46,6 +47,11 @@ def main():
         with open(os.path.join(out, "manifest.json")) as f:
             m = json.load(f)
         check(m["tool"] == "halfway.torch" and m["complete"], "manifest")
+        # safe_window.png of the example: every format in the legend, every bar and "no safe
+        # scale" as trace.csv's last step says (test_figures.py's check).
+        import test_figures
+        errors = test_figures.expected_errors(out, test_figures.draw(out))
+        check(not errors, f"safe_window.png: {errors}")
     print("ok")
 
 
