@@ -4,7 +4,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${HALFWAY_BUILD_DIR:-$ROOT/build}"
 CMAKE_ARGS=()       # more cmake options for build (scripts/test --sanitize, scripts/fuzz)
-EXCLUDE_LABELS=exhaustive  # the labels (a regex) of the tests that the default set leaves out
+# The labels (a regex) of the tests that the default set leaves out: `exhaustive` (hours) and
+# `slow` (minutes each: python_wheel builds the extension again, about 3 minutes on 2 cores).
+EXCLUDE_LABELS='^(exhaustive|slow)$'
 JOBS="$(nproc 2>/dev/null || echo 2)"
 # The Python environment: Debian's interpreter with python/requirements.txt's pinned packages.
 VENV="${HALFWAY_VENV:-$ROOT/.venv}"
@@ -69,7 +71,7 @@ build() {
 }
 
 # The ctest arguments of scripts/test, in CTEST_ARGS: without a selection of the caller's, the
-# default set (`-LE exhaustive`); any selection of theirs (-L, -LE, -R, -I, -U, --rerun-failed,
+# default set (`-LE '^(exhaustive|slow)$'`); any selection of theirs (-L, -LE, -R, -I, -U, --rerun-failed,
 # --tests-from-file, ... in short or long form) replaces that default, so `-L exhaustive` runs the
 # exhaustive set. Name exclusions alone (-E, --exclude-regex, --exclude-from-file) keep it: they
 # narrow the default set rather than widen it to hours of exhaustive runs. --no-tests=error: a
