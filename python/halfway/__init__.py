@@ -9,7 +9,7 @@ their encodings, do correctly rounded arithmetic on encodings, and count what ha
     array([0.09997559, 0.        ,        inf], dtype=float32)
     >>> halfway.encode(np.float32([1.0, 448.0]), "e4m3")
     array([ 56, 126], dtype=uint8)
-    >>> halfway.finfo("bf16").max
+    >>> print(halfway.finfo("bf16").max)
     3.3895314e+38
 
 Rounding directions are named as in Berkeley TestFloat: near_even, near_maxMag, minMag, min,

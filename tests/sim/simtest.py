@@ -36,12 +36,17 @@ seed = 0
 """
 
 
-def need_torch():
+def need_torch(version=None):
+    """Skips (exit 77) unless torch imports, and, with `version` ("1.13"), is that release."""
     try:
-        import torch  # noqa: F401
+        import torch
     except Exception as e:  # pragma: no cover - depends on the machine
         print(f"SKIP: PyTorch is not importable ({e.__class__.__name__}: {e}); "
-              "install Debian's python3-torch to run this cross-check")
+              "scripts/test installs it in .venv (or install Debian's python3-torch)")
+        sys.exit(SKIP)
+    if version and not torch.__version__.startswith(version + "."):
+        print(f"SKIP: this check is calibrated against torch {version} (Debian's python3-torch); "
+              f"{sys.executable} has torch {torch.__version__}")
         sys.exit(SKIP)
 
 

@@ -35,7 +35,7 @@ enum class Layout : uint8_t { nn, nt, tn };
 ///  - `torch-cpu`: PyTorch 1.13's CPU matmul for bf16/fp16 with oneDNN bf16 support:
 ///    m·n·k > 4096 goes to oneDNN (fp32), smaller ones to ATen's gemm (in-format-unfused),
 ///    except a transposed second operand (a linear layer's forward: fp32). Measured against
-///    torch 1.13.1.
+///    torch 1.13.1. torch 2.x accumulates the small GEMMs in fp32 instead (docs/sim.md).
 ///  - the tensor-core block-FMA presets of lib/ (`v100`, `a100`, `h100` with an fp32
 ///    accumulator, `h100-fp16` with an fp16 one, `h100-fp8` for fp8 inputs): the low-precision
 ///    operands' exact products summed in blocks, aligned and truncated as the model says, and
