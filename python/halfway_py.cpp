@@ -835,6 +835,66 @@ py::array_t<float> gemm_py(py::handle a, py::handle b, py::handle bias, const st
   return rounded_values(rt, dt, c, nullptr, "gemm");
 }
 
+/// A float32 array argument of halfway.dot (any shape, C order).
+py::array_t<float> float32_array(py::handle x, const char* name) {
+  if (!py::isinstance<py::array>(x) ||
+      !py::reinterpret_borrow<py::array>(x).dtype().is(py::dtype::of<float>()))
+    throw py::type_error(std::string("halfway.dot: ") + name + " must be a float32 array, not " +
+                         (py::isinstance<py::array>(x)
+                              ? dtype_name(py::reinterpret_borrow<py::array>(x))
+                              : type_name(x)));
+  return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
+}
+
+/// The encoding of v in f, or a ValueError naming the argument when v is not a value of f.
+uint32_t exact_encoding(const Format& f, float v, const char* name, const std::string& fname) {
+  Env env;
+  const uint32_t e = from_f32(f, v, env);
+  Env back;
+  const float w = to_f32(f, e, back);
+  if (!(std::memcmp(&w, &v, 4) == 0 || (std::isnan(v) && std::isnan(w))))
+    throw py::value_error(std::string("halfway.dot: ") + name + " holds " + std::to_string(v) +
+                          ", which is not a value of " + fname);
+  return e;
+}
+
+/// halfway.dot: c + sum_k a[..., k]·b[..., k] per row under an accumulation name, as lib's dot
+/// computes it for the model the name resolves to with `fmt` operands (fp32 GEMMs: `fp32`).
+py::array_t<float> dot_py(py::handle a, py::handle b, py::handle c, py::handle fmt,
+                          const std::string& accumulation) {
+  const Format in = to_format(fmt);
+  const std::string fname = format_name(in);
+  const py::array_t<float> A = float32_array(a, "a"), B = float32_array(b, "b"),
+                           C = float32_array(c, "c");
+  if (A.ndim() < 1 || A.ndim() != B.ndim() || A.ndim() != C.ndim() + 1)
+    throw py::value_error("halfway.dot: a and b must be [..., K] and c [...] (got " +
+                          std::to_string(A.ndim()) + ", " + std::to_string(B.ndim()) + " and " +
+                          std::to_string(C.ndim()) + " dimensions)");
+  for (py::ssize_t d = 0; d < A.ndim(); ++d)
+    if (A.shape(d) != B.shape(d) || (d + 1 < A.ndim() && A.shape(d) != C.shape(d)))
+      throw py::value_error("halfway.dot: the shapes of a, b and c do not match");
+  const int64_t K = A.shape(A.ndim() - 1), rows = K ? A.size() / K : C.size();
+  const sim::DType out = in == accumulation::kF32 ? sim::DType::f32() : sim::DType::low(in);
+  const AccumulationModel model =
+      sim::accumulator_by_name(accumulation).resolve(out, rows, 1, K, sim::Layout::nn, {});
+  const std::string accname = format_name(model.acc);
+  py::array_t<float> r(shape_of(C));
+  const float *pa = A.data(), *pb = B.data(), *pc = C.data();
+  float* pr = r.mutable_data();
+  std::vector<uint32_t> ea(static_cast<size_t>(K)), eb(static_cast<size_t>(K));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < K; ++k) {
+      ea[size_t(k)] = exact_encoding(in, pa[i * K + k], "a", fname);
+      eb[size_t(k)] = exact_encoding(in, pb[i * K + k], "b", fname);
+    }
+    const uint32_t ec = exact_encoding(model.acc, pc[i], "c", accname);
+    Env env;
+    const uint32_t d = dot(model, in, ea.data(), eb.data(), int(K), ec, env);
+    pr[i] = to_f32(model.acc, d, env);
+  }
+  return r;
+}
+
 /// A preset policy as data for Python: what each op kind and each GEMM operand becomes.
 py::dict recipe_dict(const std::string& name) {
   const sim::Policy p = sim::preset_policy(name);
@@ -1303,6 +1363,9 @@ void bind_emulation(py::module_& m) {
         py::kw_only(), py::arg("dtype") = "fp32", py::arg("accumulation") = "fp32",
         py::arg("layout") = "nn", py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
         py::arg("threads") = 1);
+  m.def("dot", &dot_py, py::arg("a"), py::arg("b"), py::arg("c"), py::arg("fmt"), py::kw_only(),
+        py::arg("accumulation") = "fp32",
+        "c + sum over the last axis of a*b, under an accumulation name of halfway train");
   m.def("_recipe", &recipe_dict, py::arg("name"));
   m.def("_block_tile",
         [](const std::string& scheme, int axis) {

@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
-    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "gemm",
+    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "gemm", "dot",
     "accumulations", "recipes", "analyze", "AnalysisResult",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
@@ -212,6 +212,21 @@ def gemm(a, b, bias=None, *, dtype="fp32", accumulation="fp32", layout="nn",
         raise RuntimeError("halfway.gemm: this build of the Python module has no simulator (sim/)")
     return _halfway.gemm(a, b, bias, dtype=dtype, accumulation=accumulation, layout=layout,
                          rounding=rounding, seed=seed, threads=threads)
+
+
+def dot(a, b, c, fmt, *, accumulation="fp32"):
+    """Batched dot products c + sum_k a[..., k]·b[..., k] as lib's dot computes them under the
+    model an accumulation name resolves to for `fmt` operands: a and b are float32 arrays
+    [..., K] holding values of `fmt`, c a float32 array [...] of the model's accumulator
+    (fp32, or fp16 for 'h100-fp16' / 'mmasim-hopper-fp16'); returns float32 [...].
+    Block models chain instructions for longer K as D = mma(A_block, B_block, D), e.g.
+
+        halfway.dot(a, b, c, "e4m3", accumulation="mmasim-hopper-fp8")   # FP22 per 32 products
+
+    A value that is not exactly of its format is a ValueError naming the argument."""
+    if not hasattr(_halfway, "dot"):
+        raise RuntimeError("halfway.dot: this build of the Python module has no simulator (sim/)")
+    return _halfway.dot(a, b, c, fmt, accumulation=accumulation)
 
 
 def accumulations():
