@@ -759,9 +759,16 @@ sim::DType op_dtype(const std::string& name, const char* fn) {
 /// the accumulator's values, not yet rounded into dt. With `alpha` (the scaled GEMMs of the fp8
 /// and block-scaled recipes) the operands accumulate as fp32 and C = fl32(acc·alpha) (+ bias in
 /// fp32), cuBLASLt's epilogue, as sim's gemm_fp8 and gemm_blocks do.
+/// Which GEMM of an fp8 linear layer a scaled GEMM is, and its operands' formats.
+struct Fp8GemmSpec {
+  sim::Fp8Gemm role;
+  Format a, b;
+};
+
 py::array_t<float> gemm_values(sim::Runtime& rt, const sim::Accumulation& acc,
                                const sim::DType& dt, py::handle a, py::handle b, py::handle bias,
-                               sim::Layout layout, std::optional<float> alpha, const char* fn) {
+                               sim::Layout layout, std::optional<float> alpha, const char* fn,
+                               const std::optional<Fp8GemmSpec>& fp8 = std::nullopt) {
   const py::array_t<float> A = matrix_input<float>(a, fn, "a", "float32");
   const py::array_t<float> B = matrix_input<float>(b, fn, "b", "float32");
   const int64_t m = A.shape(0), k = A.shape(1), n = B.shape(1);
@@ -779,9 +786,14 @@ py::array_t<float> gemm_values(sim::Runtime& rt, const sim::Accumulation& acc,
                            std::to_string(n) + " values");
   }
   const sim::DType gdt = alpha ? sim::DType::f32() : dt;
-  const Format in = gdt.is_low() ? gdt.fmt : accumulation::kF32;
+  Format in = gdt.is_low() ? gdt.fmt : accumulation::kF32;
   const BulkOptions o = sim::next_rounding(rt);
-  const AccumulationModel model = acc.resolve(gdt, m, n, k, layout, o);
+  AccumulationModel model = acc.resolve(gdt, m, n, k, layout, o);
+  if (fp8) {  // sim's gemm_fp8: TE's accumulation of this GEMM under the run's name
+    model = sim::fp8_gemm_model(acc, fp8->role);
+    if (!(model.kind == AccumulationModel::Kind::sequential_fma && model.acc == accumulation::kF32))
+      in = sim::fp8_gemm_format(fp8->a, fp8->b);
+  }
   py::array_t<float> out({py::ssize_t(m), py::ssize_t(n)});
   const float *pa = A.data(), *pb = B.data(), *pbias = bv ? bv->data() : nullptr;
   float* pc = out.mutable_data();
@@ -1115,9 +1127,19 @@ class Emulator {
 
   py::array_t<float> gemm(py::handle a, py::handle b, py::handle bias, const std::string& dtype,
                           const std::string& layout, const std::string& accumulation,
-                          std::optional<float> alpha) {
+                          std::optional<float> alpha, py::handle fp8) {
+    std::optional<Fp8GemmSpec> spec;
+    if (!fp8.is_none()) {  // (role, format of a, format of b)
+      const auto t = fp8.cast<std::tuple<std::string, std::string, std::string>>();
+      const std::string& r = std::get<0>(t);
+      const sim::Fp8Gemm role = r == "fprop" ? sim::Fp8Gemm::fprop
+                                : r == "dgrad" ? sim::Fp8Gemm::dgrad
+                                : r == "wgrad" ? sim::Fp8Gemm::wgrad
+                                               : throw py::value_error("emulate: fp8 GEMM role " + r);
+      spec = Fp8GemmSpec{role, parse_format(std::get<1>(t)), parse_format(std::get<2>(t))};
+    }
     return gemm_values(rt_, sim::accumulator_by_name(accumulation), op_dtype(dtype, "emulate"),
-                       a, b, bias, to_layout(layout), alpha, "emulate");
+                       a, b, bias, to_layout(layout), alpha, "emulate", spec);
   }
 
   py::array_t<float> round(py::handle x, const std::string& dtype, const std::string& rounding,
@@ -1382,7 +1404,8 @@ void bind_emulation(py::module_& m) {
       .def("end_step", &Emulator::end_step)
       .def("commit", &Emulator::commit)
       .def("gemm", &Emulator::gemm, py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("dtype"),
-           py::arg("layout"), py::arg("accumulation"), py::arg("alpha") = py::none())
+           py::arg("layout"), py::arg("accumulation"), py::arg("alpha") = py::none(),
+           py::arg("fp8") = py::none())
       .def("round", &Emulator::round, py::arg("x"), py::arg("dtype"), py::arg("rounding"),
            py::arg("name") = "", py::arg("op") = "", py::arg("kind") = "activation")
       .def("bias_grad", &Emulator::bias_grad, py::arg("grad"), py::arg("dtype"),

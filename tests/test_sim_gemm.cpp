@@ -200,3 +200,41 @@ TEST_CASE("the persistent thread pool runs every part once, deterministically", 
     CHECK(bad == 0);
   }
 }
+
+TEST_CASE("fp8 GEMMs accumulate as Transformer Engine's do under Hopper names", "[sim][gemm]") {
+  using namespace halfway;
+  using namespace halfway::sim;
+  for (const char* name : {"fp32", "in-format", "torch-cpu", "v100", "a100", "mmasim-volta",
+                           "mmasim-ampere", "amx-bf16"})
+    for (Fp8Gemm g : {Fp8Gemm::fprop, Fp8Gemm::dgrad, Fp8Gemm::wgrad}) {
+      const AccumulationModel m = fp8_gemm_model(accumulator_by_name(name), g);
+      CHECK(m.kind == AccumulationModel::Kind::sequential_fma);  // exact fp32, as before
+      CHECK(m.acc == accumulation::kF32);
+    }
+  for (const char* name : {"h100", "h100-fp16", "h100-fp8", "mmasim-hopper", "mmasim-hopper-fp16",
+                           "mmasim-hopper-fp8"}) {
+    const Accumulation& acc = accumulator_by_name(name);
+    const AccumulationModel f = fp8_gemm_model(acc, Fp8Gemm::fprop);
+    const bool mmasim = std::string(name).rfind("mmasim", 0) == 0;
+    CHECK(f.kind == AccumulationModel::Kind::block_fma);
+    CHECK(f.block == 32);
+    CHECK(f.kept_bits == 13);
+    CHECK(f.promote == 0);  // fast accumulation: the whole K in the fp8 accumulator
+    CHECK(f.unnormalized_alignment == mmasim);
+    CHECK(int(f.step_frac_bits) == (mmasim ? 13 : 0));
+    for (Fp8Gemm g : {Fp8Gemm::dgrad, Fp8Gemm::wgrad})
+      CHECK(fp8_gemm_model(acc, g).promote == kFp8SplitPromotion);  // split accumulator
+  }
+  // Mixed operands: e4m3 with e5m2 is given as e5m3, which holds both exactly.
+  const Format mixed = fp8_gemm_format(formats::e4m3, formats::e5m2);
+  CHECK(mixed.exp_bits == 5);
+  CHECK(mixed.frac_bits == 3);
+  CHECK(fp8_gemm_format(formats::e4m3, formats::e4m3) == formats::e4m3);
+  for (uint32_t e = 0; e < 256; ++e)
+    for (const Format& f : {formats::e4m3, formats::e5m2}) {
+      Env env;
+      const float v = to_f32(f, e, env);
+      if (std::isnan(v)) continue;
+      CHECK(to_f32(mixed, from_f32(mixed, v, env), env) == v);
+    }
+}

@@ -117,9 +117,11 @@ class _Gemm:
 
     # -- primitives ------------------------------------------------------------------------
 
-    def _gemm(self, A, B, bias, dt, layout, alpha=None):
+    def _gemm(self, A, B, bias, dt, layout, alpha=None, fp8=None):
+        """fp8: (role, format of A, format of B) of an fp8 linear's GEMM: sim's gemm_fp8 picks
+        Transformer Engine's accumulation for it (fast fprop, split dgrad/wgrad under Hopper)."""
         if not self.native:
-            return self.em.core.gemm(A, B, bias, dt, layout, self.acc, alpha)
+            return self.em.core.gemm(A, B, bias, dt, layout, self.acc, alpha, fp8)
         import torch
         c = torch.from_numpy(A) @ torch.from_numpy(B)
         if alpha is not None:
@@ -208,17 +210,21 @@ class _Gemm:
         wq, iw = self._fp8("weight", False, w, "weight")
         self.saved = (xq, ix, wq, iw)
         alpha = np.float32(ix) * np.float32(iw)
-        return self._gemm(xq, np.ascontiguousarray(wq.T), bias, "fp32", "nt", alpha)
+        fwd = self.r.fp8["fwd"]
+        return self._gemm(xq, np.ascontiguousarray(wq.T), bias, "fp32", "nt", alpha,
+                          ("fprop", fwd, fwd))
 
     def _fp8_backward(self, g, need_a, need_b, need_bias):
         xq, ix, wq, iw = self.saved
         gq, ig = self._fp8("grad_output", True, g, "activation_grad")
         ga = gb = gbias = None
+        fwd, bwd = self.r.fp8["fwd"], self.r.fp8["bwd"]
         if need_a:
-            ga = self._gemm(gq, wq, None, "fp32", "nn", np.float32(ig) * np.float32(iw))
+            ga = self._gemm(gq, wq, None, "fp32", "nn", np.float32(ig) * np.float32(iw),
+                            ("dgrad", bwd, fwd))
         if need_b:
             gb = self._gemm(np.ascontiguousarray(gq.T), xq, None, "fp32", "tn",
-                            np.float32(ig) * np.float32(ix))
+                            np.float32(ig) * np.float32(ix), ("wgrad", bwd, fwd))
         if need_bias:
             gbias = self.em.core.bias_grad(g, "fp32", self.r.backward_rounding,
                                            f"{self.name}.bias.grad", self.op)

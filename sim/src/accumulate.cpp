@@ -100,6 +100,23 @@ AccumulationModel Accumulation::resolve(const DType& out, int64_t m, int64_t n, 
   }
 }
 
+AccumulationModel fp8_gemm_model(const Accumulation& acc, Fp8Gemm gemm) {
+  const std::string_view n = acc.name;
+  AccumulationModel m;
+  if (n == "h100" || n == "h100-fp16" || n == "h100-fp8") m = accumulation::h100_fp8_fp32;
+  else if (n.substr(0, 13) == "mmasim-hopper") m = accumulation::mmasim_hopper_fp8;
+  else return accumulation::fp32_sequential;
+  if (gemm != Fp8Gemm::fprop) m.promote = kFp8SplitPromotion;
+  return m;
+}
+
+Format fp8_gemm_format(const Format& a, const Format& b) {
+  if (a == b) return a;
+  const int eb = a.exp_bits > b.exp_bits ? a.exp_bits : b.exp_bits;
+  const int fb = a.frac_bits > b.frac_bits ? a.frac_bits : b.frac_bits;
+  return Format{eb, fb, (1 << (eb - 1)) - 1, Specials::ieee, Overflow::infinity};
+}
+
 const Accumulation& accumulator_by_name(std::string_view name) {
   if (name == "fp32-sequential") name = "fp32";
   for (const Accumulation& a : all_accumulations())

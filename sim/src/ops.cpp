@@ -276,6 +276,25 @@ const double* as_f64(Src src, size_t n, Vec& buf) {
   return buf.data();
 }
 
+/// The binary32 part of gemm_dt: C = A·B (+ bias) by `model` on operands of `in`, with the
+/// layouts of gemm_dt.
+void gemm_model_f32(Runtime& rt, const AccumulationModel& model, const Format& in, int64_t m,
+                    int64_t n, int64_t k, Src A, Src B, Src bias, Dst C, Layout layout,
+                    const BulkOptions& o) {
+  const bool at = layout == Layout::tn, bt = layout == Layout::nt;
+  thread_local std::vector<float> fa, fb, fc, fbias;
+  const float* a = as_f32(A, m, k, at, fa);
+  const float* b = as_f32(B, k, n, bt, fb);
+  float* c = C.f ? C.f : scratch(fc, size_t(m * n));
+  const float* pbias = bias ? as_f32(bias, 1, n, false, fbias) : nullptr;
+  gemm(model, in, m, n, k, a, b, pbias, c, o, rt.threads);
+  if (!C.f) std::copy(c, c + m * n, C.d);
+}
+
+const Accumulation& run_accumulation(const Runtime& rt) {
+  return rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
+}
+
 /// C = A·B (+ bias) with `dt`'s arithmetic (binary64, or the runtime's accumulation model);
 /// C is not yet rounded into dt. `layout` also says how the operands are stored: Layout::tn
 /// passes A as its transpose (k × m), Layout::nt passes B as its transpose (n × k), as the
@@ -295,16 +314,9 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, Src 
              bias ? as_f64(bias, size_t(n), wbias) : nullptr, C.d);
     return;
   }
-  thread_local std::vector<float> fa, fb, fc, fbias;
-  const float* a = as_f32(A, m, k, at, fa);
-  const float* b = as_f32(B, k, n, bt, fb);
-  float* c = C.f ? C.f : scratch(fc, size_t(m * n));
-  const float* pbias = bias ? as_f32(bias, 1, n, false, fbias) : nullptr;
-  const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
-  const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
-  gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, a, b, pbias, c, o,
-       rt.threads);
-  if (!C.f) std::copy(c, c + m * n, C.d);
+  const AccumulationModel model = run_accumulation(rt).resolve(dt, m, n, k, layout, o);
+  gemm_model_f32(rt, model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, A, B, bias, C,
+                 layout, o);
 }
 
 // ---- broadcasting ----------------------------------------------------------------------------
@@ -564,12 +576,18 @@ GemmFn gemm_in(Runtime* rt, DType dt) {
           dt};
 }
 
-/// An fp8 GEMM (cuBLASLt's scaled fp8 GEMM with an fp32 output): the fp8 products accumulate
-/// in fp32, then C = fl32(fl32(acc)·alpha) (+ bias in fp32), alpha the product of the operands'
-/// inverse scales.
-void gemm_fp8(Runtime& rt, int64_t m, int64_t n, int64_t k, Src A, Src B, const Values* bias,
-              float* C, Layout layout, float alpha) {
-  gemm_dt(rt, DType::f32(), m, n, k, A, B, Src(), C, layout);
+/// An fp8 GEMM (cuBLASLt's scaled fp8 GEMM with an fp32 output): the products of the fp8
+/// values (operands of `fa` and `fb`) accumulate as fp8_gemm_model says for this GEMM of a
+/// linear layer (exact fp32 unless the run's accumulation models Hopper), then
+/// C = fl32(fl32(acc)·alpha) (+ bias in fp32), alpha the product of the operands' inverse scales.
+void gemm_fp8(Runtime& rt, Fp8Gemm role, const Format& fa, const Format& fb, int64_t m, int64_t n,
+              int64_t k, Src A, Src B, const Values* bias, float* C, Layout layout, float alpha) {
+  const BulkOptions o = next_rounding(rt);
+  const AccumulationModel model = fp8_gemm_model(run_accumulation(rt), role);
+  const bool exact = model.kind == AccumulationModel::Kind::sequential_fma &&
+                     model.acc == accumulation::kF32 && model.block <= 1;
+  gemm_model_f32(rt, model, exact ? accumulation::kF32 : fp8_gemm_format(fa, fb), m, n, k, A, B,
+                 Src(), Dst(C), layout, o);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float v = C[i * n + j] * alpha;
@@ -578,9 +596,10 @@ void gemm_fp8(Runtime& rt, int64_t m, int64_t n, int64_t k, Src A, Src B, const 
     }
 }
 
-GemmFn gemm_fp8_fn(Runtime* rt, float alpha) {
-  return {[rt, alpha](int64_t m, int64_t n, int64_t k, Src A, Src B, Dst C, Layout l) {
-            gemm_fp8(*rt, m, n, k, A, B, nullptr, C.f, l, alpha);
+GemmFn gemm_fp8_fn(Runtime* rt, Fp8Gemm role, const Format& fa, const Format& fb, float alpha) {
+  return {[rt, role, fa, fb, alpha](int64_t m, int64_t n, int64_t k, Src A, Src B, Dst C,
+                                    Layout l) {
+            gemm_fp8(*rt, role, fa, fb, m, n, k, A, B, nullptr, C.f, l, alpha);
           },
           DType::f32()};
 }
@@ -806,7 +825,8 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       fp8_quantize(rt, scoped("input"), cfg.fwd, a.data(), fwd_kind(*a.impl()), "matmul");
   const Fp8Operand bq =
       fp8_quantize(rt, scoped("other"), cfg.fwd, b.data(), fwd_kind(*b.impl()), "matmul");
-  Values y = mm_forward(d, aq.q, bq.q, gemm_fp8_fn(&rt, aq.inv * bq.inv));
+  Values y = mm_forward(d, aq.q, bq.q,
+                        gemm_fp8_fn(&rt, Fp8Gemm::fprop, cfg.fwd, cfg.fwd, aq.inv * bq.inv));
   const DType dt = fp8_out_dtype(a, b);
   Ptr out = output_node(rt, "matmul", matmul_shape(a, d), dt, std::move(y), {a.ptr(), b.ptr()});
   if (out->requires_grad) {
@@ -822,10 +842,16 @@ Tensor matmul_fp8(const Tensor& a, const Tensor& b, const MatmulDims& d) {
       const Format bwd = fp8_state(*r).config().bwd;
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "matmul");
       if (ap->requires_grad) {
-        send_grad(*r, *ap, mm_grad_a(d, g.q, bq.q, gemm_fp8_fn(r, g.inv * bq.inv)), &ta);
+        const Format fwd = fp8_state(*r).config().fwd;
+        send_grad(*r, *ap,
+                  mm_grad_a(d, g.q, bq.q, gemm_fp8_fn(r, Fp8Gemm::dgrad, bwd, fwd, g.inv * bq.inv)),
+                  &ta);
       }
       if (bp->requires_grad) {
-        send_grad(*r, *bp, mm_grad_b(d, aq.q, g.q, gemm_fp8_fn(r, g.inv * aq.inv)), &tb);
+        const Format fwd = fp8_state(*r).config().fwd;
+        send_grad(*r, *bp,
+                  mm_grad_b(d, aq.q, g.q, gemm_fp8_fn(r, Fp8Gemm::wgrad, fwd, bwd, g.inv * aq.inv)),
+                  &tb);
       }
     };
   }
@@ -844,8 +870,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
   const Fp8Operand wq =
       fp8_quantize(rt, scoped("weight"), cfg.fwd, w.data(), TraceKind::weight, "linear");
   Values y = gemm_out(DType::f32(), M, nout);
-  gemm_fp8(rt, M, nout, nin, xq.q, wq.q, b ? &b.data() : nullptr, y.f32(), Layout::nt,
-           xq.inv * wq.inv);
+  gemm_fp8(rt, Fp8Gemm::fprop, cfg.fwd, cfg.fwd, M, nout, nin, xq.q, wq.q,
+           b ? &b.data() : nullptr, y.f32(), Layout::nt, xq.inv * wq.inv);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     out->saved = {fp8_copy(Values(xq.q, false), x.shape(), cfg.fwd, false),
@@ -858,16 +884,18 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
     const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
     const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
     out->backward_fn = [o, xp, wp, bp, r, xq, wq, kg, tgx, tgw, tgb, M, nin, nout]() {
-      const Format bwd = fp8_state(*r).config().bwd;
+      const Format bwd = fp8_state(*r).config().bwd, fwd = fp8_state(*r).config().fwd;
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "linear");
       if (xp->requires_grad) {
         Values gx = gemm_out(DType::f32(), M, nin);
-        gemm_fp8(*r, M, nin, nout, g.q, wq.q, nullptr, gx.f32(), Layout::nn, g.inv * wq.inv);
+        gemm_fp8(*r, Fp8Gemm::dgrad, bwd, fwd, M, nin, nout, g.q, wq.q, nullptr, gx.f32(),
+                 Layout::nn, g.inv * wq.inv);
         send_grad(*r, *xp, std::move(gx), &tgx);
       }
       if (wp->requires_grad) {
         Values gw = gemm_out(DType::f32(), nout, nin);
-        gemm_fp8(*r, nout, nin, M, g.q, xq.q, nullptr, gw.f32(), Layout::tn, g.inv * xq.inv);
+        gemm_fp8(*r, Fp8Gemm::wgrad, bwd, fwd, nout, nin, M, g.q, xq.q, nullptr, gw.f32(),
+                 Layout::tn, g.inv * xq.inv);
         send_grad(*r, *wp, std::move(gw), &tgw);
       }
       if (bp && bp->requires_grad) {

@@ -159,20 +159,21 @@ class DefaultMlp:
 class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
     """One step of halfway train's default MLP and the same step under emulate."""
 
-    def simulate(self, recipe):
-        out = os.path.join(self.dir.name, "sim-" + recipe)
-        cfg = self.config(recipe, {"kind": "sgd", "lr": 0.01}, 1, {"grads": True})
+    def simulate(self, recipe, accumulation=None):
+        out = os.path.join(self.dir.name, "sim-" + recipe + "-" + str(accumulation))
+        precision = {"accumulation": accumulation} if accumulation else None
+        cfg = self.config(recipe, {"kind": "sgd", "lr": 0.01}, 1, {"grads": True}, precision)
         r = halfway.train(cfg, out_dir=out)
         grads = np.load(os.path.join(out, "grads.npz"))
         g = {k[len("step0."):]: grads[k] for k in grads.files}
         g["loss"] = np.float32(r.steps.loss[0])
         return g, r.trace
 
-    def emulate(self, recipe):
+    def emulate(self, recipe, accumulation=None):
         model = mlp()
         model.load_state_dict({k: torch.from_numpy(v) for k, v in self.init.items()})
-        out = os.path.join(self.dir.name, "emu-" + recipe)
-        with ht.emulate(model, recipe=recipe, out=out):
+        out = os.path.join(self.dir.name, "emu-" + recipe + "-" + str(accumulation))
+        with ht.emulate(model, recipe=recipe, out=out, accumulation=accumulation):
             loss = F.mse_loss(model(torch.from_numpy(self.x)), torch.from_numpy(self.y))
             loss.backward()
         trace = pd.read_csv(os.path.join(out, "trace.csv"), keep_default_na=False,
@@ -181,9 +182,9 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
         g["loss"] = np.float32(loss.item())
         return g, trace
 
-    def compare(self, recipe):
-        sim, sim_trace = self.simulate(recipe)
-        emu, emu_trace = self.emulate(recipe)
+    def compare(self, recipe, accumulation=None):
+        sim, sim_trace = self.simulate(recipe, accumulation)
+        emu, emu_trace = self.emulate(recipe, accumulation)
         diffs = [k for k in sim if not np.array_equal(hwtest.bits32(sim[k]), hwtest.bits32(emu[k]))]
         # Every record both write (pre-rounding statistics and counts of each rounding). Only
         # the simulator has the optimizer's (*.update); only emulate has `<layer>.grad_output`,
@@ -217,6 +218,36 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
                     # the data and the target cast into the low dtype, the loss computed in it
                     self.assertTrue({"input", "loss.target", "loss.output", "1.output",
                                      "2.weight.grad"} <= set(names), names)
+
+    def test_fp8_recipes_accumulate_as_transformer_engine_under_hopper_names(self):
+        # fprop in the fast fp8 accumulator, dgrad and wgrad split (sim's fp8_gemm_model): the
+        # simulator and emulate agree bit for bit, and the gradients differ from exact fp32's.
+        for recipe in ("fp8-hybrid", "fp8-current"):
+            exact, _ = self.simulate(recipe, "fp32")
+            for acc in ("h100", "mmasim-hopper"):
+                with self.subTest(recipe=recipe, accumulation=acc):
+                    diffs, records_same, _ = self.compare(recipe, acc)
+                    # The loss of fp32 outputs is PyTorch's own mse_loss (another summation
+                    # order, as under fp32 above); its gradient is exact in both.
+                    diffs = [d for d in diffs if d != "loss"]
+                    self.assertEqual(diffs, [], f"{recipe} under {acc}: gradients differ")
+                    self.assertTrue(records_same, f"{recipe} under {acc}: records differ")
+                    hopper, _ = self.simulate(recipe, acc)
+                    changed = [k for k in exact if not np.array_equal(
+                        hwtest.bits32(exact[k]), hwtest.bits32(hopper[k]))]
+                    self.assertTrue(changed, f"{recipe}: {acc} accumulates as exact fp32")
+
+    def test_negative_control_fp8_gemm_left_in_fp32(self):
+        original = emu_module._Gemm._gemm
+
+        def faulty(self, A, B, bias, dt, layout, alpha=None, fp8=None):
+            return original(self, A, B, bias, dt, layout, alpha, None)
+        emu_module._Gemm._gemm = faulty
+        try:
+            diffs, _, _ = self.compare("fp8-hybrid", "h100")
+        finally:
+            emu_module._Gemm._gemm = original
+        self.assertTrue(diffs, "an fp8 GEMM accumulated in exact fp32 must be caught")
 
     def test_negative_control_loss_left_to_pytorch(self):
         original = emu_module._read_mse

@@ -56,6 +56,26 @@ struct Accumulation {
                             const BulkOptions& o) const;
 };
 
+/// The three GEMMs of a linear layer, as Transformer Engine names them.
+enum class Fp8Gemm : uint8_t { fprop, dgrad, wgrad };
+
+/// The model one of Transformer Engine's per-tensor fp8 GEMMs (the fp8-hybrid and fp8-current
+/// recipes) accumulates by under the run's accumulation `acc`. Under a Hopper name (`h100`,
+/// `h100-fp16`, `h100-fp8`: the `h100-fp8` block model; `mmasim-hopper*`: `mmasim-hopper-fp8`)
+/// fprop runs the fast fp8 accumulator (TE's _2X_ACC_FPROP = False: the whole K in the
+/// tensor core's accumulator) and dgrad/wgrad the split accumulator (use_split_accumulator:
+/// promotion into fp32 every 128 products, DeepGEMM's interval; cuBLAS's own is not
+/// documented, so that interval is a hypothesis). Under every other name (no fp8 tensor-core
+/// model: `fp32`, the CPU and the pre-Hopper names) exact fp32 sequential accumulation.
+AccumulationModel fp8_gemm_model(const Accumulation& acc, Fp8Gemm gemm);
+/// Products per promotion of the split accumulator (fp8_gemm_model).
+inline constexpr int kFp8SplitPromotion = 128;
+/// The element format an fp8 GEMM's operands are given in: `a` when both are the same format,
+/// else the smallest IEEE-style format holding both exactly (e5m3 for e4m3 with e5m2). Under a
+/// block model with MMA-Sim's alignment this aligns a subnormal e4m3 operand at its own
+/// exponent rather than at e4m3's smallest one, a departure only in mixed-format GEMMs.
+Format fp8_gemm_format(const Format& a, const Format& b);
+
 /// The accumulation called `name` (see Accumulation); throws InputError listing the names.
 const Accumulation& accumulator_by_name(std::string_view name);
 /// Every accumulation name, in the order of the list above.
