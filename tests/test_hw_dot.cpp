@@ -226,6 +226,20 @@ TEST_CASE("recorded tdpbf16ps tiles: the search finds the amx-bf16 model and onl
   CHECK(s.others.front().second > 0);
 }
 
+TEST_CASE("generated AMX tiles tell the documented model apart from every other candidate",
+          "[hw][amx_replay]") {
+  // What the live test on an AMX machine searches (2^17 outputs: 512 tiles), with the outputs
+  // the documented model gives: only it may match, or that test could not pass anywhere.
+  auto tiles = amx_tile_cases(fmt_bf16(), 512);
+  for (AmxTile& t : tiles)
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 16; ++n)
+        t.d[m][n] = amx_tile_output(accumulation::amx_bf16, fmt_bf16(), t, m, n);
+  const DotSearchResult s = search_tiles(fmt_bf16(), tiles, tiles.size());
+  REQUIRE(s.matched.size() == 1);
+  CHECK(same_dot_model(s.matched[0], accumulation::amx_bf16));
+}
+
 TEST_CASE("AMX tile records: a file is read whole or refused with its reason", "[hw][amx_replay]") {
   const std::string dir = halfway_test::scratch_dir("hw_dot", "amx_tiles").string();
   std::vector<AmxTile> some(recorded_tiles().begin(), recorded_tiles().begin() + 3);

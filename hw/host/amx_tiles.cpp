@@ -142,7 +142,9 @@ void fill_family(const Format& in, int fam, Draw& r, AmxTile& t) {
       switch (fam) {
         case 0: a = element(in, r, -7, 8), b = element(in, r, -7, 8); break;
         case 1: a = element(in, r, -37, 42), b = element(in, r, -37, 42); break;
-        case 2: a = element(in, r, emin, emin + 12), b = element(in, r, -8, 8); break;
+        // Products around fp32's smallest normal (2^-132..2^-120): chains that start and stay
+        // tiny, so that FTZ (and its tininess rule) shows in the outputs.
+        case 2: a = element(in, r, emin, emin + 4), b = element(in, r, -6, 2); break;
         case 3: a = element(in, r, emax - 12, emax), b = element(in, r, 40, emax); break;
         case 5:
           a = (r.next() % 8) ? 0u : element(in, r, -7, 8), b = element(in, r, -7, 8);
