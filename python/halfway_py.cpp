@@ -713,7 +713,8 @@ void bind_analysis_run(py::module_& m) {
            py::arg("step"), py::arg("loss") = std::nan(""), py::arg("loss_scale") = 1.0,
            py::arg("found_inf") = -1, py::arg("skipped") = -1,
            py::arg("next_scale") = std::nan(""))
-      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}")
+      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}",
+           py::arg("tensors_json") = "")
       .def("unpublish", &AnalysisRun::unpublish);
   // The suffix of this process's temporary files (".tmp.PID@HOST"), for files written from
   // Python next to the run's own.

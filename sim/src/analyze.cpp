@@ -431,9 +431,11 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
   begin_step();
 }
 
-void AnalysisRun::commit(const std::string& fields_json) {
+void AnalysisRun::commit(const std::string& fields_json, const std::string& tensors_json) {
   using nlohmann::json;
   json m = json::parse(fields_json);
+  if (!tensors_json.empty() && m.contains("tensors"))
+    throw std::logic_error("AnalysisRun::commit: \"tensors\" given twice");
   m["halfway_version"] = sim_version();
   m["git_revision"] = git_revision();
   if (!m.contains("complete")) m["complete"] = true;
@@ -453,7 +455,13 @@ void AnalysisRun::commit(const std::string& fields_json) {
       f->finish();
       renames.push_back([f] { f->publish(); });
     }
-  publish_folder(dir_, stale_outputs(), renames, m.dump(2) + "\n");
+  std::string text = m.dump(2);
+  if (!tensors_json.empty()) {
+    // Spliced in as text: a tree of 100,000 entries would take some 600 bytes each.
+    text.resize(text.size() - 2);  // "\n}"
+    text += ",\n  \"tensors\": " + tensors_json + "\n}";
+  }
+  publish_folder(dir_, stale_outputs(), renames, text + "\n");
 }
 
 std::vector<std::string> AnalysisRun::stale_outputs() const {

@@ -164,7 +164,7 @@ size_t analyze_files(const std::vector<std::string>& files,
   ArrayEntry cur;
   auto end_array = [&] {
     if (cur.name.empty() && cur.file.empty()) return;
-    entries += (entries.empty() ? "" : ",") + cur.json();
+    entries += (entries.empty() ? "" : ",\n    ") + cur.json();
     cur = {};
   };
   std::vector<float> buf;
@@ -195,7 +195,7 @@ size_t analyze_files(const std::vector<std::string>& files,
   end_array();
   check_stop();
   run.end_step(0, {});
-  run.commit(R"({"tool": "analyze", "tensors": [)" + entries + "]}");
+  run.commit(R"({"tool": "analyze"})", entries.empty() ? "[]" : "[\n    " + entries + "\n  ]");
   return where.size();
 }
 

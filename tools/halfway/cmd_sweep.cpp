@@ -225,8 +225,25 @@ std::string index_header(const nlohmann::json& def) {
 }
 
 /// One sweep.csv row from a finished run folder (`rel`: the folder as written in the table).
+std::string index_row_of(const nlohmann::json& def, const nlohmann::json& run,
+                         const std::string& run_dir, const std::string& rel);
+
+/// index_row_of, with a run folder whose files were changed by hand (a manifest that is not
+/// JSON or lacks a field, a steps.csv count that is not a number) reported as bad input.
 std::string index_row(const nlohmann::json& def, const nlohmann::json& run,
                       const std::string& run_dir, const std::string& rel) {
+  try {
+    return index_row_of(def, run, run_dir, rel);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(run_dir + "/manifest.json cannot be read as a run's manifest (" +
+                     e.what() + ")");
+  } catch (const std::logic_error&) {  // std::stoll: invalid_argument, out_of_range
+    throw InputError(run_dir + "/steps.csv holds a count that is not an integer");
+  }
+}
+
+std::string index_row_of(const nlohmann::json& def, const nlohmann::json& run,
+                         const std::string& run_dir, const std::string& rel) {
   const nlohmann::json m = nlohmann::json::parse(sim::read_file(run_dir + "/manifest.json"));
   const nlohmann::json& s = m["summary"];
   std::string r = std::to_string(run["run"].get<int>()) + "," + csv_field(rel);

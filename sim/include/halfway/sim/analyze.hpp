@@ -165,8 +165,10 @@ class AnalysisRun {
   /// Write the step's rows and forget its tensors.
   void end_step(int step, const StepInfo& info);
   /// Write manifest.json (the members of the JSON object `fields_json`, plus the version,
-  /// formats, scales, outputs and steps) and rename every file into place.
-  void commit(const std::string& fields_json = "{}");
+  /// formats, scales, outputs and steps) and rename every file into place. `tensors_json`, a
+  /// JSON array as text, becomes the member "tensors" without being parsed (it lists every
+  /// tensor, so it may be large).
+  void commit(const std::string& fields_json = "{}", const std::string& tensors_json = "");
   /// Remove the folder's old manifest.json before other files change in it (a caller's own
   /// files, such as halfway.torch.trace's tensors/): until commit() the folder is no finished
   /// run. commit() does this itself (publish_folder).
