@@ -395,6 +395,9 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
         if max_memory is not None and not isinstance(max_memory, (int, str)):
             raise TypeError("halfway.train: max_memory must be a number of bytes or a string "
                             f"such as '2G', not {type(max_memory).__name__}")
+        if isinstance(max_memory, str) and not max_memory.strip():
+            raise ValueError("halfway.train: max_memory must be a size such as '2G', not an "
+                             "empty string (None for the default)")
         if isinstance(max_memory, bool) or isinstance(max_memory, int) and max_memory < 1:
             raise ValueError("halfway.train: max_memory must be at least 1 byte, got "
                              f"{max_memory!r}")

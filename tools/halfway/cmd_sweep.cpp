@@ -32,6 +32,7 @@
 #include "format_util.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/memory.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "progress.hpp"
 #include "sweep.hpp"
@@ -589,10 +590,28 @@ SweepDef load_sweep(const std::string& path) {
   return d;
 }
 
+/// The runs of this shard that are not finished yet, together, against the disk they may use.
+void check_sweep_disk(const SweepDef& d, const fs::path& root, int shard, int shard_count,
+                      uint64_t max_disk) {
+  sim::DiskEstimate sum;
+  int left = 0;
+  for (const SweepRun& r : d.runs) {
+    if (r.index % shard_count != shard ||
+        sim::run_complete((root / "runs" / run_dir_name(r.index)).string()))
+      continue;
+    const sim::DiskEstimate e =
+        sim::estimate_disk(sim::parse_config(r.config_toml, d.base_dir, "config.toml"));
+    sum.csv += e.csv, sum.archives += e.archives, ++left;
+  }
+  sim::check_disk(sum, max_disk, root.string(),
+                  "the sweep's " + std::to_string(left) + " runs left");
+}
+
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
-              bool quiet, uint64_t max_memory) {
+              bool quiet, uint64_t max_memory, uint64_t max_disk) {
   const fs::path root(out);
   fs::create_directories(root);
+  check_sweep_disk(d, root, shard, shard_count, max_disk);
   const nlohmann::json def = definition_json(d);
   const fs::path def_path = root / "sweep.json";
   // Everything written at the top of the folder (sweep.json, shard markers, the index) is
@@ -681,6 +700,7 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
           sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
           sim::TrainOptions o;
           o.max_memory = max_memory;
+          o.max_disk = max_disk;
           if (!sim::write_run(c, tmp.string(), o).complete()) {  // stopped: not done
             fs::remove_all(tmp);
             throw std::runtime_error("stopped before its last step; a resume reruns it");
@@ -759,10 +779,15 @@ int cmd_sweep(int argc, char** argv) {
   app.add_option("--shard", shard_s, "run only runs with index % N == I (I from 0); default "
                                      "from SLURM_ARRAY_TASK_ID/COUNT");
   app.add_flag("--quiet,-q", quiet, "print nothing on success");
-  std::string max_memory;
-  app.add_option("--max-memory", max_memory, "refuse each run whose estimated peak memory is "
-                                             "over SIZE (e.g. 2G; default: 80% of physical "
-                                             "memory)");
+  std::string max_memory, max_disk;
+  CLI::Option* max_memory_opt =
+      app.add_option("--max-memory", max_memory, "refuse each run whose estimated peak memory "
+                                                 "is over SIZE (e.g. 2G; default: 80% of "
+                                                 "physical memory)");
+  CLI::Option* max_disk_opt =
+      app.add_option("--max-disk", max_disk, "refuse a sweep whose runs left would write more "
+                                             "than SIZE together, estimated (e.g. 50G; "
+                                             "default: the free space where --out is)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -802,8 +827,10 @@ int cmd_sweep(int argc, char** argv) {
   // SIGINT, SIGTERM, SIGHUP, SIGQUIT: the runs in progress stop at a step boundary (and are
   // removed), no new run starts, and the finished runs are indexed.
   sim::install_stop_handlers();
+  // Given, even empty, a size is parsed: --max-memory '' is refused, not the default.
   return run_sweep(d, out, jobs, shard, count, quiet,
-                   max_memory.empty() ? 0 : sim::parse_memory_size(max_memory));
+                   max_memory_opt->count() ? sim::parse_memory_size(max_memory) : 0,
+                   max_disk_opt->count() ? sim::parse_memory_size(max_disk) : 0);
 }
 
 int cmd_merge(int argc, char** argv) {

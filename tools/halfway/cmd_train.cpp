@@ -23,7 +23,7 @@ namespace halfway::cli {
 
 int cmd_train(int argc, char** argv) {
   CLI::App app{"Simulate mixed-precision training and trace every rounding", "halfway train"};
-  std::string config, out, max_memory;
+  std::string config, out, max_memory, max_disk;
   int threads = sim::ThreadPool::hardware_threads();
   bool run_bench = false;
   TrainBenchOptions b;
@@ -35,9 +35,14 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for large matrix products (default: the "
                                        "machine's cores; results do not depend on it)")
       ->check(CLI::Range(1, 256));
-  app.add_option("--max-memory", max_memory, "refuse a run whose estimated peak memory is over "
-                                             "SIZE (e.g. 2G, 512M; default: 80% of physical "
-                                             "memory)");
+  CLI::Option* max_memory_opt =
+      app.add_option("--max-memory", max_memory, "refuse a run whose estimated peak memory is "
+                                                 "over SIZE (e.g. 2G, 512M; default: 80% of "
+                                                 "physical memory)");
+  CLI::Option* max_disk_opt =
+      app.add_option("--max-disk", max_disk, "refuse a run whose estimated output is over SIZE "
+                                             "(e.g. 10G; default: the free space where --out "
+                                             "is)");
   app.add_flag("--bench", run_bench, "benchmark: halfway's training steps against PyTorch's "
                                      "fp32 steps on the same models, measured in one run "
                                      "(no CONFIG)");
@@ -74,7 +79,9 @@ int cmd_train(int argc, char** argv) {
   if (config.empty()) throw InputError("missing CONFIG.toml (usage: halfway train CONFIG.toml [--out DIR])");
   sim::TrainOptions o;
   o.threads = threads;
-  if (!max_memory.empty()) o.max_memory = sim::parse_memory_size(max_memory);
+  // Given, even empty, a size is parsed: --max-memory '' is refused, not the default.
+  if (max_memory_opt->count()) o.max_memory = sim::parse_memory_size(max_memory);
+  if (max_disk_opt->count()) o.max_disk = sim::parse_memory_size(max_disk);
   const sim::TrainConfig c = sim::parse_config_file(config);
   if (out.empty()) {
     std::filesystem::path p(config);
