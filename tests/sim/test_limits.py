@@ -181,9 +181,29 @@ def check_disk_limits(halfway, w):
               f"sweep {extra} ran something")
 
 
+def check_value_dtypes(halfway, w):
+    """A format that cannot hold the values (e8m0: no zero, no sign) is refused where values
+    are kept; before, the loss was NaN from step 2."""
+    adam = 'kind = "adam"\nlr = 0.01'
+    sgd = 'kind = "sgd"\nlr = 0.01\nmomentum = 0.9'
+    for opt, key, extra in ((adam, "optimizer.state_dtype", ""),
+                            (adam, "optimizer.exp_avg_dtype", ""),
+                            (sgd, "optimizer.momentum_buffer_dtype", ""),
+                            (adam, "precision.params", "")):
+        section, name = key.split(".")
+        text = mlp().replace('kind = "adam"\nlr = 0.01', opt)
+        text = text.replace(f"[{section}]\n", f'[{section}]\n{name} = "e8m0"\n', 1)
+        line = expect_bad(halfway, w, text, f"{key} e8m0", f"'{key}' cannot be e8m0")
+        check("no zero and no sign" in line, f"{key} e8m0: {line}")
+    ok = mlp().replace("[optimizer]\n", '[optimizer]\nstate_dtype = "e4m3"\n', 1)
+    r = run(halfway, "train", w.write("e4m3_state.toml", ok), "--out", w.file("e4m3_out"))
+    check(r.returncode == 0, f"state_dtype e4m3: {r.stderr}")
+
+
 def main(halfway):
     w = Workdir("limits")
     try:
+        check_value_dtypes(halfway, w)
         check_disk_limits(halfway, w)
         # --- sizes: checked in 64 bits against stated limits, before any allocation ----------
         # The issue's reproducer: d_model * mlp_ratio wrapped an int and crashed (SIGSEGV).
