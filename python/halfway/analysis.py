@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from . import _halfway
+from . import _args, _halfway
 from .columns import upgrade
 
 DEFAULT_FORMATS = ("fp16", "bf16", "e4m3", "e5m2")
@@ -34,9 +34,9 @@ class AnalysisResult:
 def format_list(formats):
     """'fp16,bf16' or ['fp16', 'bf16'] -> 'fp16,bf16' (checked by the C++ side)."""
     if isinstance(formats, str):
-        return formats
+        return _args.name("analyze", "formats", formats)
     try:
-        items = [str(f) for f in formats]
+        items = [_args.name("analyze", "formats", f) for f in formats]
     except TypeError:
         raise TypeError(f"formats must be a string or a list of names, not {formats!r}") from None
     if not items:
@@ -152,6 +152,7 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
     for name in arrays:
         if not isinstance(name, str):
             raise ValueError(f"halfway.analyze: array names must be strings, not {name!r}")
+        _args.name("analyze", "an array's name", name)
     k_min, k_max = scale_range(scales)
     flush_tolerance = check_flush_tolerance(flush_tolerance)
     tmp = None
@@ -161,7 +162,8 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
     else:
         directory = os.fspath(out_dir)
     try:
-        run = _halfway._AnalysisRun(directory, format_list(formats), k_min, k_max,
+        # As bytes: a path may hold any bytes (os.fsencode), which a str of C++ cannot.
+        run = _halfway._AnalysisRun(os.fsencode(directory), format_list(formats), k_min, k_max,
                                     flush_tolerance, False)
         tensors = []
         for name, a in arrays.items():
