@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include "format_util.hpp"
+#include "size_option.hpp"
 #include "spawn.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/analyze.hpp"
@@ -74,7 +75,7 @@ void to_f32(const std::string& dtype, const unsigned char* raw, size_t n, float*
 
 struct Options {
   std::vector<std::string> inputs;
-  std::string formats = "fp16,bf16,e4m3,e5m2", scales = "-20..40", out, python, max_memory;
+  std::string formats = "fp16,bf16,e4m3,e5m2", scales = "-20..40", out, python;
   bool plot = false;
 };
 
@@ -216,10 +217,9 @@ int cmd_analyze(int argc, char** argv) {
   app.add_flag("--plot", o.plot, "also draw the figures (Python with matplotlib)");
   app.add_option("--python", o.python, "Python for --plot (default $HALFWAY_PYTHON or "
                                        "/usr/bin/python3)");
-  CLI::Option* max_memory = app.add_option(
-      "--max-memory", o.max_memory, "refuse an analysis whose memory would be over SIZE (e.g. "
-      "2G, 512M; default: 80% of physical memory); it is a fixed working set plus about 1.5 KiB "
-      "an array");
+  const SizeOption max_memory(app, "--max-memory", "refuse an analysis whose memory would be "
+                              "over SIZE (e.g. 2G, 512M; default: 80% of physical memory); it "
+                              "is a fixed working set plus about 1.5 KiB an array");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -233,9 +233,8 @@ int cmd_analyze(int argc, char** argv) {
   const std::vector<sim::DType> formats = sim::parse_format_list(o.formats);
   sim::AnalyzeOptions ao;
   std::tie(ao.k_min, ao.k_max) = sim::parse_scale_range(o.scales);
-  ao.flush_tolerance = 0.0;
-  MemoryBudget budget{max_memory->count() ? sim::parse_memory_size(o.max_memory)
-                                          : sim::default_memory_limit(),
+  const uint64_t limit = max_memory.bytes();
+  MemoryBudget budget{limit ? limit : sim::default_memory_limit(),
                       analyze_working_set(formats.size(), ao.k_max - ao.k_min + 1)};
   if (budget.working_set > budget.limit)
     throw InputError("the analysis needs " + sim::format_bytes(double(budget.working_set)) +

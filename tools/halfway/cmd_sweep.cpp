@@ -33,6 +33,7 @@
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/memory.hpp"
+#include "size_option.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "progress.hpp"
 #include "sweep.hpp"
@@ -779,15 +780,12 @@ int cmd_sweep(int argc, char** argv) {
   app.add_option("--shard", shard_s, "run only runs with index % N == I (I from 0); default "
                                      "from SLURM_ARRAY_TASK_ID/COUNT");
   app.add_flag("--quiet,-q", quiet, "print nothing on success");
-  std::string max_memory, max_disk;
-  CLI::Option* max_memory_opt =
-      app.add_option("--max-memory", max_memory, "refuse each run whose estimated peak memory "
-                                                 "is over SIZE (e.g. 2G; default: 80% of "
-                                                 "physical memory)");
-  CLI::Option* max_disk_opt =
-      app.add_option("--max-disk", max_disk, "refuse a sweep whose runs left would write more "
-                                             "than SIZE together, estimated (e.g. 50G; "
-                                             "default: the free space where --out is)");
+  const SizeOption max_memory(app, "--max-memory", "refuse each run whose estimated peak "
+                                                    "memory is over SIZE (e.g. 2G; default: "
+                                                    "80% of physical memory)");
+  const SizeOption max_disk(app, "--max-disk", "refuse a sweep whose runs left would write "
+                                               "more than SIZE together, estimated (e.g. 50G; "
+                                               "default: the free space where --out is)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -827,10 +825,7 @@ int cmd_sweep(int argc, char** argv) {
   // SIGINT, SIGTERM, SIGHUP, SIGQUIT: the runs in progress stop at a step boundary (and are
   // removed), no new run starts, and the finished runs are indexed.
   sim::install_stop_handlers();
-  // Given, even empty, a size is parsed: --max-memory '' is refused, not the default.
-  return run_sweep(d, out, jobs, shard, count, quiet,
-                   max_memory_opt->count() ? sim::parse_memory_size(max_memory) : 0,
-                   max_disk_opt->count() ? sim::parse_memory_size(max_disk) : 0);
+  return run_sweep(d, out, jobs, shard, count, quiet, max_memory.bytes(), max_disk.bytes());
 }
 
 int cmd_merge(int argc, char** argv) {
