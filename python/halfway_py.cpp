@@ -1128,11 +1128,14 @@ PYBIND11_MODULE(_halfway, m) {
            py::arg("name"))
       .def_property_readonly("name", on_format([](const Format& f) { return format_name(f); }))
       .def_property_readonly("exp_bits", on_format([](const Format& f) { return int(f.exp_bits); }))
-      .def_property_readonly("frac_bits", on_format([](const Format& f) { return int(f.frac_bits); }))
+      .def_property_readonly("frac_bits",
+                             on_format([](const Format& f) { return int(f.frac_bits); }))
       .def_property_readonly("bias", on_format([](const Format& f) { return int(f.bias); }))
       .def_property_readonly("nbits", on_format([](const Format& f) { return f.nbits(); }))
-      .def_property_readonly("specials", on_format([](const Format& f) { return specials_name(f.specials); }))
-      .def_property_readonly("overflow", on_format([](const Format& f) { return overflow_name(f.overflow); }))
+      .def_property_readonly(
+          "specials", on_format([](const Format& f) { return specials_name(f.specials); }))
+      .def_property_readonly(
+          "overflow", on_format([](const Format& f) { return overflow_name(f.overflow); }))
       .def_property_readonly("ftz", on_format([](const Format& f) { return f.ftz; }))
       .def_property_readonly("daz", on_format([](const Format& f) { return f.daz; }))
       .def_property_readonly("signed", on_format([](const Format& f) { return f.is_signed; }))
@@ -1140,7 +1143,9 @@ PYBIND11_MODULE(_halfway, m) {
       .def("__eq__", [](const Format& a, const Format& b) { return a == b; })
       .def("__hash__", on_format([](const Format& f) { return py::hash(py::str(format_name(f))); }))
       .def("__str__", on_format([](const Format& f) { return format_name(f); }))
-      .def("__repr__", on_format([](const Format& f) { return "halfway.Format('" + format_name(f) + "')"; }))
+      .def("__repr__", on_format([](const Format& f) {
+             return "halfway.Format('" + format_name(f) + "')";
+           }))
       .def(py::pickle([](const Format& f) { return format_name(f); },
                       [](const std::string& name) { return parse_format(name); }));
 

@@ -254,7 +254,8 @@ DiskEstimate estimate_disk(const TrainConfig& c) {
   const double B = std::max(1.0, std::min(double(c.batch_size), double(c.data_n)));
   const GraphSize g = mlp ? mlp_graph(c, B, true) : transformer_graph(c, B, true);
   const double steps = double(c.steps);
-  const double traced = c.trace ? std::ceil(steps / double(std::max<int64_t>(1, c.trace_every))) : 0;
+  const double every = double(std::max<int64_t>(1, c.trace_every));
+  const double traced = c.trace ? std::ceil(steps / every) : 0;
   // Bytes a row, about the longest seen (a trace.csv row's histogram makes it 100-260 bytes).
   constexpr double kStepRow = 128, kTraceRow = 256, kWindowRow = 48, kUpdateRow = 64,
                    kBlockRow = 256;

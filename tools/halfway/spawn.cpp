@@ -56,9 +56,11 @@ std::string run_program(const std::vector<std::string>& args) {
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(st)) return WEXITSTATUS(st) == 0 ? "" : "exit status " + std::to_string(WEXITSTATUS(st));
-  const char* name = sigabbrev_np(WTERMSIG(st));
-  return "killed by " + (name ? "SIG" + std::string(name) : "signal " + std::to_string(WTERMSIG(st)));
+  if (WIFEXITED(st))
+    return WEXITSTATUS(st) == 0 ? "" : "exit status " + std::to_string(WEXITSTATUS(st));
+  const int sig = WTERMSIG(st);
+  const char* name = sigabbrev_np(sig);
+  return "killed by " + (name ? "SIG" + std::string(name) : "signal " + std::to_string(sig));
 }
 
 bool program_exists(const std::string& program) {
