@@ -145,10 +145,11 @@ def main():
                     why = check_rejected(fn, call, arg, kind)
                     if why:
                         failures.append(why)
+        if failures:
+            print("\n".join(failures))
+            raise AssertionError(f"{len(failures)} of {n} bad arguments were not refused "
+                                 "properly")
         check_legitimate()
-    if failures:
-        print("\n".join(failures))
-        raise AssertionError(f"{len(failures)} of {n} bad arguments were not refused properly")
     print(f"ok: {n} bad arguments refused, each with ValueError or TypeError naming it")
 
 
