@@ -352,7 +352,7 @@ std::string zip_read_error(int code) {
     case ZIP_ER_INCONS:
       return "its directory and its members disagree";
     case ZIP_ER_NOZIP:
-      return "no zip directory at its end";
+      return "no consistent zip directory";
     default:
       return zip_open_error(code);
   }

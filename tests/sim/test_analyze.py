@@ -8,6 +8,7 @@ import csv
 import io
 import math
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -283,6 +284,15 @@ def check_bad_input(halfway, w):
         z.writestr("x.npy", data_npy(x)), z.writestr("x.npy", data_npy(x))
     m = expect_error(halfway, [w.file("dup.npz")] + out, "duplicate member")
     check("two members have the same name" in m, f"duplicate member: {m}")
+    # A central directory entry that declares 4 GiB - 1 bytes (a ZIP64 marker without the
+    # ZIP64 record): libzip says "No such file", which is not what happened.
+    big = bytearray(data)
+    c = big.find(b"PK\x01\x02")
+    struct.pack_into("<II", big, c + 20, 0xFFFFFFFF, 0xFFFFFFFF)
+    with open(w.file("declared.npz"), "wb") as f:
+        f.write(bytes(big))
+    m = expect_error(halfway, [w.file("declared.npz")] + out, "declared size")
+    check("declared size or offset lies beyond the data" in m, f"declared size: {m}")
     check(not os.path.exists(w.file("bad/trace.csv")), "a failed analysis left trace.csv")
     leftovers = [f for f in os.listdir(w.file("bad"))] if os.path.isdir(w.file("bad")) else []
     check(not [f for f in leftovers if ".tmp" in f], f"temporary files left: {leftovers}")
