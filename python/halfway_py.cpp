@@ -655,7 +655,12 @@ py::dict finfo_fields(py::handle fmt) {
 void train_to_dir(const std::string& config, bool is_text, const std::string& base_dir,
                   const std::string& out_dir, int threads, const std::string& max_memory) {
   if (threads < 1) throw InputError("threads must be at least 1");
-  const uint64_t limit = max_memory.empty() ? 0 : sim::parse_memory_size(max_memory);
+  uint64_t limit = 0;
+  try {
+    limit = max_memory.empty() ? 0 : sim::parse_memory_size(max_memory);
+  } catch (const InputError& e) {
+    throw InputError(std::string("halfway.train: max_memory: ") + e.what());
+  }
   const sim::TrainConfig c = is_text ? sim::parse_config(config, base_dir, "config")
                                      : sim::parse_config_file(config);
   sim::TrainOptions o;
@@ -716,7 +721,8 @@ void bind_analysis_run(py::module_& m) {
            py::arg("step"), py::arg("loss") = std::nan(""), py::arg("loss_scale") = 1.0,
            py::arg("found_inf") = -1, py::arg("skipped") = -1,
            py::arg("next_scale") = std::nan(""))
-      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}")
+      .def("commit", &AnalysisRun::commit, py::arg("fields_json") = "{}",
+           py::arg("tensors_json") = "")
       .def("unpublish", &AnalysisRun::unpublish);
   // The suffix of this process's temporary files (".tmp.PID@HOST"), for files written from
   // Python next to the run's own.
@@ -1441,6 +1447,36 @@ void bind_emulation(py::module_& m) {
 
 }  // namespace
 
+/// The Format of `self`, a halfway.Format whose __init__ ran: Format.__new__(Format) alone
+/// makes an instance with no value, whose fields must not be read.
+const Format& checked_format(py::handle self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  if (!inst->get_value_and_holder().holder_constructed())
+    throw py::type_error("halfway.Format: this instance was never initialised (made by "
+                         "Format.__new__ without __init__); use halfway.Format(name)");
+  return self.cast<const Format&>();
+}
+
+/// `f` as a method of halfway.Format that checks its instance first (checked_format).
+template <class F>
+auto on_format(F f) {
+  return [f](py::handle self) { return f(checked_format(self)); };
+}
+
+/// A format name argument: a str that UTF-8 can encode (TypeError, ValueError otherwise).
+std::string format_name_arg(py::handle name) {
+  if (!py::isinstance<py::str>(name))
+    throw py::type_error(std::string("halfway.Format: name must be a format name (str), not ") +
+                         Py_TYPE(name.ptr())->tp_name);
+  Py_ssize_t n = 0;
+  const char* u = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
+  if (!u) {
+    PyErr_Clear();
+    throw py::value_error("halfway.Format: name is not valid text (a lone surrogate)");
+  }
+  return std::string(u, size_t(n));
+}
+
 PYBIND11_MODULE(_halfway, m) {
   m.doc() = "Bit-exact low-precision floating point (the compiled core of the halfway package)";
   halfway::cpu::check_environment();  // an unknown name in HALFWAY_DISABLE_ISA fails the import
@@ -1456,22 +1492,28 @@ PYBIND11_MODULE(_halfway, m) {
   py::class_<Format>(m, "Format",
                      "A floating-point format: parsed from a name such as 'fp16', 'e4m3:sat' "
                      "or 'e5m10:bias=14:ftz'.")
-      .def(py::init([](const std::string& name) { return parse_format(name); }), py::arg("name"))
-      .def_property_readonly("name", [](const Format& f) { return format_name(f); })
-      .def_property_readonly("exp_bits", [](const Format& f) { return int(f.exp_bits); })
-      .def_property_readonly("frac_bits", [](const Format& f) { return int(f.frac_bits); })
-      .def_property_readonly("bias", [](const Format& f) { return int(f.bias); })
-      .def_property_readonly("nbits", &Format::nbits)
-      .def_property_readonly("specials", [](const Format& f) { return specials_name(f.specials); })
-      .def_property_readonly("overflow", [](const Format& f) { return overflow_name(f.overflow); })
-      .def_property_readonly("ftz", [](const Format& f) { return f.ftz; })
-      .def_property_readonly("daz", [](const Format& f) { return f.daz; })
-      .def_property_readonly("signed", [](const Format& f) { return f.is_signed; })
-      .def_property_readonly("has_zero", [](const Format& f) { return f.has_zero; })
+      .def(py::init([](py::handle name) { return parse_format(format_name_arg(name)); }),
+           py::arg("name"))
+      .def_property_readonly("name", on_format([](const Format& f) { return format_name(f); }))
+      .def_property_readonly("exp_bits", on_format([](const Format& f) { return int(f.exp_bits); }))
+      .def_property_readonly("frac_bits",
+                             on_format([](const Format& f) { return int(f.frac_bits); }))
+      .def_property_readonly("bias", on_format([](const Format& f) { return int(f.bias); }))
+      .def_property_readonly("nbits", on_format([](const Format& f) { return f.nbits(); }))
+      .def_property_readonly(
+          "specials", on_format([](const Format& f) { return specials_name(f.specials); }))
+      .def_property_readonly(
+          "overflow", on_format([](const Format& f) { return overflow_name(f.overflow); }))
+      .def_property_readonly("ftz", on_format([](const Format& f) { return f.ftz; }))
+      .def_property_readonly("daz", on_format([](const Format& f) { return f.daz; }))
+      .def_property_readonly("signed", on_format([](const Format& f) { return f.is_signed; }))
+      .def_property_readonly("has_zero", on_format([](const Format& f) { return f.has_zero; }))
       .def("__eq__", [](const Format& a, const Format& b) { return a == b; })
-      .def("__hash__", [](const Format& f) { return py::hash(py::str(format_name(f))); })
-      .def("__str__", [](const Format& f) { return format_name(f); })
-      .def("__repr__", [](const Format& f) { return "halfway.Format('" + format_name(f) + "')"; })
+      .def("__hash__", on_format([](const Format& f) { return py::hash(py::str(format_name(f))); }))
+      .def("__str__", on_format([](const Format& f) { return format_name(f); }))
+      .def("__repr__", on_format([](const Format& f) {
+             return "halfway.Format('" + format_name(f) + "')";
+           }))
       .def(py::pickle([](const Format& f) { return format_name(f); },
                       [](const std::string& name) { return parse_format(name); }));
 

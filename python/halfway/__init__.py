@@ -17,8 +17,8 @@ max, odd, stochastic (short names rne rna rtz rd ru rto sr). Errors in arguments
 ValueError (unknown format or rounding) or TypeError (wrong dtype). See docs/python.md.
 """
 
-from . import _halfway
-from ._halfway import Counts, Format, flag_names, formats, roundings
+from . import _halfway, _args
+from ._halfway import Counts, Format, formats, roundings
 from ._halfway import INEXACT, UNDERFLOW, OVERFLOW, INFINITE, INVALID
 from .analysis import AnalysisResult, analyze
 
@@ -63,6 +63,10 @@ def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed
     a: float32 or float64 values (array, scalar or sequence of numbers). float64 values are
         rounded in one step from binary64, never through float32 (no double rounding).
     """
+    _args.values("round", "a", a)
+    _args.name("round", "fmt", fmt, allow=Format)
+    _args.rounding_options("round", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.round(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
                           offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -74,6 +78,10 @@ def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, see
 
     a: float32 or float64 values, as for halfway.round.
     """
+    _args.values("encode", "a", a)
+    _args.name("encode", "fmt", fmt, allow=Format)
+    _args.rounding_options("encode", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.encode(a, fmt, rounding, saturate=saturate, subnormals=subnormals,
                            seed=seed, offset=offset, tininess=tininess, flags=flags,
                            counts=counts)
@@ -86,12 +94,20 @@ def decode(bits, fmt, *, subnormals=True):
         ValueError, a non-integer dtype a TypeError.
     subnormals: False reads subnormal encodings as zero (daz).
     """
+    _args.encodings("decode", "bits", bits)
+    _args.name("decode", "fmt", fmt, allow=Format)
+    _args.flag("decode", "subnormals", subnormals)
     return _halfway.decode(bits, fmt, subnormals=subnormals)
 
 
 def add(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a + b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    _args.encodings("add", "a", a)
+    _args.encodings("add", "b", b)
+    _args.name("add", "fmt", fmt, allow=Format)
+    _args.rounding_options("add", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.add(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
                         seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -99,6 +115,11 @@ def add(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, see
 def sub(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a - b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    _args.encodings("sub", "a", a)
+    _args.encodings("sub", "b", b)
+    _args.name("sub", "fmt", fmt, allow=Format)
+    _args.rounding_options("sub", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.sub(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
                         seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -106,6 +127,11 @@ def sub(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, see
 def mul(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a * b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    _args.encodings("mul", "a", a)
+    _args.encodings("mul", "b", b)
+    _args.name("mul", "fmt", fmt, allow=Format)
+    _args.rounding_options("mul", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.mul(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
                         seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -113,6 +139,11 @@ def mul(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, see
 def div(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a / b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
+    _args.encodings("div", "a", a)
+    _args.encodings("div", "b", b)
+    _args.name("div", "fmt", fmt, allow=Format)
+    _args.rounding_options("div", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.div(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
                         seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -120,6 +151,12 @@ def div(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, see
 def fma(a, b, c, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a * b + c on encodings of `fmt` with a single rounding; numpy broadcasting applies."""
+    _args.encodings("fma", "a", a)
+    _args.encodings("fma", "b", b)
+    _args.encodings("fma", "c", c)
+    _args.name("fma", "fmt", fmt, allow=Format)
+    _args.rounding_options("fma", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.fma(a, b, c, fmt, rounding, saturate=saturate, subnormals=subnormals,
                         seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -127,6 +164,10 @@ def fma(a, b, c, fmt, rounding="near_even", *, saturate=False, subnormals=True, 
 def sqrt(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None, offset=0,
          tininess="after", flags=False, counts=False):
     """Square root on encodings of `fmt`, correctly rounded."""
+    _args.encodings("sqrt", "a", a)
+    _args.name("sqrt", "fmt", fmt, allow=Format)
+    _args.rounding_options("sqrt", rounding, saturate, subnormals, seed, offset, tininess,
+                           flags, counts)
     return _halfway.sqrt(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
                          offset=offset, tininess=tininess, flags=flags, counts=counts)
 
@@ -166,6 +207,7 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset
     e4m3 for NVFP4) or float32 values (fp8_block*); global_scale is NVFP4's fp32 global encode
     scale (a numpy float32) and None otherwise. With counts=True a dict is appended.
     """
+    _block_args("encode_blocks", x, scheme, axis, rounding, seed, offset, rht, pow2_scales, counts)
     return _halfway.encode_blocks(x, scheme, axis=axis, rounding=rounding, seed=seed,
                                   offset=offset, rht=rht, pow2_scales=pow2_scales, counts=counts)
 
@@ -174,15 +216,34 @@ def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
     """The float32 values of block-scaled codes: element x scale, rounded once in fp32
     (NVFP4: element x fp32(e4m3 scale x fp32(1 / global_scale))). The blocks' axis is read
     from the scales' shape unless given. Shapes that do not match raise ValueError."""
+    _args.values("decode_blocks", "codes", codes)
+    _args.values("decode_blocks", "scales", scales)
+    if global_scale is not None:
+        _args.values("decode_blocks", "global_scale", global_scale)
+    _args.name("decode_blocks", "scheme", scheme)
+    _args.integer("decode_blocks", "axis", axis, -2, 1, none=True)
     return _halfway.decode_blocks(codes, scales, global_scale, scheme, axis=axis)
 
 
 def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset=0,
                     rht=False, pow2_scales=False, counts=False):
     """encode_blocks then decode_blocks: x's values after block quantization, float32."""
+    _block_args("quantize_blocks", x, scheme, axis, rounding, seed, offset, rht, pow2_scales,
+                counts)
     return _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding, seed=seed,
                                     offset=offset, rht=rht, pow2_scales=pow2_scales,
                                     counts=counts)
+
+
+def _block_args(fn, x, scheme, axis, rounding, seed, offset, rht, pow2_scales, counts):
+    _args.values(fn, "x", x)
+    _args.name(fn, "scheme", scheme)
+    _args.integer(fn, "axis", axis, -2, 1)
+    _args.name(fn, "rounding", rounding)
+    _args.integer(fn, "seed", seed, 0, _args.U64, none=True)
+    _args.integer(fn, "offset", offset, 0, _args.U64)
+    for arg, v in (("rht", rht), ("pow2_scales", pow2_scales), ("counts", counts)):
+        _args.flag(fn, arg, v)
 
 
 def block_schemes():
@@ -229,6 +290,13 @@ def dot(a, b, c, fmt, *, accumulation="fp32"):
     return _halfway.dot(a, b, c, fmt, accumulation=accumulation)
 
 
+def flag_names(flags):
+    """'inexact|underflow' style names of IEEE flag bits (an int in [0, 31], or
+    halfway.INEXACT | ...), '-' for none."""
+    _args.integer("flag_names", "flags", flags, 0, 0x1F)
+    return _halfway.flag_names(flags)
+
+
 def accumulations():
     """The accumulation names halfway.gemm, halfway.torch.emulate and `halfway train` accept."""
     return list(_halfway._accumulation_names())
@@ -241,6 +309,7 @@ def recipes():
 
 def format(fmt):
     """The halfway.Format named by `fmt` ('fp16', 'e4m3:sat', 'e5m10:bias=14:ftz', ...)."""
+    _args.name("format", "fmt", fmt, allow=Format)
     return _halfway.format(fmt)
 
 
@@ -271,6 +340,7 @@ class finfo:
                      "smallest_normal", "smallest_subnormal", "tiny")
 
     def __init__(self, fmt):
+        _args.name("finfo", "fmt", fmt, allow=Format)
         for key, value in _halfway._finfo_fields(fmt).items():
             setattr(self, key, value)
 
@@ -390,6 +460,7 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
 
     if not hasattr(_halfway, "_train_to_dir"):
         raise RuntimeError("halfway.train: this build of halfway has no simulator (sim/)")
+    _args.integer("train", "threads", threads, 1, 256)
     if isinstance(config, dict):
         text, is_text = _toml(config), True
     elif isinstance(config, (str, os.PathLike)):
@@ -410,6 +481,9 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
         if max_memory is not None and not isinstance(max_memory, (int, str)):
             raise TypeError("halfway.train: max_memory must be a number of bytes or a string "
                             f"such as '2G', not {type(max_memory).__name__}")
+        if isinstance(max_memory, str) and not max_memory.strip():
+            raise ValueError("halfway.train: max_memory must be a size such as '2G', not an "
+                             "empty string (None for the default)")
         if isinstance(max_memory, bool) or isinstance(max_memory, int) and max_memory < 1:
             raise ValueError("halfway.train: max_memory must be at least 1 byte, got "
                              f"{max_memory!r}")
@@ -432,6 +506,9 @@ def train(config, out_dir=None, *, threads=1, max_memory=None):
 def bench(n=1 << 20, repeats=7, threads=1):
     """Time halfway.round on n float32 values against numpy's astype(float16) round trip and
     PyTorch's bfloat16 round trip, in one run; print and return the median ratios."""
+    _args.integer("bench", "n", n, 1, 1 << 31)
+    _args.integer("bench", "repeats", repeats, 1, 1000)
+    _args.integer("bench", "threads", threads, 1, 256)
     from . import benchmark
     return benchmark.run(n=n, repeats=repeats, threads=threads)
 

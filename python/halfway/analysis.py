@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from . import _halfway
+from . import _args, _halfway
 from .columns import upgrade
 
 DEFAULT_FORMATS = ("fp16", "bf16", "e4m3", "e5m2")
@@ -34,9 +34,9 @@ class AnalysisResult:
 def format_list(formats):
     """'fp16,bf16' or ['fp16', 'bf16'] -> 'fp16,bf16' (checked by the C++ side)."""
     if isinstance(formats, str):
-        return formats
+        return _args.name("analyze", "formats", formats)
     try:
-        items = [str(f) for f in formats]
+        items = [_args.name("analyze", "formats", f) for f in formats]
     except TypeError:
         raise TypeError(f"formats must be a string or a list of names, not {formats!r}") from None
     if not items:
@@ -45,18 +45,49 @@ def format_list(formats):
 
 
 def scale_range(scales):
-    """(k_min, k_max) or 'K_MIN..K_MAX' -> (k_min, k_max)."""
+    """(k_min, k_max) or 'K_MIN..K_MAX' -> (k_min, k_max): integers in [-300, 300] (a float
+    with a fraction, a bool or anything else is a ValueError or TypeError naming scales)."""
+    def k(v):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            if isinstance(v, (float, np.floating)) and float(v).is_integer():
+                v = int(v)
+            else:
+                raise ValueError(f"scales {scales!r}: expected (k_min, k_max), integers") \
+                    from None
+        if not -300 <= int(v) <= 300:
+            raise ValueError(f"scales {scales!r}: k_min and k_max must be in [-300, 300]")
+        return int(v)
+
     if isinstance(scales, str):
         lo, sep, hi = scales.partition("..")
         try:
-            return int(lo), int(hi)
+            pair = int(lo), int(hi)
         except ValueError:
             raise ValueError(f"scales {scales!r}: expected 'K_MIN..K_MAX'") from None
-    try:
-        lo, hi = scales
-        return int(lo), int(hi)
-    except (TypeError, ValueError):
-        raise ValueError(f"scales {scales!r}: expected (k_min, k_max)") from None
+    else:
+        try:
+            pair = tuple(scales)
+        except TypeError:
+            raise TypeError(f"scales must be (k_min, k_max) or 'K_MIN..K_MAX', not "
+                            f"{type(scales).__name__}") from None
+        if len(pair) != 2:
+            raise ValueError(f"scales {scales!r}: expected (k_min, k_max)")
+    lo, hi = k(pair[0]), k(pair[1])
+    if lo > hi:
+        raise ValueError(f"scales {scales!r}: k_min is above k_max")
+    return lo, hi
+
+
+def check_flush_tolerance(value):
+    """flush_tolerance as a float in [0, 1], the config's range: NaN, a bool, a string or
+    anything else is a ValueError or TypeError naming flush_tolerance."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"flush_tolerance must be a number in [0, 1], not "
+                        f"{type(value).__name__}")
+    v = float(value)
+    if not 0.0 <= v <= 1.0:  # NaN fails both
+        raise ValueError(f"flush_tolerance must be in [0, 1], got {value!r}")
+    return v
 
 
 def float32_chunks(name, a, chunk=CHUNK):
@@ -121,7 +152,9 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
     for name in arrays:
         if not isinstance(name, str):
             raise ValueError(f"halfway.analyze: array names must be strings, not {name!r}")
+        _args.name("analyze", "an array's name", name)
     k_min, k_max = scale_range(scales)
+    flush_tolerance = check_flush_tolerance(flush_tolerance)
     tmp = None
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="halfway-analyze-")
@@ -129,8 +162,9 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
     else:
         directory = os.fspath(out_dir)
     try:
-        run = _halfway._AnalysisRun(directory, format_list(formats), k_min, k_max,
-                                    float(flush_tolerance), False)
+        # As bytes: a path may hold any bytes (os.fsencode), which a str of C++ cannot.
+        run = _halfway._AnalysisRun(os.fsencode(directory), format_list(formats), k_min, k_max,
+                                    flush_tolerance, False)
         tensors = []
         for name, a in arrays.items():
             a = np.asarray(a)

@@ -32,7 +32,8 @@ import os
 import numpy as np
 
 from . import _halfway
-from .analysis import CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, format_list, scale_range
+from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_flush_tolerance,
+                       format_list, scale_range)
 
 from .emulate import emulate
 from .optimizer import optimizer
@@ -87,10 +88,11 @@ class trace:
         self.every, self.out, self.chunk = every, os.fspath(out), chunk
         self.save_tensors = save_tensors
         k_min, k_max = scale_range(scales)
+        flush_tolerance = check_flush_tolerance(flush_tolerance)
         _halfway._check_analysis_options(format_list(formats), k_min, k_max)
         # The folder is opened on entry, once another trace is known not to be writing it.
         self._open_run = lambda: _halfway._AnalysisRun(
-            self.out, format_list(formats), k_min, k_max, float(flush_tolerance), True,
+            self.out, format_list(formats), k_min, k_max, flush_tolerance, True,
             bool(tensor_windows))
         self._run = None
         self._state = "new"  # "new" -> "active" (in the with block) -> "done"

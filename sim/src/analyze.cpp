@@ -2,10 +2,14 @@
 
 #include <charconv>
 #include <cmath>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <set>
+
+#include <unistd.h>
 
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
@@ -181,6 +185,17 @@ std::pair<int, int> parse_scale_range(const std::string& text) {
   return {lo, hi};
 }
 
+void check_analyze_options(const AnalyzeOptions& o) {
+  if (o.k_min < -300 || o.k_max > 300 || o.k_min > o.k_max)
+    throw InputError("scales " + std::to_string(o.k_min) + ".." + std::to_string(o.k_max) +
+                     ": expected K_MIN <= K_MAX, integers in [-300, 300]");
+  if (!(o.flush_tolerance >= 0 && o.flush_tolerance <= 1)) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%g", o.flush_tolerance);
+    throw InputError(std::string("flush_tolerance must be in [0, 1], got ") + b);
+  }
+}
+
 const char* const kAnalyzeExtraColumns = ",snr_db,flushed_l2_fraction,k_low,k_high";
 
 namespace {
@@ -208,10 +223,59 @@ void append_analyze_columns(std::string& line, const FormatAnalysis& f) {
 // ---------------------------------------------------------------------------------------------
 // The run folder.
 
+/// A file with no name on the output's file system, for the rows that wait for the end of a
+/// step (without their first column, the step, which is known then): created under
+/// NAME.tmp.PID@HOST.rows (which remove_stale_tmp_files knows) and unlinked at once.
+class AnalysisRun::Scratch {
+ public:
+  Scratch(const std::string& dir, const std::string& name) : what_("'" + dir + "/" + name + "'") {
+    const std::string path = dir + "/" + name + tmp_suffix() + ".rows";
+    f_ = std::fopen(path.c_str(), "w+xb");
+    if (!f_) throw InputError("cannot create '" + path + "': " + std::strerror(errno));
+    std::remove(path.c_str());
+  }
+  ~Scratch() { std::fclose(f_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void write(const std::string& s) {
+    if (!s.empty() && std::fwrite(s.data(), 1, s.size(), f_) != s.size()) fail();
+  }
+  /// Every line written since the last drain, into `out`, each after `prefix`; then empty.
+  void drain(std::ostream& out, const std::string& prefix) {
+    if (std::fflush(f_) != 0 || std::fseek(f_, 0, SEEK_SET) != 0) fail();
+    std::vector<char> buf(1 << 16);
+    bool line_start = true;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f_)) > 0) {
+      const char* p = buf.data();
+      const char* end = p + n;
+      while (p < end) {
+        if (line_start) out << prefix;
+        const char* nl = static_cast<const char*>(std::memchr(p, '\n', size_t(end - p)));
+        const char* stop = nl ? nl + 1 : end;
+        out.write(p, long(stop - p));
+        line_start = nl != nullptr;
+        p = stop;
+      }
+    }
+    if (std::ferror(f_)) fail();
+    if (std::fseek(f_, 0, SEEK_SET) != 0 || ::ftruncate(::fileno(f_), 0) != 0) fail();
+  }
+
+ private:
+  [[noreturn]] void fail() {
+    throw std::runtime_error("write to the scratch file of " + what_ + " failed: " +
+                             std::strerror(errno));
+  }
+  std::FILE* f_;
+  std::string what_;
+};
+
 AnalysisRun::AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o,
                          bool steps_csv, bool tensor_windows)
     : dir_(std::move(dir)), formats_(std::move(formats)), opt_(o), tensor_windows_(tensor_windows) {
   if (formats_.empty()) throw InputError("no formats to analyse");
+  check_analyze_options(opt_);
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -231,22 +295,50 @@ AnalysisRun::AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOpt
     steps_->out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
                      "grad_values,grad_flushed,grad_overflow,k_low,k_high\n";
   }
+  trace_rows_ = std::make_unique<Scratch>(dir_, "trace.csv");
+  if (tensor_windows_)
+    for (size_t j = 0; j < formats_.size(); ++j)
+      own_rows_.push_back(std::make_unique<Scratch>(dir_, "scale_window.csv"));
+  begin_step();
+}
+
+AnalysisRun::~AnalysisRun() = default;
+
+uint64_t AnalysisRun::working_set_bytes(size_t formats, int scales) {
+  // The analyser (per format: events and three exact square sums; the input's histogram,
+  // extremes and square sum), its results (per format: a record, three square sums and the
+  // window) and the rows written from them, with room for the allocator's overhead.
+  const uint64_t sums = sizeof(SquareSum);
+  const uint64_t per_format = 2 * (sizeof(TensorAnalyzer) + sizeof(FormatAnalysis) + 4 * sums +
+                                   uint64_t(scales) * (sizeof(WindowRow) + 160));
+  return 2 * (sizeof(TensorAnalyzer) + sums) + uint64_t(formats) * per_format;
+}
+
+void AnalysisRun::begin_step() {
+  names_.clear();
+  tensors_in_step_ = 0;
+  combined_.assign(formats_.size(), empty_window(opt_.k_min, opt_.k_max));
+  grad_values_ = grad_flushed_ = grad_overflow_ = 0;
 }
 
 size_t AnalysisRun::tensor(const std::string& name, TraceKind kind, const std::string& op,
                            double loss_scale) {
-  for (const Pending& p : pending_)
-    if (p.analyzer.name() == name)
-      throw InputError("two tensors named '" + name + "' (names must be unique)");
+  finish_tensor();
   if (name.find_first_of(",\n\r\"") != std::string::npos)
     throw InputError("tensor name '" + name + "' holds a comma, quote or line break");
-  pending_.push_back({TensorAnalyzer(name, kind, formats_, op), loss_scale});
-  return pending_.size() - 1;
+  if (!names_.insert(name).second)
+    throw InputError("two tensors named '" + name + "' (names must be unique)");
+  open_ = std::make_unique<Open>(Open{TensorAnalyzer(name, kind, formats_, op), loss_scale});
+  return tensors_in_step_++;
 }
 
 void AnalysisRun::add(size_t id, const float* x, size_t n) {
-  if (id >= pending_.size()) throw InputError("no tensor " + std::to_string(id) + " in this step");
-  pending_[id].analyzer.add(x, n);
+  if (!open_ || id + 1 != tensors_in_step_)
+    throw InputError(id < tensors_in_step_
+                         ? "tensor " + std::to_string(id) + " is finished (a tensor's values "
+                           "are all added before the next tensor begins)"
+                         : "no tensor " + std::to_string(id) + " in this step");
+  open_->analyzer.add(x, n);
 }
 
 namespace {
@@ -263,41 +355,63 @@ bool in_combined_window(TraceKind k) {
 
 }  // namespace
 
-void AnalysisRun::end_step(int step, const StepInfo& info) {
-  std::vector<TensorAnalysis> done;
-  for (const Pending& p : pending_) done.push_back(p.analyzer.finish(opt_, p.loss_scale));
-  pending_.clear();
+/// Rows for a Scratch: `append` writes one row for step 0, whose "0" is taken off again.
+template <class F>
+void append_row_tail(std::string& line, F append) {
+  const size_t at = line.size();
+  append(line);
+  line.erase(at, 1);
+}
+
+void AnalysisRun::finish_tensor() {
+  if (!open_) return;
+  const TensorAnalysis t = open_->analyzer.finish(opt_, open_->loss_scale);
+  open_.reset();
   std::string line;
-  for (const TensorAnalysis& t : done)
-    for (const FormatAnalysis& f : t.formats) {
-      append_trace_columns(line, step, f.record);
-      append_analyze_columns(line, f);
-      line += '\n';
-    }
-  trace_->out() << line;
-  // Per format: the gradient tensors together (halfway train's rows), then each tensor alone.
-  std::vector<std::vector<WindowRow>> combined;
-  line.clear();
+  for (const FormatAnalysis& f : t.formats) {
+    append_row_tail(line, [&](std::string& l) { append_trace_columns(l, 0, f.record); });
+    append_analyze_columns(line, f);
+    line += '\n';
+  }
+  trace_rows_->write(line);
   for (size_t j = 0; j < formats_.size(); ++j) {
-    std::vector<WindowRow> rows = empty_window(opt_.k_min, opt_.k_max);
-    for (const TensorAnalysis& t : done)
-      if (in_combined_window(t.formats[j].record.kind))
-        add_to_window(rows, t.formats[j].record, t.loss_scale);
+    const FormatAnalysis& f = t.formats[j];
+    if (in_combined_window(f.record.kind)) add_to_window(combined_[j], f.record, t.loss_scale);
+    if (!tensor_windows_) continue;
+    line.clear();
     const std::string dtype = formats_[j].name();
-    for (const WindowRow& w : rows) {
+    for (const WindowRow& w : f.window) {
+      if (w.values == 0) continue;
+      append_row_tail(line, [&](std::string& l) {
+        append_window_columns(l, 0, t.loss_scale, w, opt_.flush_tolerance);
+      });
+      line += ',' + dtype + ',' + t.name + '\n';
+    }
+    own_rows_[j]->write(line);
+  }
+  const TraceRecord& r = t.formats[0].record;
+  if (r.is_grad())
+    grad_values_ += r.events.total, grad_flushed_ += r.events.flushed,
+        grad_overflow_ += r.events.overflow;
+}
+
+void AnalysisRun::end_step(int step, const StepInfo& info) {
+  finish_tensor();
+  const std::string step_field = std::to_string(step);
+  trace_rows_->drain(trace_->out(), step_field);
+  // Per format: the gradient tensors together (halfway train's rows), then each tensor alone.
+  std::string line;
+  for (size_t j = 0; j < formats_.size(); ++j) {
+    line.clear();
+    const std::string dtype = formats_[j].name();
+    for (const WindowRow& w : combined_[j]) {
       if (w.values == 0) continue;
       append_window_columns(line, step, info.loss_scale, w, opt_.flush_tolerance);
       line += ',' + dtype + ",\n";
     }
-    for (const TensorAnalysis& t : done)
-      for (const WindowRow& w : t.formats[j].window) {
-        if (w.values == 0 || !tensor_windows_) continue;
-        append_window_columns(line, step, t.loss_scale, w, opt_.flush_tolerance);
-        line += ',' + dtype + ',' + t.name + '\n';
-      }
-    combined.push_back(std::move(rows));
+    window_->out() << line;
+    if (tensor_windows_) own_rows_[j]->drain(window_->out(), step_field);
   }
-  window_->out() << line;
   if (steps_) {
     // The counters of halfway train's steps.csv, for the first format.
     line.clear();
@@ -308,23 +422,20 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
     if (info.skipped >= 0) put_field(line, info.skipped);
     line += ",,";
     put_field(line, info.next_scale), line += ',';
-    uint64_t values = 0, under = 0, over = 0;
-    for (const TensorAnalysis& t : done) {
-      const TraceRecord& r = t.formats[0].record;
-      if (!r.is_grad()) continue;
-      values += r.events.total, under += r.events.flushed, over += r.events.overflow;
-    }
-    const auto [lo, hi] = safe_window(combined[0], opt_.flush_tolerance);
-    line += std::to_string(values) + ',' + std::to_string(under) + ',' + std::to_string(over) +
-            ',' + k_str(lo) + ',' + k_str(hi) + '\n';
+    const auto [lo, hi] = safe_window(combined_[0], opt_.flush_tolerance);
+    line += std::to_string(grad_values_) + ',' + std::to_string(grad_flushed_) + ',' +
+            std::to_string(grad_overflow_) + ',' + k_str(lo) + ',' + k_str(hi) + '\n';
     steps_->out() << line;
   }
   ++steps_done_;
+  begin_step();
 }
 
-void AnalysisRun::commit(const std::string& fields_json) {
+void AnalysisRun::commit(const std::string& fields_json, const std::string& tensors_json) {
   using nlohmann::json;
   json m = json::parse(fields_json);
+  if (!tensors_json.empty() && m.contains("tensors"))
+    throw std::logic_error("AnalysisRun::commit: \"tensors\" given twice");
   m["halfway_version"] = sim_version();
   m["git_revision"] = git_revision();
   if (!m.contains("complete")) m["complete"] = true;
@@ -344,7 +455,13 @@ void AnalysisRun::commit(const std::string& fields_json) {
       f->finish();
       renames.push_back([f] { f->publish(); });
     }
-  publish_folder(dir_, stale_outputs(), renames, m.dump(2) + "\n");
+  std::string text = m.dump(2);
+  if (!tensors_json.empty()) {
+    // Spliced in as text: a tree of 100,000 entries would take some 600 bytes each.
+    text.resize(text.size() - 2);  // "\n}"
+    text += ",\n  \"tensors\": " + tensors_json + "\n}";
+  }
+  publish_folder(dir_, stale_outputs(), renames, text + "\n");
 }
 
 std::vector<std::string> AnalysisRun::stale_outputs() const {

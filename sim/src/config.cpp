@@ -398,6 +398,7 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
   }
   if (auto low = get_str(t, w, "low", false)) {
     const DType d = parse_dtype(*low);
+    check_value_dtype(d, "precision.low");
     if (c.policy.fp8) {
       throw InputError("'precision.low' does not apply to fp8-hybrid (use fp8_forward/fp8_backward)");
     }
@@ -413,6 +414,7 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
     } else {
       c.policy.param_dtype = parse_dtype(*pd);
       if (c.policy.param_dtype.is_f64()) throw InputError("'precision.params' cannot be fp64");
+      check_value_dtype(c.policy.param_dtype, "precision.params");
     }
   }
   if (auto a = get_str(t, w, "accumulation", false)) {

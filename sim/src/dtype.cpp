@@ -27,4 +27,13 @@ DType widest(const DType& a, const DType& b) {
   return DType::f32();
 }
 
+void check_value_dtype(const DType& d, const std::string& key) {
+  if (!d.is_low() || (d.fmt.is_signed && d.fmt.has_zero)) return;
+  std::string lacks = !d.fmt.has_zero && !d.fmt.is_signed ? "no zero and no sign"
+                      : !d.fmt.has_zero                   ? "no zero"
+                                                          : "no sign";
+  throw InputError("'" + key + "' cannot be " + d.name() + ": it has " + lacks +
+                   " (a scale format), so it cannot hold the values");
+}
+
 }  // namespace halfway::sim

@@ -249,6 +249,59 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
   return e;
 }
 
+DiskEstimate estimate_disk(const TrainConfig& c) {
+  const bool mlp = c.model_kind == "mlp";
+  const double B = std::max(1.0, std::min(double(c.batch_size), double(c.data_n)));
+  const GraphSize g = mlp ? mlp_graph(c, B, true) : transformer_graph(c, B, true);
+  const double steps = double(c.steps);
+  const double every = double(std::max<int64_t>(1, c.trace_every));
+  const double traced = c.trace ? std::ceil(steps / every) : 0;
+  // Bytes a row, about the longest seen (a trace.csv row's histogram makes it 100-260 bytes).
+  constexpr double kStepRow = 128, kTraceRow = 256, kWindowRow = 48, kUpdateRow = 64,
+                   kBlockRow = 256;
+  DiskEstimate e;
+  e.csv = 4096 + steps * kStepRow +
+          traced * ((g.nodes + g.param_tensors) * kTraceRow +
+                    double(c.tracer.k_max - c.tracer.k_min + 1) * kWindowRow +
+                    g.param_tensors * kUpdateRow + (c.policy.blocks ? g.nodes * 4 * kBlockRow : 0));
+  // An archive member: its values, its .npy header and its zip headers (local and central,
+  // with a name such as "step123.0.weight"), in the spool file and in the archive.
+  const double member = 128 + 30 + 46 + 2 * 32;
+  if (c.save_grads) e.archives += 2 * steps * (g.params * 4 + g.param_tensors * member);
+  if (c.save_weights) e.archives += 2 * (g.params * 4 + g.param_tensors * member);
+  return e;
+}
+
+double free_disk_bytes(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path);
+  std::error_code ec;
+  while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p != p.parent_path())
+    p = p.parent_path();
+  const auto sp = std::filesystem::space(p, ec);
+  return ec ? -1.0 : double(sp.available);
+}
+
+void check_disk(const DiskEstimate& e, uint64_t limit, const std::string& out_dir,
+                const std::string& what) {
+  const double total = e.total();
+  const double free = limit ? double(limit) : free_disk_bytes(out_dir);
+  if (free < 0 || total <= free) return;
+  char exact[32];
+  std::snprintf(exact, sizeof exact, "%.0f", total);
+  const std::string parts = format_bytes(total) + " (" + exact + " bytes: CSV files " +
+                            format_bytes(e.csv) +
+                            ", grads.npz and weights.npz " + format_bytes(e.archives) + ")";
+  if (limit)
+    throw InputError(what + " would write an estimated " + parts + ", more than the disk "
+                     "limit of " + format_bytes(free) + " (--max-disk); make the run shorter, "
+                     "trace fewer steps (trace.every), leave out output.grads, or raise the "
+                     "limit");
+  throw InputError(what + " would write an estimated " + parts + ", more than the " +
+                   format_bytes(free) + " free where '" + out_dir + "' is; make the run "
+                   "shorter, trace fewer steps (trace.every), leave out output.grads, or set "
+                   "--max-disk to a larger size if the estimate is too high");
+}
+
 uint64_t parse_memory_size(const std::string& text) {
   const std::string bad = "bad memory size '" + text + "' (e.g. 2G, 512M, 1.5GiB, or bytes)";
   size_t i = 0;

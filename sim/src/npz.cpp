@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <ctime>
 #include <algorithm>
 #include <functional>
@@ -338,6 +339,25 @@ std::string zip_open_error(int code) {
   return s;
 }
 
+/// Why libzip could not open an archive to read, in words that fit what it found: with
+/// ZIP_CHECKCONS, some of its codes describe the archive, not the file system ("No such file"
+/// is a member whose declared size or offset lies beyond the data; "File already exists", a
+/// name twice).
+std::string zip_read_error(int code) {
+  switch (code) {
+    case ZIP_ER_NOENT:
+      return "a member's declared size or offset lies beyond the data in the file";
+    case ZIP_ER_EXISTS:
+      return "two members have the same name";
+    case ZIP_ER_INCONS:
+      return "its directory and its members disagree";
+    case ZIP_ER_NOZIP:
+      return "no consistent zip directory";
+    default:
+      return zip_open_error(code);
+  }
+}
+
 /// Deflate never expands more than 1032 to 1 (zlib's technical note); anything that claims
 /// more is a lie about its size.
 constexpr uint64_t kMaxDeflateRatio = 1032;
@@ -374,7 +394,8 @@ void for_each_member(const std::string& path,
   zip_t* za = zip_fdopen(fd, ZIP_CHECKCONS, &err);  // on success, libzip owns fd
   if (!za) {
     ::close(fd);
-    throw InputError(what + ": not an .npz (zip) file (" + zip_open_error(err) + ")");
+    if (err == ZIP_ER_MEMORY) throw std::bad_alloc();  // the machine's limit, not the file's
+    throw InputError(what + ": not an .npz (zip) file (" + zip_read_error(err) + ")");
   }
   ZipCloser closer{za};
   const zip_int64_t entries = zip_get_num_entries(za, 0);

@@ -72,6 +72,7 @@ std::vector<DType> Optimizer::state_dtypes() const {
 }
 
 void check_state_dtype(const DType& d, const std::string& key) {
+  check_value_dtype(d, key);
   if (d == DType::f32() || d == DType::low(formats::bf16) || d == DType::low(formats::fp16) ||
       (d.is_low() && d.bits() == 8))
     return;

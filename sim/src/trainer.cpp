@@ -703,6 +703,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
 TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const TrainOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  check_disk(estimate_disk(c), o.max_disk, out_dir);
   const bool existed = fs::exists(out_dir, ec);
   fs::create_directories(out_dir, ec);
   if (ec) throw InputError("cannot create output directory '" + out_dir + "': " + ec.message());

@@ -2,9 +2,10 @@
 // folder for parsers that read files.
 //
 // A harness passes an input when the parser returns, or when it throws an exception that the
-// `halfway` command turns into one line and exit 2 (tools/halfway/main.cpp catches
-// std::exception). Running out of memory is a finding, not an answer: std::bad_alloc aborts, as
-// does every other exception. With HALFWAY_FUZZ_STRICT=1 in the environment, only
+// `halfway` command turns into one line and exit 2 (tools/halfway/main.cpp: std::runtime_error,
+// InputError among them). Running out of memory is a finding, not an answer: std::bad_alloc
+// aborts, as does a std::logic_error (std::invalid_argument from std::stoi, std::out_of_range,
+// ...: exit 70, an internal error) and every other exception. With HALFWAY_FUZZ_STRICT=1 in the environment, only
 // halfway::InputError (a message written for the user) passes: that finds the inputs that get
 // a library's terse message ("stoi", "basic_string::substr") instead of one of ours. With
 // HALFWAY_FUZZ_VERBOSE=1, each rejection is printed (to check that seeds are valid inputs).
@@ -16,6 +17,7 @@
 #include <exception>
 #include <fstream>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <typeinfo>
 
@@ -43,9 +45,11 @@ void guarded(F&& f) {
     if (verbose) std::fprintf(stderr, "  rejected: %s\n", e.what());
   } catch (const std::bad_alloc& e) {
     fail("out of memory (std::bad_alloc)", e.what());
-  } catch (const std::exception& e) {
+  } catch (const std::runtime_error& e) {
     if (strict) fail(typeid(e).name(), e.what());
     if (verbose) std::fprintf(stderr, "  rejected (%s): %s\n", typeid(e).name(), e.what());
+  } catch (const std::exception& e) {
+    fail(typeid(e).name(), e.what());  // halfway would call it an internal error (exit 70)
   } catch (...) {
     fail("exception", "not derived from std::exception");
   }

@@ -107,6 +107,30 @@ def main():
         except ValueError:
             continue
         raise AssertionError(f"{what}: no ValueError")
+    # flush_tolerance in the config's range [0, 1]; scales as integers, none truncated; each
+    # refusal names its argument.
+    x = {"x": a["w"][:10]}
+    for kw, exc, word in [({"flush_tolerance": float("nan")}, ValueError, "flush_tolerance"),
+                          ({"flush_tolerance": -1}, ValueError, "flush_tolerance"),
+                          ({"flush_tolerance": 1.5}, ValueError, "flush_tolerance"),
+                          ({"flush_tolerance": "0.1"}, TypeError, "flush_tolerance"),
+                          ({"flush_tolerance": None}, TypeError, "flush_tolerance"),
+                          ({"scales": (1.5, 2.5)}, ValueError, "scales"),
+                          ({"scales": (0, 10 ** 30)}, ValueError, "scales"),
+                          ({"scales": (True, 2)}, ValueError, "scales"),
+                          ({"scales": (1, 2, 3)}, ValueError, "scales"),
+                          ({"scales": None}, TypeError, "scales")]:
+        try:
+            halfway.analyze(x, ["fp16"], **kw)
+        except exc as e:
+            check(word in str(e), f"{kw}: {e!r} does not name {word}")
+            continue
+        raise AssertionError(f"{kw}: no {exc.__name__}")
+    for tol in (0, 1, 0.25):
+        check(halfway.analyze(x, ["fp16"], flush_tolerance=tol).manifest["flush_tolerance"] ==
+              tol, f"flush_tolerance={tol}")
+    check(halfway.analyze(x, ["fp16"], scales=(2.0, 3)).manifest["scales"] ==
+          {"k_min": 2, "k_max": 3}, "integral float scales")
     print("ok")
 
 

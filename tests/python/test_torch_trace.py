@@ -456,12 +456,19 @@ def main():
                         keep_default_na=False)
         check(len(w) and (w["name"] == "").all(), "per-tensor window rows by default")
         # Bad arguments: ValueError before anything is hooked or written.
-        for kw in ({"formats": ["fp17"]}, {"every": 0}, {"formats": ["fp16", "fp16"]}):
+        # flush_tolerance in the config's range [0, 1] (NaN made every scale safe, -1 none).
+        for kw in ({"formats": ["fp17"]}, {"every": 0}, {"formats": ["fp16", "fp16"]},
+                   {"flush_tolerance": float("nan")}, {"flush_tolerance": -1},
+                   {"flush_tolerance": 2}, {"scales": (1.5, 2.5)}, {"scales": (0, 10 ** 30)}):
             try:
                 halfway.torch.trace(m, out=os.path.join(d, "bad"), **kw)
-            except ValueError:
+            except ValueError as e:
+                key = next(iter(kw))
+                check(key.rstrip("s") in str(e) or key == "every" or key == "formats",
+                      f"{kw}: {e} does not name {key}")
                 continue
             raise AssertionError(f"{kw}: no ValueError")
+        check(not os.path.exists(os.path.join(d, "bad")), "a refused trace wrote its folder")
     print("ok")
 
 

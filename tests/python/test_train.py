@@ -117,6 +117,8 @@ class Train(hwtest.unittest.TestCase):
             halfway.train(DICT, max_memory=0)
         with self.assertRaises(TypeError):
             halfway.train(DICT, max_memory=1.5)
+        with self.assertRaisesRegex(ValueError, "max_memory"):
+            halfway.train(DICT, max_memory="")
         self.assertEqual(len(halfway.train(DICT, max_memory="1G").steps), 3)
         with self.assertRaisesRegex(ValueError, "below the smallest positive fp32"):
             halfway.train(dict(DICT, scaler={"kind": "dynamic", "init_scale": 1e-50}))

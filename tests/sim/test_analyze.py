@@ -8,9 +8,11 @@ import csv
 import io
 import math
 import os
+import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 from fractions import Fraction
 
@@ -221,6 +223,32 @@ def expect_error(halfway, args, what):
     return lines[0]
 
 
+def data_npy(a):
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+def check_plot(halfway, w):
+    """--plot runs the figures without a shell (any path works) and says how they failed;
+    a missing --python is refused before the analysis."""
+    np.savez(w.file("p.npz"), x=np.arange(10, dtype=np.float32))
+    odd = w.file("o'x \"$(true)")
+    m = expect_error(halfway, [w.file("p.npz"), "--out", odd, "--plot", "--python",
+                               w.file("nonexistent")], "--python missing")
+    check("--plot" in m and "nonexistent" in m, f"--python missing: {m}")
+    check(not os.path.exists(odd), "--plot with a missing --python analysed first")
+    script = w.write("segv.sh", "#!/bin/sh\nkill -SEGV $$\n")
+    os.chmod(script, 0o755)
+    for python, why in (("/bin/false", "exit status 1"), (script, "killed by SIGSEGV")):
+        r = run(halfway, "analyze", w.file("p.npz"), "--formats", "fp16", "--out", odd,
+                "--plot", "--python", python)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and why in lines[0] and "status 256" not
+              in lines[0] and odd in lines[0], f"--python {python}: {r.returncode} {r.stderr!r}")
+        check(os.path.exists(os.path.join(odd, "manifest.json")), "the analysis is not kept")
+
+
 def check_bad_input(halfway, w):
     x = np.arange(1000, dtype=np.float32)
     np.savez(w.file("ok.npz"), x=x)
@@ -251,6 +279,20 @@ def check_bad_input(halfway, w):
     expect_error(halfway, [w.file("notzip.npz")] + out, "not a zip")
     expect_error(halfway, [w.file("missing.npz")] + out, "missing")
     expect_error(halfway, [w.file("ok.npz"), "--scales", "5..1"] + out, "scales")
+    with zipfile.ZipFile(w.file("dup.npz"), "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name"
+        z.writestr("x.npy", data_npy(x)), z.writestr("x.npy", data_npy(x))
+    m = expect_error(halfway, [w.file("dup.npz")] + out, "duplicate member")
+    check("two members have the same name" in m, f"duplicate member: {m}")
+    # A central directory entry that declares 4 GiB - 1 bytes (a ZIP64 marker without the
+    # ZIP64 record): libzip says "No such file", which is not what happened.
+    big = bytearray(data)
+    c = big.find(b"PK\x01\x02")
+    struct.pack_into("<II", big, c + 20, 0xFFFFFFFF, 0xFFFFFFFF)
+    with open(w.file("declared.npz"), "wb") as f:
+        f.write(bytes(big))
+    m = expect_error(halfway, [w.file("declared.npz")] + out, "declared size")
+    check("declared size or offset lies beyond the data" in m, f"declared size: {m}")
     check(not os.path.exists(w.file("bad/trace.csv")), "a failed analysis left trace.csv")
     leftovers = [f for f in os.listdir(w.file("bad"))] if os.path.isdir(w.file("bad")) else []
     check(not [f for f in leftovers if ".tmp" in f], f"temporary files left: {leftovers}")
@@ -263,6 +305,7 @@ def main():
         check_against_brute_force(halfway, w)
         check_against_train(halfway, w)
         check_bad_input(halfway, w)
+        check_plot(halfway, w)
         check_bounded_memory(halfway, w)
     finally:
         w.cleanup()

@@ -43,6 +43,10 @@ OUTPUTS = ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "updates.
            "blocks.csv", "manifest.json")
 
 
+# What the 100,000,000-step runs would write, by far more than any disk: they are stopped.
+LONG_DISK = "1000T"
+
+
 def tmp_files(d):
     return sorted(f for f in os.listdir(d) if ".tmp" in f) if os.path.isdir(d) else []
 
@@ -50,7 +54,9 @@ def tmp_files(d):
 def interrupted_run(halfway, w, sig, name):
     cfg = w.write(f"{name}.toml", LONG.replace("STEPS", "100000000"))
     out = w.file(name)
-    p = subprocess.Popen([halfway, "train", cfg, "--out", out], stdout=subprocess.PIPE,
+    # A run meant to be stopped: its disk estimate (hundreds of GiB) is waived by --max-disk.
+    p = subprocess.Popen([halfway, "train", cfg, "--out", out, "--max-disk", LONG_DISK],
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
         # Progress: the temporary trace.csv has rows on disk (its buffer was written out at
@@ -123,7 +129,8 @@ def interrupted_sweep(halfway, w):
     sweep = w.write("long_sweep.toml",
                     'base = "sweep_base.toml"\n[axes]\n"run.steps" = [2, 3, 100000000]\n')
     res = w.file("long_sweep")
-    p = subprocess.Popen([halfway, "sweep", sweep, "--out", res], stdout=subprocess.PIPE,
+    p = subprocess.Popen([halfway, "sweep", sweep, "--out", res, "--max-disk", LONG_DISK],
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
         tmp = os.path.join(res, "runs", ".tmp-0002")

@@ -131,9 +131,80 @@ def peak_rss(halfway, w, text):
     return rss
 
 
+def disk_estimate(halfway, w, text):
+    """The run's disk estimate in bytes, read from the refusal under a 1-byte --max-disk."""
+    line = expect_bad(halfway, w, text, "disk estimate", "(--max-disk)", "--max-disk", "1")
+    m = re.search(r"\((\d+) bytes: CSV files", line)
+    check(m, f"no byte count in {line!r}")
+    return int(m.group(1))
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+def check_disk_limits(halfway, w):
+    """Disk use is estimated from the config and bounded, before anything is written: the
+    estimate is an upper bound of what the run leaves, within a factor of 3; a run over the
+    free space or --max-disk is refused in one line naming the option to change."""
+    outputs = "[output]\ngrads = true\nweights = true\n"
+    every = "[trace]\nevery = 10\n[run]"
+    for name, text in (("mlp", mlp(steps=50)), ("mlp grads", mlp(steps=50) + outputs),
+                       ("transformer grads", transformer(steps=20) + outputs),
+                       ("mlp trace.every", mlp(steps=100).replace("[run]", every))):
+        est = disk_estimate(halfway, w, text)
+        cfg = w.write("disk.toml", text)
+        out = w.file("disk_out")
+        r = run(halfway, "train", cfg, "--out", out)
+        check(r.returncode == 0, f"{name}: {r.stderr}")
+        actual = folder_bytes(out)
+        check(actual <= est <= 3 * actual,
+              f"{name}: disk estimate {est} bytes for {actual} written")
+    # The fuzzed sweep's case: 2^31 - 1 steps with every gradient kept.
+    line = expect_bad(halfway, w, mlp(steps=(1 << 31) - 1) + outputs, "2^31-1 steps",
+                      "free where")
+    check("--max-disk" in line and "output.grads" in line, f"2^31-1 steps: {line}")
+    expect_bad(halfway, w, mlp(), "--max-disk 1K", "(--max-disk)", "--max-disk", "1K")
+    for opt in ("--max-disk", "--max-memory"):
+        expect_bad(halfway, w, mlp(), f"{opt} ''", "bad memory size ''", opt, "")
+    # A sweep: the runs left, together, before any starts.
+    w.write("base.toml", mlp(steps=50))
+    sweep = w.write("disk_sweep.toml", 'base = "base.toml"\n[axes]\n"run.seed" = [1, 2, 3]\n')
+    for extra, frag in ((["--max-disk", "10K"], "the sweep's 3 runs left"),
+                        (["--max-disk", ""], "bad memory size ''"),
+                        (["--max-memory", ""], "bad memory size ''")):
+        r = subprocess.run([halfway, "sweep", sweep, "--out", w.file("dsw"), *extra],
+                           capture_output=True, text=True, timeout=60)
+        line = one_error_line(r, "sweep", f"sweep {extra}")
+        check(frag in line, f"sweep {extra}: {line}")
+        check(not os.path.isdir(w.file("dsw/runs")) or not os.listdir(w.file("dsw/runs")),
+              f"sweep {extra} ran something")
+
+
+def check_value_dtypes(halfway, w):
+    """A format that cannot hold the values (e8m0: no zero, no sign) is refused where values
+    are kept; before, the loss was NaN from step 2."""
+    adam = 'kind = "adam"\nlr = 0.01'
+    sgd = 'kind = "sgd"\nlr = 0.01\nmomentum = 0.9'
+    for opt, key, extra in ((adam, "optimizer.state_dtype", ""),
+                            (adam, "optimizer.exp_avg_dtype", ""),
+                            (sgd, "optimizer.momentum_buffer_dtype", ""),
+                            (adam, "precision.params", "")):
+        section, name = key.split(".")
+        text = mlp().replace('kind = "adam"\nlr = 0.01', opt)
+        text = text.replace(f"[{section}]\n", f'[{section}]\n{name} = "e8m0"\n', 1)
+        line = expect_bad(halfway, w, text, f"{key} e8m0", f"'{key}' cannot be e8m0")
+        check("no zero and no sign" in line, f"{key} e8m0: {line}")
+    ok = mlp().replace("[optimizer]\n", '[optimizer]\nstate_dtype = "e4m3"\n', 1)
+    r = run(halfway, "train", w.write("e4m3_state.toml", ok), "--out", w.file("e4m3_out"))
+    check(r.returncode == 0, f"state_dtype e4m3: {r.stderr}")
+
+
 def main(halfway):
     w = Workdir("limits")
     try:
+        check_value_dtypes(halfway, w)
+        check_disk_limits(halfway, w)
         # --- sizes: checked in 64 bits against stated limits, before any allocation ----------
         # The issue's reproducer: d_model * mlp_ratio wrapped an int and crashed (SIGSEGV).
         expect_bad(halfway, w, transformer(dmodel=4, ratio=1073741824), "mlp_ratio 2^30",

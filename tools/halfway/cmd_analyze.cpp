@@ -9,16 +9,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "format_util.hpp"
+#include "size_option.hpp"
+#include "spawn.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/analyze.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/memory.hpp"
 #include "halfway/sim/npz.hpp"
 
 namespace halfway::cli {
@@ -83,64 +87,116 @@ std::string default_out(const std::string& first_input) {
   return s + "-analysis";
 }
 
+/// What the figures need, checked before the analysis: the Python program exists.
+void check_plot(const std::string& python) {
+  if (!program_exists(python))
+    throw InputError("--plot: no program '" + python + "' (--python, $HALFWAY_PYTHON)");
+}
+
 int plot(const std::string& python, const std::string& out) {
   // The figures are drawn by the Python package (halfway.figures); the build tree's package
   // comes first when this program runs from it.
   std::string env = HALFWAY_BUILD_PYTHON_DIR;
   if (const char* p = std::getenv("PYTHONPATH"); p && *p) env += std::string(":") + p;
   setenv("PYTHONPATH", env.c_str(), 1);
-  const std::string cmd = "'" + python + "' -m halfway.figures '" + out + "'";
-  if (python.find('\'') != std::string::npos || out.find('\'') != std::string::npos)
-    throw InputError("--plot: the output path or --python holds a single quote");
   std::fflush(stdout);  // this program's lines first
-  const int st = std::system(cmd.c_str());
-  if (st != 0) {
-    std::fprintf(stderr, "halfway analyze: the figures failed (%s -m halfway.figures, status %d)\n",
-                 python.c_str(), st);
+  const std::string failed = run_program({python, "-m", "halfway.figures", out});
+  if (!failed.empty()) {
+    std::fprintf(stderr, "halfway analyze: the figures failed (%s -m halfway.figures: %s); the "
+                 "analysis is in %s\n", printable(python).c_str(), failed.c_str(),
+                 printable(out).c_str());
     return 1;
   }
   return 0;
 }
 
+/// The memory an analysis takes: a working set that does not depend on the arrays (one
+/// analyser, the chunk buffers, the archive's directory), plus, for each array, its name and
+/// its entry of manifest.json, which lists every array (docs/analyze.md: the bound).
+struct MemoryBudget {
+  uint64_t limit, working_set, arrays = 0, per_array_bytes = 0;
+  /// Bytes of bookkeeping an array (measured: 1.15 KiB with 7-character names), and per
+  /// character of its name, which the archive reader, the checks and the manifest each hold.
+  static constexpr uint64_t kPerArray = 1536, kPerNameByte = 6;
+  void add_array(const std::string& name, const std::string& file) {
+    ++arrays;
+    per_array_bytes += kPerArray + kPerNameByte * name.size();
+    if (working_set + per_array_bytes <= limit) return;
+    throw InputError("the analysis needs more than the memory limit of " +
+                     sim::format_bytes(double(limit)) + " (--max-memory) at array " +
+                     std::to_string(arrays) + " ('" + sim::shown_text(name) + "' of '" + file +
+                     "'): " + sim::format_bytes(double(working_set)) + " of working set and " +
+                     sim::format_bytes(double(per_array_bytes)) + " for the arrays' names and "
+                     "manifest entries; analyse fewer arrays at a time, or raise the limit");
+  }
+};
+
+/// The working set: the analysis of one array (AnalysisRun::working_set_bytes), the chunk
+/// buffers (stream_npz's 64 Ki items of up to 8 bytes, their binary32 values, float16 bits),
+/// and 1 MiB for the archive reader and the rows being written.
+uint64_t analyze_working_set(size_t formats, int scales) {
+  return sim::AnalysisRun::working_set_bytes(formats, scales) + (uint64_t(1) << 16) * 14 +
+         (uint64_t(1) << 20);
+}
+
+/// One array's entry of manifest.json, written when its last value is read.
+struct ArrayEntry {
+  std::string name, file, dtype;
+  std::vector<uint64_t> shape;
+  uint64_t float64_rounded = 0;  ///< float64 values that binary32 could not hold
+  std::string json() const {
+    nlohmann::json t = {{"name", name}, {"file", file}, {"dtype", dtype}, {"shape", shape}};
+    if (dtype == "f8") t["float64_rounded"] = float64_rounded;
+    return t.dump();
+  }
+};
+
 /// Analyse the arrays of `files` into the folder `out`; the number of arrays. Throws
 /// sim::Stopped on a stop request (SIGINT, ...), with nothing changed in `out`.
 size_t analyze_files(const std::vector<std::string>& files,
                      const std::vector<sim::DType>& formats, const sim::AnalyzeOptions& ao,
-                     const std::string& out) {
+                     const std::string& out, MemoryBudget& budget) {
   auto check_stop = [] {
     if (const int sig = sim::stop_signal()) throw sim::Stopped(sig);
   };
   sim::AnalysisRun run(out, formats, ao, false);
-  std::map<std::string, std::string> where;  // tensor name -> the file that has it
-  nlohmann::json tensors = nlohmann::json::array();
-  std::vector<uint64_t> rounded;  // float64 values that binary32 could not hold, per tensor
+  std::unordered_map<std::string, size_t> where;  // array name -> the file that has it
+  std::string entries;  // the manifest's "tensors", one JSON object after another
+  ArrayEntry cur;
+  auto end_array = [&] {
+    if (cur.name.empty() && cur.file.empty()) return;
+    entries += (entries.empty() ? "" : ",\n    ") + cur.json();
+    cur = {};
+  };
   std::vector<float> buf;
-  for (const std::string& file : files) {
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    const std::string& file = files[fi];
     check_stop();
     sim::stream_npz(file, [&](const std::string& key, const sim::NpyHeader& h,
                               const std::string& what) -> sim::NpyChunkFn {
       if (h.dtype != "f4" && h.dtype != "f2" && h.dtype != "f8" && h.dtype != "u2")
         throw InputError(what + ": unsupported dtype '" + h.dtype + "' (float32, float16, "
                          "float64, or uint16 holding bfloat16 bit patterns)");
-      if (auto [it, fresh] = where.emplace(key, file); !fresh)
-        throw InputError("array '" + sim::shown_text(key) + "' is in both '" + it->second +
-                         "' and '" + file + "'");
+      if (auto [it, fresh] = where.emplace(key, fi); !fresh)
+        throw InputError("array '" + sim::shown_text(key) + "' is in both '" +
+                         files[it->second] + "' and '" + file + "'");
+      budget.add_array(key, file);
+      end_array();
       const size_t id = run.tensor(key, sim::TraceKind::tensor, "analyze");
-      tensors.push_back({{"name", key}, {"file", file}, {"dtype", h.dtype}, {"shape", h.shape}});
-      rounded.push_back(0);
-      return [&run, &buf, &rounded, &check_stop, id, dtype = h.dtype](const unsigned char* raw, size_t n) {
+      cur = {key, file, h.dtype, std::vector<uint64_t>(h.shape.begin(), h.shape.end()), 0};
+      return [&run, &buf, &cur, &check_stop, id, dtype = h.dtype](const unsigned char* raw,
+                                                                  size_t n) {
         check_stop();
         buf.resize(n);
-        to_f32(dtype, raw, n, buf.data(), rounded[id]);
+        to_f32(dtype, raw, n, buf.data(), cur.float64_rounded);
         run.add(id, buf.data(), n);
       };
     });
   }
-  for (size_t i = 0; i < rounded.size(); ++i)
-    if (tensors[i]["dtype"] == "f8") tensors[i]["float64_rounded"] = rounded[i];
+  end_array();
   check_stop();
   run.end_step(0, {});
-  run.commit(nlohmann::json{{"tool", "analyze"}, {"tensors", tensors}}.dump());
+  run.commit(R"({"tool": "analyze"})", entries.empty() ? "[]" : "[\n    " + entries + "\n  ]");
   return where.size();
 }
 
@@ -161,6 +217,9 @@ int cmd_analyze(int argc, char** argv) {
   app.add_flag("--plot", o.plot, "also draw the figures (Python with matplotlib)");
   app.add_option("--python", o.python, "Python for --plot (default $HALFWAY_PYTHON or "
                                        "/usr/bin/python3)");
+  const SizeOption max_memory(app, "--max-memory", "refuse an analysis whose memory would be "
+                              "over SIZE (e.g. 2G, 512M; default: 80% of physical memory); it "
+                              "is a fixed working set plus about 1.5 KiB an array");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -174,6 +233,15 @@ int cmd_analyze(int argc, char** argv) {
   const std::vector<sim::DType> formats = sim::parse_format_list(o.formats);
   sim::AnalyzeOptions ao;
   std::tie(ao.k_min, ao.k_max) = sim::parse_scale_range(o.scales);
+  const uint64_t limit = max_memory.bytes();
+  MemoryBudget budget{limit ? limit : sim::default_memory_limit(),
+                      analyze_working_set(formats.size(), ao.k_max - ao.k_min + 1)};
+  if (budget.working_set > budget.limit)
+    throw InputError("the analysis needs " + sim::format_bytes(double(budget.working_set)) +
+                     " of working set, more than the memory limit of " +
+                     sim::format_bytes(double(budget.limit)) + " (--max-memory); analyse "
+                     "fewer formats or scales, or raise the limit");
+  if (o.plot) check_plot(o.python);
   const std::vector<std::string> files = input_files(o.inputs);
   if (o.out.empty()) o.out = default_out(o.inputs.front());
   // SIGINT, SIGTERM, SIGHUP, SIGQUIT: stop within a chunk, remove the temporary files and
@@ -181,7 +249,7 @@ int cmd_analyze(int argc, char** argv) {
   sim::install_stop_handlers();
   size_t arrays = 0;
   try {
-    arrays = analyze_files(files, formats, ao, o.out);
+    arrays = analyze_files(files, formats, ao, o.out, budget);
   } catch (const sim::Stopped& e) {
     std::fprintf(stderr, "halfway analyze: %s; %s is as it was (no temporary file left)\n",
                  e.what(), o.out.c_str());

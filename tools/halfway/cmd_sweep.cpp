@@ -32,6 +32,8 @@
 #include "format_util.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/memory.hpp"
+#include "size_option.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "progress.hpp"
 #include "sweep.hpp"
@@ -225,8 +227,25 @@ std::string index_header(const nlohmann::json& def) {
 }
 
 /// One sweep.csv row from a finished run folder (`rel`: the folder as written in the table).
+std::string index_row_of(const nlohmann::json& def, const nlohmann::json& run,
+                         const std::string& run_dir, const std::string& rel);
+
+/// index_row_of, with a run folder whose files were changed by hand (a manifest that is not
+/// JSON or lacks a field, a steps.csv count that is not a number) reported as bad input.
 std::string index_row(const nlohmann::json& def, const nlohmann::json& run,
                       const std::string& run_dir, const std::string& rel) {
+  try {
+    return index_row_of(def, run, run_dir, rel);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(run_dir + "/manifest.json cannot be read as a run's manifest (" +
+                     e.what() + ")");
+  } catch (const std::logic_error&) {  // std::stoll: invalid_argument, out_of_range
+    throw InputError(run_dir + "/steps.csv holds a count that is not an integer");
+  }
+}
+
+std::string index_row_of(const nlohmann::json& def, const nlohmann::json& run,
+                         const std::string& run_dir, const std::string& rel) {
   const nlohmann::json m = nlohmann::json::parse(sim::read_file(run_dir + "/manifest.json"));
   const nlohmann::json& s = m["summary"];
   std::string r = std::to_string(run["run"].get<int>()) + "," + csv_field(rel);
@@ -572,10 +591,28 @@ SweepDef load_sweep(const std::string& path) {
   return d;
 }
 
+/// The runs of this shard that are not finished yet, together, against the disk they may use.
+void check_sweep_disk(const SweepDef& d, const fs::path& root, int shard, int shard_count,
+                      uint64_t max_disk) {
+  sim::DiskEstimate sum;
+  int left = 0;
+  for (const SweepRun& r : d.runs) {
+    if (r.index % shard_count != shard ||
+        sim::run_complete((root / "runs" / run_dir_name(r.index)).string()))
+      continue;
+    const sim::DiskEstimate e =
+        sim::estimate_disk(sim::parse_config(r.config_toml, d.base_dir, "config.toml"));
+    sum.csv += e.csv, sum.archives += e.archives, ++left;
+  }
+  sim::check_disk(sum, max_disk, root.string(),
+                  "the sweep's " + std::to_string(left) + " runs left");
+}
+
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
-              bool quiet, uint64_t max_memory) {
+              bool quiet, uint64_t max_memory, uint64_t max_disk) {
   const fs::path root(out);
   fs::create_directories(root);
+  check_sweep_disk(d, root, shard, shard_count, max_disk);
   const nlohmann::json def = definition_json(d);
   const fs::path def_path = root / "sweep.json";
   // Everything written at the top of the folder (sweep.json, shard markers, the index) is
@@ -664,6 +701,7 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
           sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
           sim::TrainOptions o;
           o.max_memory = max_memory;
+          o.max_disk = max_disk;
           if (!sim::write_run(c, tmp.string(), o).complete()) {  // stopped: not done
             fs::remove_all(tmp);
             throw std::runtime_error("stopped before its last step; a resume reruns it");
@@ -742,10 +780,12 @@ int cmd_sweep(int argc, char** argv) {
   app.add_option("--shard", shard_s, "run only runs with index % N == I (I from 0); default "
                                      "from SLURM_ARRAY_TASK_ID/COUNT");
   app.add_flag("--quiet,-q", quiet, "print nothing on success");
-  std::string max_memory;
-  app.add_option("--max-memory", max_memory, "refuse each run whose estimated peak memory is "
-                                             "over SIZE (e.g. 2G; default: 80% of physical "
-                                             "memory)");
+  const SizeOption max_memory(app, "--max-memory", "refuse each run whose estimated peak "
+                                                    "memory is over SIZE (e.g. 2G; default: "
+                                                    "80% of physical memory)");
+  const SizeOption max_disk(app, "--max-disk", "refuse a sweep whose runs left would write "
+                                               "more than SIZE together, estimated (e.g. 50G; "
+                                               "default: the free space where --out is)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -785,8 +825,7 @@ int cmd_sweep(int argc, char** argv) {
   // SIGINT, SIGTERM, SIGHUP, SIGQUIT: the runs in progress stop at a step boundary (and are
   // removed), no new run starts, and the finished runs are indexed.
   sim::install_stop_handlers();
-  return run_sweep(d, out, jobs, shard, count, quiet,
-                   max_memory.empty() ? 0 : sim::parse_memory_size(max_memory));
+  return run_sweep(d, out, jobs, shard, count, quiet, max_memory.bytes(), max_disk.bytes());
 }
 
 int cmd_merge(int argc, char** argv) {

@@ -17,13 +17,14 @@
 #include "halfway/sim/thread_pool.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "progress.hpp"
+#include "size_option.hpp"
 #include "train_bench.hpp"
 
 namespace halfway::cli {
 
 int cmd_train(int argc, char** argv) {
   CLI::App app{"Simulate mixed-precision training and trace every rounding", "halfway train"};
-  std::string config, out, max_memory;
+  std::string config, out;
   int threads = sim::ThreadPool::hardware_threads();
   bool run_bench = false;
   TrainBenchOptions b;
@@ -35,9 +36,12 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for large matrix products (default: the "
                                        "machine's cores; results do not depend on it)")
       ->check(CLI::Range(1, 256));
-  app.add_option("--max-memory", max_memory, "refuse a run whose estimated peak memory is over "
-                                             "SIZE (e.g. 2G, 512M; default: 80% of physical "
-                                             "memory)");
+  const SizeOption max_memory(app, "--max-memory", "refuse a run whose estimated peak memory "
+                                                    "is over SIZE (e.g. 2G, 512M; default: 80% "
+                                                    "of physical memory)");
+  const SizeOption max_disk(app, "--max-disk", "refuse a run whose estimated output is over "
+                                               "SIZE (e.g. 10G; default: the free space where "
+                                               "--out is)");
   app.add_flag("--bench", run_bench, "benchmark: halfway's training steps against PyTorch's "
                                      "fp32 steps on the same models, measured in one run "
                                      "(no CONFIG)");
@@ -74,7 +78,8 @@ int cmd_train(int argc, char** argv) {
   if (config.empty()) throw InputError("missing CONFIG.toml (usage: halfway train CONFIG.toml [--out DIR])");
   sim::TrainOptions o;
   o.threads = threads;
-  if (!max_memory.empty()) o.max_memory = sim::parse_memory_size(max_memory);
+  o.max_memory = max_memory.bytes();
+  o.max_disk = max_disk.bytes();
   const sim::TrainConfig c = sim::parse_config_file(config);
   if (out.empty()) {
     std::filesystem::path p(config);

@@ -646,7 +646,11 @@ struct Builder {
     const int nb = f.nbits();
     const bool with_pairs = nb <= 16;
     const uint64_t f32_slices = (inputs->size() + kBlock - 1) / kBlock;
-    const uint64_t npairs = pairs ? pairs->first.size() : uint64_t(1) << (2 * nb);
+    // All pairs only where there are pairs to check (nb <= 16): a shift by 2·nb = 64 for a
+    // 32-bit format would be undefined.
+    const uint64_t npairs = !with_pairs ? 0
+                            : pairs     ? pairs->first.size()
+                                        : uint64_t(1) << (2 * nb);
     const uint64_t pair_slices = with_pairs ? 4 * ((npairs + kBlock - 1) / kBlock) : 0;
     const uint64_t per_mode = f32_slices + pair_slices;
     Check& chk = add(fmt::format("oracle short path = general path, {}, {}", format_name(f),

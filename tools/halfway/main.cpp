@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include <unistd.h>
@@ -66,6 +68,10 @@ void checked_stdout() {
 
 bool g_reported = false;  ///< an error line has been printed
 
+/// Exit codes: 2 for bad input or a refused write (the user can act on it), 70 (sysexits'
+/// EX_SOFTWARE) for an internal error (out of memory no limit caught, a broken invariant).
+constexpr int kExitBadInput = 2, kExitInternal = 70;
+
 /// The exit code once standard output is flushed: output that could not be written (a full
 /// disk, a closed pipe or descriptor) is an error, not a success.
 int finish(const std::string& cmd, int rc) {
@@ -100,12 +106,26 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
       std::puts("halfway " HALFWAY_VERSION);
       return 0;
     }
-  } catch (const std::exception& e) {
-    // Messages quote user input (paths, config values): control characters are escaped.
+  } catch (const std::runtime_error& e) {
+    // Bad input (InputError) and what the system refused (a failed write, a full disk): the
+    // user can act on it. Messages quote user input (paths, config values): control
+    // characters are escaped.
     g_reported = true;
     std::fprintf(stderr, "halfway %s: error: %s\n", printable(cmd).c_str(),
                  printable(e.what()).c_str());
-    return 2;
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    g_reported = true;
+    std::fprintf(stderr, "halfway %s: internal error: out of memory (std::bad_alloc); no size "
+                 "limit caught this, please report it with the command\n",
+                 printable(cmd).c_str());
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    // A logic_error (out_of_range, length_error, ...) or anything else: a bug, not the input.
+    g_reported = true;
+    std::fprintf(stderr, "halfway %s: internal error: %s; please report it with the command\n",
+                 printable(cmd).c_str(), printable(e.what()).c_str());
+    return kExitInternal;
   }
   std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train analyze sweep merge run "
                "hw-report)\n",

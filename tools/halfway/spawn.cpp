@@ -2,6 +2,7 @@
 #include "spawn.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <fcntl.h>
@@ -45,5 +46,36 @@ int run_captured(const std::vector<std::string>& args, std::string& out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+std::string run_program(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int err = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  if (err != 0) return "cannot run '" + args[0] + "': " + std::strerror(err);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st))
+    return WEXITSTATUS(st) == 0 ? "" : "exit status " + std::to_string(WEXITSTATUS(st));
+  const int sig = WTERMSIG(st);
+  const char* name = sigabbrev_np(sig);
+  return "killed by " + (name ? "SIG" + std::string(name) : "signal " + std::to_string(sig));
+}
+
+bool program_exists(const std::string& program) {
+  if (program.empty()) return false;
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  for (size_t p = 0; p <= dirs.size();) {
+    size_t c = dirs.find(':', p);
+    if (c == std::string::npos) c = dirs.size();
+    const std::string d = c > p ? dirs.substr(p, c - p) : ".";
+    if (::access((d + "/" + program).c_str(), X_OK) == 0) return true;
+    p = c + 1;
+  }
+  return false;
+}
 
 }  // namespace halfway::cli

@@ -10,4 +10,12 @@ namespace halfway::cli {
 /// stderr go to `out`. Returns its exit status, or -1 (the reason in `out`) if it did not run.
 int run_captured(const std::vector<std::string>& args, std::string& out);
 
+/// Run args[0] (looked up in PATH) with these arguments, no shell in between, its output going
+/// where this program's goes. Returns "" when it exited 0, else what happened, in words:
+/// "cannot run 'python3': No such file or directory", "exit status 1", "killed by SIGSEGV".
+std::string run_program(const std::vector<std::string>& args);
+
+/// Whether `program` names an executable file: a path as given, a bare name in PATH.
+bool program_exists(const std::string& program);
+
 }  // namespace halfway::cli

@@ -45,8 +45,10 @@ SweepDef load_sweep(const std::string& path);
 /// Run the sweep's runs with index % shard_count == shard (0-based) into `out`, resuming.
 /// Returns the process exit code.
 /// `max_memory`: each run's limit (TrainOptions::max_memory; 0: 80% of physical memory).
+/// `max_disk`: the most the runs still to do may write together (estimate_disk; 0: the free
+/// space of `out`'s file system), checked before any run starts.
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
-              bool quiet, uint64_t max_memory = 0);
+              bool quiet, uint64_t max_memory = 0, uint64_t max_disk = 0);
 
 /// The folder name of run `i` under DIR/runs/.
 std::string run_dir_name(int i);

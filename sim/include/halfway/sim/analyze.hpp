@@ -15,10 +15,10 @@
 #pragma once
 
 #include <array>
-#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "halfway/sim/dtype.hpp"
@@ -47,6 +47,9 @@ struct AnalyzeOptions {
   int k_min = -20, k_max = 40;       ///< the loss scales 2^k of the window
   double flush_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
 };
+/// Throws InputError unless -300 <= k_min <= k_max <= 300 and flush_tolerance is in [0, 1]
+/// (NaN refused), as the config's keys are.
+void check_analyze_options(const AnalyzeOptions& o);
 
 /// One tensor rounded into one format.
 struct FormatAnalysis {
@@ -136,6 +139,12 @@ struct StepInfo {
 /// Every file is written atomically, and the folder changes in one step (publish_folder):
 /// nothing is left without commit().
 ///
+/// Memory does not grow with the number of tensors: a tensor is finished, its rows written
+/// and its analyser freed, when the next one begins (or the step ends), so all of a tensor's
+/// values are added before the next tensor(). The step's rows wait for its end (which names
+/// the step) in unlinked scratch files on the output's file system. What is
+/// kept per tensor is its name until the step ends (names are unique in a step).
+///
 ///     AnalysisRun run("out", parse_format_list("fp16,e4m3"), {}, false);
 ///     size_t id = run.tensor("x", TraceKind::tensor, "analyze", 1.0);
 ///     run.add(id, values, n);                // in chunks, any split
@@ -143,36 +152,53 @@ struct StepInfo {
 ///     run.commit(R"({"inputs": ["x.npz"]})");
 class AnalysisRun {
  public:
+  /// Throws InputError when `o` is out of range (check_analyze_options).
   AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o, bool steps_csv,
               bool tensor_windows = true);
-  /// Begin tensor `name` of the current step, taken at `loss_scale`. Throws InputError when
-  /// the step has it already (a name collision).
+  ~AnalysisRun();
+  /// Begin tensor `name` of the current step, taken at `loss_scale`, and finish the one
+  /// before. Throws InputError when the step has it already (a name collision).
   size_t tensor(const std::string& name, TraceKind kind, const std::string& op,
                 double loss_scale = 1.0);
+  /// Values of the tensor begun last (InputError for any other id).
   void add(size_t id, const float* x, size_t n);
   /// Write the step's rows and forget its tensors.
   void end_step(int step, const StepInfo& info);
   /// Write manifest.json (the members of the JSON object `fields_json`, plus the version,
-  /// formats, scales, outputs and steps) and rename every file into place.
-  void commit(const std::string& fields_json = "{}");
+  /// formats, scales, outputs and steps) and rename every file into place. `tensors_json`, a
+  /// JSON array as text, becomes the member "tensors" without being parsed (it lists every
+  /// tensor, so it may be large).
+  void commit(const std::string& fields_json = "{}", const std::string& tensors_json = "");
   /// Remove the folder's old manifest.json before other files change in it (a caller's own
   /// files, such as halfway.torch.trace's tensors/): until commit() the folder is no finished
   /// run. commit() does this itself (publish_folder).
   void unpublish();
   const std::vector<DType>& formats() const { return formats_; }
+  /// The most memory the analysis of one tensor takes besides its name and its caller's
+  /// chunk: the analyser and its results for `formats` formats and `scales` loss scales.
+  static uint64_t working_set_bytes(size_t formats, int scales);
 
  private:
+  class Scratch;
   std::vector<std::string> stale_outputs() const;
+  void finish_tensor();  ///< write the rows of the tensor begun last, and free its analyser
+  void begin_step();
   std::string dir_;
   std::vector<DType> formats_;
   AnalyzeOptions opt_;
   bool tensor_windows_;
   std::unique_ptr<AtomicFile> trace_, window_, steps_;
-  struct Pending {
+  struct Open {
     TensorAnalyzer analyzer;
     double loss_scale;
   };
-  std::deque<Pending> pending_;  ///< a deque: an analyzer (some 60 KB of bins) never moves
+  std::unique_ptr<Open> open_;       ///< the tensor being fed (an analyser: some 40 KB a format)
+  size_t tensors_in_step_ = 0;       ///< ids handed out in this step
+  std::unordered_set<std::string> names_;         ///< this step's tensor names
+  std::vector<std::vector<WindowRow>> combined_;  ///< per format: the gradients together
+  std::unique_ptr<Scratch> trace_rows_;             ///< the step's trace.csv rows
+  std::vector<std::unique_ptr<Scratch>> own_rows_;  ///< per format: each tensor's window rows
+  uint64_t grad_values_ = 0, grad_flushed_ = 0, grad_overflow_ = 0;  ///< steps.csv, format 0
   int steps_done_ = 0;
   bool unpublished_ = false;
 };

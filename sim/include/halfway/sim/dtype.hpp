@@ -40,6 +40,11 @@ struct DType {
   bool operator!=(const DType& o) const { return !(*this == o); }
 };
 
+/// Throw InputError unless `d` can hold signed values and zero, as weights, activations and
+/// optimizer states need: e8m0 (MX's scale format: no zero, no sign) cannot. `key` names the
+/// config key in the message.
+void check_value_dtype(const DType& d, const std::string& key);
+
 /// "fp64"/"float64"/"double", "fp32"/"float32", or any format `parse_format` accepts.
 /// Throws InputError for anything else.
 DType parse_dtype(std::string_view text);

@@ -56,6 +56,26 @@ struct MemoryEstimate {
 /// The estimate for `c`; with `data` (an .npz dataset once loaded) its real size is used.
 MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data = nullptr);
 
+/// The bytes a run writes, estimated from its config alone (an upper bound of the files it
+/// leaves, within a factor of 3: tests/sim/test_limits.py): the CSVs (a row of
+/// steps.csv a step; per traced step, trace.csv's records, scale_window.csv's scales,
+/// updates.csv's parameters and blocks.csv's operand copies) and the archives (grads.npz's
+/// gradients of every step and weights.npz, each with the spool file it is built from).
+struct DiskEstimate {
+  double csv = 0;       ///< steps.csv, trace.csv, scale_window.csv, updates.csv, blocks.csv
+  double archives = 0;  ///< grads.npz and weights.npz, twice (spool and archive)
+  double total() const { return csv + archives; }
+};
+DiskEstimate estimate_disk(const TrainConfig& c);
+/// The free bytes of the file system that holds `path` (or its nearest existing parent); -1
+/// when it cannot be told.
+double free_disk_bytes(const std::string& path);
+/// Throw InputError (one line naming the parts and the option) when `e` is over `limit`
+/// bytes (--max-disk) or, with `limit` 0, over the free space where `out_dir` is. `what`
+/// names the writer in the message ("the run", "the sweep's 12 runs left").
+void check_disk(const DiskEstimate& e, uint64_t limit, const std::string& out_dir,
+                const std::string& what = "the run");
+
 /// "2G", "512M", "1.5GiB", "100000" (bytes): K, M, G, T are powers of 1024, with an optional
 /// "B" or "iB". Throws InputError for anything else or a size of 0.
 uint64_t parse_memory_size(const std::string& text);

@@ -121,6 +121,9 @@ struct TrainOptions {
   /// Refuse (InputError) a run whose estimated peak memory (estimate_memory) is over this many
   /// bytes; 0: 80% of the physical memory.
   uint64_t max_memory = 0;
+  /// write_run refuses (InputError) a run whose estimated output (estimate_disk) is over this
+  /// many bytes; 0: the free space of the output's file system.
+  uint64_t max_disk = 0;
   /// Optional: called after every step with the steps done and the steps of the run.
   std::function<void(int64_t done, int64_t total)> on_progress;
 };

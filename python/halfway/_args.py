@@ -1,0 +1,94 @@
+"""Checks of the public functions' arguments, before the C++ layer sees them: each bad
+argument is a TypeError (wrong type) or ValueError (wrong value) that names the function and
+the argument, never pybind's "incompatible function arguments", a RuntimeError, an
+OverflowError, or a value silently taken for another (True for 1, None for NaN)."""
+import numbers
+
+import numpy as np
+
+U64 = (1 << 64) - 1
+
+
+def _type_name(v):
+    return type(v).__name__
+
+
+def name(fn, arg, v, *, allow=()):
+    """A name (format, rounding, scheme, ...): a non-empty str that UTF-8 can encode, or an
+    instance of one of the types in `allow` (halfway.Format for a format)."""
+    if allow and isinstance(v, allow):
+        getattr(v, "name")  # a halfway.Format never initialised raises TypeError here
+        return v
+    if not isinstance(v, str):
+        if allow:  # a format: the C++ layer's words
+            raise TypeError(f"halfway.{fn}: {arg}: format must be a name such as 'fp16' or a "
+                            f"halfway.Format, not {_type_name(v)}")
+        raise TypeError(f"halfway.{fn}: {arg} must be a name (str), not {_type_name(v)}")
+    if not v:
+        raise ValueError(f"halfway.{fn}: {arg} is empty")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"halfway.{fn}: {arg} {v!r} is not valid text (a lone surrogate)") \
+            from None
+    return v
+
+
+def flag(fn, arg, v):
+    """A switch: True or False (numpy.bool_ too); 1, None or 'yes' are not taken for one."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise TypeError(f"halfway.{fn}: {arg} must be True or False, not {v!r}")
+
+
+def integer(fn, arg, v, lo, hi, *, none=False):
+    """An int (numpy integers too, never a bool or a float) in [lo, hi], or None if allowed."""
+    if v is None and none:
+        return None
+    rng = "[0, 2**64)" if (lo, hi) == (0, U64) else f"[{lo}, {hi}]"
+    what = f"halfway.{fn}: {arg} must be an integer in {rng}{' or None' if none else ''}"
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)):
+        raise TypeError(f"{what}, not {_type_name(v)}")
+    if not lo <= int(v) <= hi:
+        raise ValueError(f"{what}, got {v!r}")
+    return int(v)
+
+
+def values(fn, arg, v):
+    """Numbers: an array, a sequence or a scalar. None, a bool (True is no 1.0) and a string
+    are a TypeError here; an array's dtype is checked by the C++ layer ("got bool")."""
+    if v is None or isinstance(v, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"halfway.{fn}: {arg} must be numbers (an array or a scalar), not "
+                        f"{_type_name(v)}")
+    return v
+
+
+def encodings(fn, arg, v):
+    """Encodings: integers (an array of an integer dtype, or int scalars and sequences). A
+    Python float, bool or None is a TypeError, an int beyond 64 bits a ValueError."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)):
+        if not -(1 << 63) <= int(v) <= U64:
+            raise ValueError(f"halfway.{fn}: {arg} = {v} is no encoding (beyond 64 bits)")
+        return v
+    if not isinstance(v, (np.ndarray, np.integer, list, tuple)) or isinstance(v, np.bool_):
+        raise TypeError(f"halfway.{fn}: {arg} must be encodings (integers), not "
+                        f"{_type_name(v)}")
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            if isinstance(x, numbers.Integral) and not -(1 << 63) <= int(x) <= U64:
+                raise ValueError(f"halfway.{fn}: {arg} holds {x}, no encoding (beyond 64 "
+                                 "bits)")
+    return v
+
+
+def rounding_options(fn, rounding, saturate, subnormals, seed, offset, tininess, flags,
+                     counts):
+    """The options every rounding function takes (halfway.round's)."""
+    name(fn, "rounding", rounding)
+    flag(fn, "saturate", saturate)
+    flag(fn, "subnormals", subnormals)
+    integer(fn, "seed", seed, 0, U64, none=True)
+    integer(fn, "offset", offset, 0, U64)
+    name(fn, "tininess", tininess)
+    flag(fn, "flags", flags)
+    flag(fn, "counts", counts)
