@@ -393,9 +393,7 @@ def exhaustive(name):
         counts, p = run_target(t, x)
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
-        problems += p[:10 - len(problems)] if len(problems) < 10 else []
-        if p and not problems:
-            problems = p
+        problems.extend(p[:max(0, 10 - len(problems))])
     print(f"{t.name}: 2^32 float32 inputs, differences {total}, {time.time() - t0:.0f} s")
     for line in problems:
         print(line)
