@@ -338,8 +338,24 @@ SAMPLE_COUNTS = {
     "torch:float8_e8m0fnu": {"e8m0 tie": 128, "negative": 22669, "subnormal": 16},
 }
 
-# The same for all 2^32 float32 inputs (label `exhaustive`).
-EXHAUSTIVE_COUNTS = {}
+# The same for all 2^32 float32 inputs (label `exhaustive`), counted from each class's
+# definition: NaNs per sign 2^23 - 1, of them 2^22 - 1 signalling; e4m3 overflow from 0x43E80001
+# to inf; e8m0 negatives minus those whose magnitude is 0xFF (NaN) in PyTorch too.
+_NANS = 2 * (2**23 - 1)
+EXHAUSTIVE_COUNTS = {
+    "ml_dtypes:float8_e5m2": {"NaN payload": 2**23},
+    "ml_dtypes:float6_e2m3fn": {"NaN into a format without NaN": _NANS},
+    "ml_dtypes:float6_e3m2fn": {"NaN into a format without NaN": _NANS},
+    "ml_dtypes:float4_e2m1fn": {"NaN into a format without NaN": _NANS},
+    "ml_dtypes:float8_e8m0fnu": {"e8m0 tie": 128, "zero": 2},
+    "ml_dtypes:bfloat16": {"NaN payload": 2 * (2**23 - 2**17)},
+    "numpy:float16": {"signalling NaN": 2 * (2**22 - 1)},
+    "torch:float8_e4m3fn": {"overflow saturates": 2 * (0x7F800000 - 0x43E80000)},
+    "torch:float8_e5m2": {"NaN payload": 2 * (2**22 - 1)},
+    "torch:float8_e8m0fnu": {"e8m0 tie": 128,
+                             "negative": 2**31 - 2**23 - (0x7F800000 - 0x7F400000 + 1),
+                             "subnormal": 0x600000 - 0x400001},
+}
 
 
 def run_target(target, x):
