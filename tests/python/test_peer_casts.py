@@ -85,14 +85,13 @@ def constant(v):
 def e8m0_ties_up(b):
     """ml_dtypes's and PyTorch's e8m0 result on a tie m * 2^k, m = 1.5: the larger neighbour,
     2^(k+1) (0xFF, their NaN, above 2^127)."""
-    e = (b >> U32(23)) & U32(0xFF)
-    return np.where(e == 0, U32(1), np.minimum(e + U32(1), U32(0xFF)))
+    return np.minimum(((b >> U32(23)) & U32(0xFF)) + U32(1), U32(0xFF))
 
 
 def e8m0_ties_even(b):
-    """halfway's: the neighbour with the even exponent field (docs/semantics.md)."""
-    e = (b >> U32(23)) & U32(0xFF)
-    return np.where(e == 0, U32(0), np.where(e % 2 == 0, e, e + U32(1)))
+    """halfway's: the neighbour with the even exponent field (docs/semantics.md), which on
+    the ties of `e8m0_tie` is the input's own exponent field (0 for 1.5 * 2^-127)."""
+    return (b >> U32(23)) & U32(0xFF)
 
 
 def torch_e8m0_of_magnitude(b):
