@@ -208,8 +208,8 @@ TEST_CASE("stochastic rounding: byte-identical at any thread count, streams per 
   cfg = replace(cfg, "policy = \"torch-cuda-fp16\"",
                 "policy = \"torch-cuda-fp16\"\nrounding = \"stochastic\"\nsr_random_bits = 8");
   const TrainConfig c = parse_config(cfg, ".");
-  REQUIRE(c.rounding == Rounding::stochastic);
-  REQUIRE(c.sr_random_bits == 8);
+  REQUIRE(c.precision.rounding == Rounding::stochastic);
+  REQUIRE(c.precision.sr_random_bits == 8);
   for (const char* bad : {"sr_random_bits = 0", "sr_random_bits = 33"})
     CHECK_THROWS_WITH(parse_config(replace(cfg, "sr_random_bits = 8", bad), "."),
                       Catch::Contains("'precision.sr_random_bits' must be in 1..32"));

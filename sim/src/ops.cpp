@@ -300,8 +300,7 @@ void gemm_dt(Runtime& rt, const DType& dt, int64_t m, int64_t n, int64_t k, Src 
   const float* b = as_f32(B, k, n, bt, fb);
   float* c = C.f ? C.f : scratch(fc, size_t(m * n));
   const float* pbias = bias ? as_f32(bias, 1, n, false, fbias) : nullptr;
-  const Accumulation& acc = rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
-  const AccumulationModel model = acc.resolve(dt, m, n, k, layout, o);
+  const AccumulationModel model = rt.accumulator->resolve(dt, m, n, k, layout, o);
   gemm(model, dt.is_low() ? dt.fmt : accumulation::kF32, m, n, k, a, b, pbias, c, o,
        rt.threads);
   if (!C.f) std::copy(c, c + m * n, C.d);
