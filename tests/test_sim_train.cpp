@@ -119,6 +119,17 @@ TEST_CASE("config errors are one-line input errors", "[sim][train]") {
   expect_error(replace(kMlp, "[model]", "[model"), "config:");
 }
 
+TEST_CASE("the config's accumulation is resolved once, at parse time", "[sim][train]") {
+  CHECK(parse_config(kMlp, ".").precision.accumulation == &accumulator_by_name("fp32"));
+  const std::string cpu = replace(kMlp, "policy = \"torch-cuda-fp16\"", "policy = \"torch-cpu-bf16\"");
+  CHECK(parse_config(cpu, ".").precision.accumulation == &accumulator_by_name("torch-cpu"));
+  const std::string a100 = replace(cpu, "policy = \"torch-cpu-bf16\"",
+                                   "policy = \"torch-cpu-bf16\"\naccumulation = \"a100\"");
+  CHECK(parse_config(a100, ".").precision.accumulation == &accumulator_by_name("a100"));
+  CHECK_THROWS_WITH(parse_config(replace(a100, "\"a100\"", "\"a200\""), "."),
+                    Catch::StartsWith("unknown accumulation 'a200' ("));
+}
+
 TEST_CASE("data and initial-weight errors", "[sim][train]") {
   const fs::path dir = scratch("data");
   auto arr = [](Shape s, double fill) {
