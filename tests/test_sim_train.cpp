@@ -121,7 +121,8 @@ TEST_CASE("config errors are one-line input errors", "[sim][train]") {
 
 TEST_CASE("the config's accumulation is resolved once, at parse time", "[sim][train]") {
   CHECK(parse_config(kMlp, ".").precision.accumulation == &accumulator_by_name("fp32"));
-  const std::string cpu = replace(kMlp, "policy = \"torch-cuda-fp16\"", "policy = \"torch-cpu-bf16\"");
+  const std::string cpu =
+      replace(kMlp, "policy = \"torch-cuda-fp16\"", "policy = \"torch-cpu-bf16\"");
   CHECK(parse_config(cpu, ".").precision.accumulation == &accumulator_by_name("torch-cpu"));
   const std::string a100 = replace(cpu, "policy = \"torch-cpu-bf16\"",
                                    "policy = \"torch-cpu-bf16\"\naccumulation = \"a100\"");
