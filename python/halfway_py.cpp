@@ -30,6 +30,7 @@
 #include "halfway/sim/ops.hpp"
 #include "halfway/sim/optim.hpp"
 #include "halfway/sim/policy.hpp"
+#include "halfway/sim/precision.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
 #endif
@@ -915,13 +916,14 @@ py::array_t<float> dot_py(py::handle a, py::handle b, py::handle c, py::handle f
 
 /// A preset policy as data for Python: what each op kind and each GEMM operand becomes.
 py::dict recipe_dict(const std::string& name) {
-  const sim::Policy p = sim::preset_policy(name);
+  const sim::Precision pr = sim::preset_precision(name);
+  const sim::Policy& p = pr.policy;
   py::dict d;
   d["name"] = p.name;
   d["low"] = p.low.name();
   d["param_dtype"] = p.param_dtype.name();
   d["input_dtype"] = p.input_dtype.name();
-  d["accumulation"] = p.accumulation;
+  d["accumulation"] = pr.accumulation->name;
   py::dict rules;
   for (int i = 0; i < sim::kOpCount; ++i) {
     const auto k = static_cast<sim::OpKind>(i);
@@ -1225,7 +1227,7 @@ class Emulator {
   py::tuple op(py::object self, const std::string& recipe, const std::string& op,
                py::list inputs, py::list dtypes, py::list needs_grad, py::list weights,
                const std::string& scope, const std::string& rounding, py::dict attrs) {
-    const sim::Policy& pol = policy(recipe);
+    const sim::Policy& pol = precision(recipe).policy;
     std::vector<sim::Tensor> leaves;
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].is_none()) {
@@ -1277,16 +1279,18 @@ class Emulator {
     return ops_.back()->c_str();
   }
 
-  const sim::Policy& policy(const std::string& recipe) {
-    auto it = policies_.find(recipe);
-    if (it == policies_.end()) it = policies_.emplace(recipe, sim::preset_policy(recipe)).first;
+  /// Recipe `recipe`'s precision (a preset's), resolved once per emulator.
+  const sim::Precision& precision(const std::string& recipe) {
+    auto it = precisions_.find(recipe);
+    if (it == precisions_.end())
+      it = precisions_.emplace(recipe, sim::preset_precision(recipe)).first;
     return it->second;
   }
 
   sim::Fp8State& fp8_state(const std::string& recipe) {
     auto it = fp8_.find(recipe);
     if (it == fp8_.end()) {
-      const sim::Policy p = sim::preset_policy(recipe);
+      const sim::Policy& p = precision(recipe).policy;
       if (!p.fp8) throw py::value_error("halfway.torch.emulate: recipe '" + recipe + "' is not fp8");
       it = fp8_.emplace(recipe, std::make_unique<sim::Fp8State>(p.fp8_config)).first;
     }
@@ -1296,7 +1300,7 @@ class Emulator {
   sim::Runtime rt_;
   sim::Tracer tracer_;
   std::map<std::string, std::unique_ptr<sim::Fp8State>> fp8_;
-  std::map<std::string, sim::Policy> policies_;
+  std::map<std::string, sim::Precision> precisions_;
   std::vector<std::unique_ptr<std::string>> ops_;
   std::unique_ptr<sim::AtomicFile> trace_, blocks_;
 };

@@ -133,7 +133,7 @@ ReplayInput make_input(int steps) {
     const sim::TrainConfig cc = case_config(cd.policy, cd.scaler, steps, cd.init_scale);
     ReplayCase rc;
     rc.name = cd.name;
-    rc.low = cc.policy.low.fmt == formats::bf16 ? 1 : 0;
+    rc.low = cc.precision.policy.low.fmt == formats::bf16 ? 1 : 0;
     rc.scaler = cc.scaler.kind == sim::ScalerConfig::Kind::dynamic ? 1 : 0;
     rc.init_scale = float(cc.scaler.init_scale);
     rc.growth_factor = cc.scaler.growth_factor;

@@ -11,6 +11,7 @@
 #include "halfway/sim/fp8.hpp"
 #include "halfway/sim/ops.hpp"
 #include "halfway/sim/policy.hpp"
+#include "halfway/sim/precision.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -220,4 +221,34 @@ TEST_CASE("fp8-hybrid lowers only linear; an opted-in op gets scaled fp8, output
   CHECK(r.dtype() == F32);
   CHECK(r.data()[2] == 7.0);
   CHECK(r.data()[0] == 0.1015625);  // scale 448/7 = 64: 6.4 rounds to e4m3's 6.5, 6.5/64
+}
+
+TEST_CASE("a preset's precision: its policy, its accumulation and the run's defaults",
+          "[sim][policy]") {
+  for (const std::string& name : policy_names()) {
+    INFO(name);
+    const Precision p = preset_precision(name);
+    CHECK(p.policy.name == name);
+    REQUIRE(p.accumulation != nullptr);
+    // CPU autocast's GEMMs accumulate as PyTorch's CPU matmul; the CUDA and fp8/block presets
+    // as cuBLAS with an fp32 compute type.
+    CHECK(p.accumulation->name == (name == "torch-cpu-bf16" ? "torch-cpu" : "fp32"));
+    CHECK(p.rounding == Rounding::near_even);
+    CHECK(p.sr_random_bits == kSrRandomBits);
+  }
+  CHECK_THROWS_AS(preset_precision("fp12"), InputError);
+  Precision p = preset_precision("torch-cuda-fp16");
+  p.rounding = Rounding::stochastic;
+  p.policy.role_rounding[size_t(Role::update)] = Rounding::near_even;
+  CHECK(p.rounding_of(Role::forward) == Rounding::stochastic);
+  CHECK(p.rounding_of(Role::update) == Rounding::near_even);
+  p.sr_random_bits = 8;
+  p.accumulation = &accumulator_by_name("h100");
+  Runtime rt;
+  CHECK(rt.accumulator == &default_accumulation());  // a Runtime never holds a null model
+  apply_precision(rt, p, 42);
+  CHECK(rt.accumulator == p.accumulation);
+  CHECK(rt.rounding.rounding == Rounding::stochastic);
+  CHECK(rt.rounding.seed == 42);
+  CHECK(rt.rounding.random_bits == 8);
 }

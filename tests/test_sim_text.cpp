@@ -191,7 +191,7 @@ TEST_CASE("the validation loss: where, what, and nothing else changes", "[sim][t
     INFO(policy);
     TrainConfig c = parse_config(config("text = \"c.txt\"", "val_every = 2", "", policy), dir.string());
     c.steps = 6;
-    if (policy == "torch-cuda-fp16") c.rounding = Rounding::stochastic;
+    if (policy == "torch-cuda-fp16") c.precision.rounding = Rounding::stochastic;
     const auto with = rows_of(c);
     c.val_every = 0;
     const auto without = rows_of(c);

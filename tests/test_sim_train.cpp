@@ -119,6 +119,18 @@ TEST_CASE("config errors are one-line input errors", "[sim][train]") {
   expect_error(replace(kMlp, "[model]", "[model"), "config:");
 }
 
+TEST_CASE("the config's accumulation is resolved once, at parse time", "[sim][train]") {
+  CHECK(parse_config(kMlp, ".").precision.accumulation == &accumulator_by_name("fp32"));
+  const std::string cpu =
+      replace(kMlp, "policy = \"torch-cuda-fp16\"", "policy = \"torch-cpu-bf16\"");
+  CHECK(parse_config(cpu, ".").precision.accumulation == &accumulator_by_name("torch-cpu"));
+  const std::string a100 = replace(cpu, "policy = \"torch-cpu-bf16\"",
+                                   "policy = \"torch-cpu-bf16\"\naccumulation = \"a100\"");
+  CHECK(parse_config(a100, ".").precision.accumulation == &accumulator_by_name("a100"));
+  CHECK_THROWS_WITH(parse_config(replace(a100, "\"a100\"", "\"a200\""), "."),
+                    Catch::StartsWith("unknown accumulation 'a200' ("));
+}
+
 TEST_CASE("data and initial-weight errors", "[sim][train]") {
   const fs::path dir = scratch("data");
   auto arr = [](Shape s, double fill) {
@@ -208,8 +220,8 @@ TEST_CASE("stochastic rounding: byte-identical at any thread count, streams per 
   cfg = replace(cfg, "policy = \"torch-cuda-fp16\"",
                 "policy = \"torch-cuda-fp16\"\nrounding = \"stochastic\"\nsr_random_bits = 8");
   const TrainConfig c = parse_config(cfg, ".");
-  REQUIRE(c.rounding == Rounding::stochastic);
-  REQUIRE(c.sr_random_bits == 8);
+  REQUIRE(c.precision.rounding == Rounding::stochastic);
+  REQUIRE(c.precision.sr_random_bits == 8);
   for (const char* bad : {"sr_random_bits = 0", "sr_random_bits = 33"})
     CHECK_THROWS_WITH(parse_config(replace(cfg, "sr_random_bits = 8", bad), "."),
                       Catch::Contains("'precision.sr_random_bits' must be in 1..32"));

@@ -126,6 +126,11 @@ const Accumulation& accumulator_by_name(std::string_view name) {
   throw InputError("unknown accumulation '" + std::string(name) + "' (" + list + ")");
 }
 
+const Accumulation& default_accumulation() {
+  static const Accumulation& fp32 = accumulator_by_name("fp32");
+  return fp32;
+}
+
 const std::vector<std::string>& accumulation_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;

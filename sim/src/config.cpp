@@ -10,6 +10,7 @@
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/precision.hpp"
 #include "halfway/sim/trainer.hpp"
 
 namespace halfway::sim {
@@ -389,42 +390,41 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
                     "amax_compute_algo", "forward_rounding", "backward_rounding",
                     "update_rounding", "update", "compensation", "sr_random_bits"});
   const std::string name = *get_str(t, w, "policy", true);
+  Precision& pr = c.precision;
   if (name == "custom") {
-    c.policy = Policy{};
-    c.policy.name = "custom";
+    pr.policy = Policy{};
+    pr.policy.name = "custom";
     if (!t.get("low")) throw InputError("missing field 'precision.low' (needed by a custom policy)");
   } else {
-    c.policy = preset_policy(name);
+    pr = preset_precision(name);
   }
+  Policy& p = pr.policy;
   if (auto low = get_str(t, w, "low", false)) {
     const DType d = parse_dtype(*low);
     check_value_dtype(d, "precision.low");
-    if (c.policy.fp8) {
+    if (p.fp8) {
       throw InputError("'precision.low' does not apply to fp8-hybrid (use fp8_forward/fp8_backward)");
     }
-    if (c.policy.blocks)
+    if (p.blocks)
       throw InputError("'precision.low' does not apply to the block-scaled policy " + name);
-    const bool pure = c.policy.param_dtype.is_low();
-    c.policy.low = d;
-    if (pure) c.policy.param_dtype = c.policy.input_dtype = d;
+    const bool pure = p.param_dtype.is_low();
+    p.low = d;
+    if (pure) p.param_dtype = p.input_dtype = d;
   }
   if (auto pd = get_str(t, w, "params", false)) {
     if (*pd == "low") {
-      c.policy.param_dtype = c.policy.input_dtype = c.policy.low;
+      p.param_dtype = p.input_dtype = p.low;
     } else {
-      c.policy.param_dtype = parse_dtype(*pd);
-      if (c.policy.param_dtype.is_f64()) throw InputError("'precision.params' cannot be fp64");
-      check_value_dtype(c.policy.param_dtype, "precision.params");
+      p.param_dtype = parse_dtype(*pd);
+      if (p.param_dtype.is_f64()) throw InputError("'precision.params' cannot be fp64");
+      check_value_dtype(p.param_dtype, "precision.params");
     }
   }
-  if (auto a = get_str(t, w, "accumulation", false)) {
-    accumulator_by_name(*a);
-    c.policy.accumulation = *a;
-  }
-  if (auto r = get_str(t, w, "rounding", false)) c.rounding = parse_rounding(*r);
+  if (auto a = get_str(t, w, "accumulation", false)) pr.accumulation = &accumulator_by_name(*a);
+  if (auto r = get_str(t, w, "rounding", false)) pr.rounding = parse_rounding(*r);
   if (auto b = get_int(t, w, "sr_random_bits", false)) {
     if (*b < 1 || *b > 32) throw InputError("'precision.sr_random_bits' must be in 1..32");
-    c.sr_random_bits = int(*b);
+    pr.sr_random_bits = int(*b);
   }
   if (const toml::node* ops = t.get("ops")) {
     if (!ops->is_table()) throw InputError("'precision.ops' must be a table");
@@ -432,14 +432,14 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
       const OpKind op = parse_op(k.str());
       if (!v.is_string())
         throw InputError("'precision.ops." + std::string(k.str()) + "' must be a string");
-      c.policy.set(op, parse_rule(*v.value<std::string_view>()));
-      if (c.policy.blocks && op != OpKind::linear && c.policy.rule(op) == CastRule::lower)
+      p.set(op, parse_rule(*v.value<std::string_view>()));
+      if (p.blocks && op != OpKind::linear && p.rule(op) == CastRule::lower)
         throw InputError("'precision.ops." + std::string(k.str()) + "': the block-scaled policy " +
                          name + " lowers linear layers only");
     }
   }
-  parse_fp8_options(t, w, c.policy);
-  parse_update_options(t, w, c.policy);
+  parse_fp8_options(t, w, p);
+  parse_update_options(t, w, p);
 }
 
 /// [scaler]: none, static or dynamic loss scaling (optional section).

@@ -184,8 +184,9 @@ GraphSize transformer_graph(const TrainConfig& c, double B, bool casts) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
-  bool casts = c.policy.fp8 || c.policy.input_dtype != DType::f32();
-  for (int i = 0; i < kOpCount; ++i) casts = casts || c.policy.rule(OpKind(i)) != CastRule::input;
+  const Policy& p = c.precision.policy;
+  bool casts = p.fp8 || p.input_dtype != DType::f32();
+  for (int i = 0; i < kOpCount; ++i) casts = casts || p.rule(OpKind(i)) != CastRule::input;
   const bool mlp = c.model_kind == "mlp";
   double n = double(c.data_n);
   if (data) n = double(data->n());
@@ -194,13 +195,13 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const Dataset* data) {
   MemoryEstimate e;
   e.base = kBase;
   // fp64 activations (a policy computing in fp64) are stored as binary64.
-  const double act = c.policy.low.is_f64() ? kValue : kTensor;
+  const double act = p.low.is_f64() ? kValue : kTensor;
   // Parameters: values and gradient (binary32), the step's fp32 gradients, the optimizer's fp32
   // state and its per-tensor fp32 temporaries; an initial .npz read and copied; weights.npz.
   const auto& o = c.optimizer;
   const double state = o.kind == "sgd" ? (o.momentum != 0 ? 4 : 0) : 8;
   double per_param = kTensor * 2 + 4 + state;
-  if (c.policy.update.method == UpdateMethod::kahan) per_param += 4;  // fp32 compensation
+  if (p.update.method == UpdateMethod::kahan) per_param += 4;  // fp32 compensation
   if (!c.init_npz.empty()) per_param += kValue * 2 + 4;
   if (c.save_weights) per_param += kValue + 8;
   // Per-tensor temporaries of a step: the fp32 values, the increments, the flags and the
@@ -263,7 +264,7 @@ DiskEstimate estimate_disk(const TrainConfig& c) {
   e.csv = 4096 + steps * kStepRow +
           traced * ((g.nodes + g.param_tensors) * kTraceRow +
                     double(c.tracer.k_max - c.tracer.k_min + 1) * kWindowRow +
-                    g.param_tensors * kUpdateRow + (c.policy.blocks ? g.nodes * 4 * kBlockRow : 0));
+                    g.param_tensors * kUpdateRow + (c.precision.policy.blocks ? g.nodes * 4 * kBlockRow : 0));
   // An archive member: its values, its .npy header and its zip headers (local and central,
   // with a name such as "step123.0.weight"), in the spool file and in the archive.
   const double member = 128 + 30 + 46 + 2 * 32;

@@ -291,9 +291,7 @@ void gemm_model_f32(Runtime& rt, const AccumulationModel& model, const Format& i
   if (!C.f) std::copy(c, c + m * n, C.d);
 }
 
-const Accumulation& run_accumulation(const Runtime& rt) {
-  return rt.accumulator ? *rt.accumulator : accumulator_by_name("fp32");
-}
+const Accumulation& run_accumulation(const Runtime& rt) { return *rt.accumulator; }
 
 /// C = A·B (+ bias) with `dt`'s arithmetic (binary64, or the runtime's accumulation model);
 /// C is not yet rounded into dt. `layout` also says how the operands are stored: Layout::tn

@@ -139,7 +139,6 @@ Policy preset_policy(std::string_view name) {
     Policy p;
     p.name = n;
     p.low = DType::low(formats::bf16);
-    p.accumulation = "torch-cpu";
     for (OpKind k : {OpKind::matmul, OpKind::linear}) p.set(k, CastRule::lower);
     for (OpKind k : {OpKind::cross_entropy, OpKind::mse}) p.set(k, CastRule::fp32);
     return p;

@@ -13,6 +13,7 @@
 #include "halfway/sim/fp8.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/npz.hpp"
+#include "halfway/sim/precision.hpp"
 
 namespace halfway::sim {
 
@@ -140,14 +141,14 @@ double validation_loss(Model& model, const Dataset& val, const TrainConfig& c,
   Runtime vr = rt;
   vr.tracer = nullptr;
   vr.on_round = nullptr;
-  vr.rounding.rounding = c.policy.rounding(Role::forward, c.rounding);
+  vr.rounding.rounding = c.precision.rounding_of(Role::forward);
   std::optional<Fp8State> fp8;
   if (rt.fp8) vr.fp8 = &fp8.emplace(*rt.fp8);
   Loader ld(val, c.batch_size, false, 0);
   double sum = 0;
   for (int64_t done = 0; done < val.n();) {
     const Batch b = ld.next();
-    ContextGuard g(&c.policy, &vr);
+    ContextGuard g(&c.precision.policy, &vr);
     const Tensor out = model.forward(b);
     Scope s("loss");
     sum += cross_entropy(out, b.labels).item() * double(b.size);
@@ -181,15 +182,15 @@ std::unique_ptr<Model> make_model(const TrainConfig& c, uint64_t npz_bytes) {
   std::unique_ptr<Model> model =
       c.model_kind == "mlp" ? make_mlp(c.mlp, rng) : make_transformer(c.transformer, rng);
   if (!c.init_npz.empty()) model->load(read_npz(c.init_npz, npz_bytes), "'" + c.init_npz + "'");
-  if (c.policy.param_dtype != DType::f32()) model->set_param_dtype(c.policy.param_dtype);
+  const DType params = c.precision.policy.param_dtype;
+  if (params != DType::f32()) model->set_param_dtype(params);
   return model;
 }
 
 /// The fp32 run a config's `run.reference = "fp32"` trains alongside it.
 TrainConfig reference_config(const TrainConfig& c) {
   TrainConfig r = c;
-  r.policy = preset_policy("fp32");
-  r.rounding = Rounding::near_even;
+  r.precision = preset_precision("fp32");
   r.optimizer.exp_avg_dtype = r.optimizer.exp_avg_sq_dtype = r.optimizer.momentum_buffer_dtype =
       DType::f32();
   r.scaler = ScalerConfig{};
@@ -206,16 +207,13 @@ struct Trainee {
       : c(cfg),
         model(std::move(m)),
         loader(data, c.batch_size, c.shuffle, c.seed),
-        opt(c.optimizer, model->params(), c.policy.update),
+        opt(c.optimizer, model->params(), c.precision.policy.update),
         scaler(c.scaler),
         tracer(c.tracer),
-        fp8(c.policy.fp8_config) {
+        fp8(c.precision.policy.fp8_config) {
     rt.tracer = c.trace ? &tracer : nullptr;
-    rt.rounding.rounding = c.rounding;
-    rt.rounding.seed = c.seed;
-    rt.rounding.random_bits = c.sr_random_bits;
-    rt.accumulator = &accumulator_by_name(c.policy.accumulation);
-    rt.fp8 = c.policy.fp8 ? &fp8 : nullptr;
+    apply_precision(rt, c.precision, c.seed);
+    rt.fp8 = c.precision.policy.fp8 ? &fp8 : nullptr;
     rt.threads = o.threads;
     rt.on_round = o.on_round;
   }
@@ -246,18 +244,19 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
   for (Param& p : params) p.t.impl()->grad.clear();
   Batch b = loader.next();
   Tensor loss;
-  rt.rounding.rounding = c.policy.rounding(Role::forward, c.rounding);
+  rt.rounding.rounding = c.precision.rounding_of(Role::forward);
+  const DType in = c.precision.policy.input_dtype;
   {
-    ContextGuard g(&c.policy, &rt);
-    if (b.x && b.x.dtype() != c.policy.input_dtype) {
+    ContextGuard g(&c.precision.policy, &rt);
+    if (b.x && b.x.dtype() != in) {
       Scope s("");
-      b.x = cast(b.x, c.policy.input_dtype, "input");
+      b.x = cast(b.x, in, "input");
     }
     Tensor out = model->forward(b);
     Scope s("loss");
     if (c.loss == "mse") {
       Tensor y = b.y;
-      if (y.dtype() != c.policy.input_dtype) y = cast(y, c.policy.input_dtype, scoped("target"));
+      if (y.dtype() != in) y = cast(y, in, scoped("target"));
       if (out.shape() != y.shape()) y = reshape(y, out.shape());
       loss = mse(out, y);
     } else {
@@ -265,8 +264,8 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
     }
   }
   const double loss_value = loss.item();
-  if (memory) *memory = account_memory(loss, params, c.policy, opt.state_dtypes());
-  rt.rounding.rounding = c.policy.rounding(Role::backward, c.rounding);
+  if (memory) *memory = account_memory(loss, params, c.precision.policy, opt.state_dtypes());
+  rt.rounding.rounding = c.precision.rounding_of(Role::backward);
   {
     // scaler.scale(loss).backward() runs outside autocast: plain type promotion.
     ContextGuard g(nullptr, &rt);
@@ -296,7 +295,7 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
     row.found_inf = scaler.unscale(grads);
     row.skipped = row.found_inf;
   }
-  rt.rounding.rounding = c.policy.rounding(Role::update, c.rounding);
+  rt.rounding.rounding = c.precision.rounding_of(Role::update);
   if (!row.skipped) opt.step(grads, rt);
   if (!c.scaler.mistake) scaler.update(row.found_inf);
   row.growth_tracker = scaler.growth_tracker();
@@ -414,43 +413,44 @@ namespace {
 
 /// The manifest's "policy": the resolved policy, its per-role roundings and update, fp8 recipe
 /// and the rule of every op.
-nlohmann::json policy_json(const TrainConfig& c) {
+nlohmann::json policy_json(const Precision& pr) {
+  const Policy& p = pr.policy;
   nlohmann::json pol;
-  pol["name"] = c.policy.name;
-  pol["low"] = c.policy.low.name();
-  pol["params"] = c.policy.param_dtype.name();
-  pol["inputs"] = c.policy.input_dtype.name();
-  pol["master_weights"] = c.policy.master_weights();
-  pol["accumulation"] = c.policy.accumulation;
-  pol["rounding"] = rounding_name(c.rounding);
-  if (c.policy.role_rounding != decltype(c.policy.role_rounding){}) {
+  pol["name"] = p.name;
+  pol["low"] = p.low.name();
+  pol["params"] = p.param_dtype.name();
+  pol["inputs"] = p.input_dtype.name();
+  pol["master_weights"] = p.master_weights();
+  pol["accumulation"] = pr.accumulation->name;
+  pol["rounding"] = rounding_name(pr.rounding);
+  if (p.role_rounding != decltype(p.role_rounding){}) {
     nlohmann::json roles = nlohmann::json::object();
     for (int r = 0; r < kRoleCount; ++r)
-      roles[role_name(Role(r))] = rounding_name(c.policy.rounding(Role(r), c.rounding));
+      roles[role_name(Role(r))] = rounding_name(pr.rounding_of(Role(r)));
     pol["role_rounding"] = roles;
   }
-  pol["update"] = update_method_name(c.policy.update.method);
-  if (c.policy.update.method == UpdateMethod::kahan)
-    pol["compensation"] = c.policy.update.compensation.name();
-  if (c.rounding == Rounding::stochastic) pol["sr_random_bits"] = c.sr_random_bits;
-  if (c.policy.fp8) {
-    pol["fp8_forward"] = format_name(c.policy.fp8_config.fwd);
-    pol["fp8_backward"] = format_name(c.policy.fp8_config.bwd);
-    pol["scaling"] = scaling_name(c.policy.fp8_config.scaling);
-    if (c.policy.fp8_config.scaling == Fp8Scaling::delayed) {
-      pol["amax_history_len"] = c.policy.fp8_config.amax_history_len;
-      pol["amax_compute_algo"] = amax_algo_name(c.policy.fp8_config.amax_compute_algo);
+  pol["update"] = update_method_name(p.update.method);
+  if (p.update.method == UpdateMethod::kahan)
+    pol["compensation"] = p.update.compensation.name();
+  if (pr.rounding == Rounding::stochastic) pol["sr_random_bits"] = pr.sr_random_bits;
+  if (p.fp8) {
+    pol["fp8_forward"] = format_name(p.fp8_config.fwd);
+    pol["fp8_backward"] = format_name(p.fp8_config.bwd);
+    pol["scaling"] = scaling_name(p.fp8_config.scaling);
+    if (p.fp8_config.scaling == Fp8Scaling::delayed) {
+      pol["amax_history_len"] = p.fp8_config.amax_history_len;
+      pol["amax_compute_algo"] = amax_algo_name(p.fp8_config.amax_compute_algo);
     }
-    pol["margin"] = c.policy.fp8_config.margin;
+    pol["margin"] = p.fp8_config.margin;
   }
-  if (const auto& b = c.policy.blocks) {
+  if (const auto& b = p.blocks) {
     pol["blocks"] = {{"input", b->input}, {"weight", b->weight}, {"grad", b->grad},
                      {"grad_stochastic_rounding", b->grad_sr}, {"wgrad_rht", b->wgrad_rht},
                      {"pow2_scales", b->pow2_scales}};
   }
   nlohmann::json rules = nlohmann::json::object();
   for (int i = 0; i < kOpCount; ++i)
-    rules[op_name(OpKind(i))] = rule_name(c.policy.rule(OpKind(i)));
+    rules[op_name(OpKind(i))] = rule_name(p.rule(OpKind(i)));
   pol["rules"] = rules;
   return pol;
 }
@@ -672,7 +672,7 @@ TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
   } catch (const json::exception&) {
     m["config"] = c.config_json;  // TOML values JSON cannot hold (inf, nan): keep the text
   }
-  m["policy"] = policy_json(c);
+  m["policy"] = policy_json(c.precision);
   m["optimizer_state"] = optimizer_state_json(c.optimizer);
   m["reference"] = c.reference.empty() ? json(nullptr) : json(c.reference);
   m["outputs"] = files.outputs();

@@ -78,6 +78,8 @@ Format fp8_gemm_format(const Format& a, const Format& b);
 
 /// The accumulation called `name` (see Accumulation); throws InputError listing the names.
 const Accumulation& accumulator_by_name(std::string_view name);
+/// `fp32`: what a run or a Runtime accumulates by unless told otherwise.
+const Accumulation& default_accumulation();
 /// Every accumulation name, in the order of the list above.
 const std::vector<std::string>& accumulation_names();
 

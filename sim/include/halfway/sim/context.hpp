@@ -12,13 +12,13 @@
 #include <string>
 
 #include "halfway/bulk.hpp"
+#include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/dtype.hpp"
 #include "halfway/sim/tensor.hpp"
 
 namespace halfway::sim {
 
 class Tracer;
-struct Accumulation;
 struct Policy;
 class Fp8State;
 
@@ -44,7 +44,7 @@ struct Runtime {
   /// the next rounding call within it. The trainer sets both at the start of every step.
   uint64_t sr_step = 0;
   uint64_t sr_tensor = 0;
-  const Accumulation* accumulator = nullptr;  ///< null: fp32 sequential
+  const Accumulation* accumulator = &default_accumulation();  ///< never null
   Fp8State* fp8 = nullptr;                   ///< delayed-scaling state (fp8 policies)
   int threads = 1;
   RoundObserver on_round;                    ///< empty: nothing is called (no cost)

@@ -89,15 +89,14 @@ struct WeightUpdate {
   DType compensation = DType::f32();  ///< the compensation buffer's dtype (kahan)
 };
 
+/// A run's autocast policy. The rest of a run's precision (the accumulation model, the rounding
+/// direction, the random bits) is in precision.hpp's Precision, which holds a Policy.
 struct Policy {
   std::string name = "fp32";
   DType low = DType::f32();        ///< target of the "lower" rule
   std::array<CastRule, kOpCount> rules{};  ///< default: every op runs in its input dtype
   DType param_dtype = DType::f32();  ///< dtype the parameters are kept in
   DType input_dtype = DType::f32();  ///< data are cast to this before the model
-  /// Accumulation model of matmul/linear (see accumulate.hpp): "fp32" for the CUDA presets
-  /// (cuBLAS with an fp32 compute type), "torch-cpu" for torch-cpu-bf16.
-  std::string accumulation = "fp32";
   bool fp8 = false;                  ///< lowered ops use scaled fp8 (fp8_config)
   Fp8Config fp8_config{};
   /// Set: linear layers (the `lower` rule of `linear`) use block-scaled GEMM operands.

@@ -29,7 +29,7 @@
 #include "halfway/sim/memory.hpp"
 #include "halfway/sim/model.hpp"
 #include "halfway/sim/optim.hpp"
-#include "halfway/sim/policy.hpp"
+#include "halfway/sim/precision.hpp"
 #include "halfway/sim/scaler.hpp"
 #include "halfway/sim/tracer.hpp"
 
@@ -61,9 +61,7 @@ struct TrainConfig {
 
   std::string loss = "mse";  ///< mse | cross_entropy
   OptimizerConfig optimizer;
-  Policy policy;  ///< includes the accumulation model
-  Rounding rounding = Rounding::near_even;
-  int sr_random_bits = kSrRandomBits;  ///< random bits per stochastic rounding (1-32)
+  Precision precision;  ///< every precision knob: policy, accumulation, rounding, random bits
   ScalerConfig scaler;
   int64_t steps = 1;
   uint64_t seed = 0;
