@@ -352,6 +352,29 @@ def ratio_text(a, a_values, b, b_values, b_name, digits=3):
     return "%.*g" % (digits, a / b)
 
 
+def seed_spread(cases, finals, ref="fp32"):
+    """Print each recipe's mean final validation loss against the reference's (`finals`: {case:
+    [final validation loss of each seed]}), marked "within the seed spread" when the difference
+    is smaller than the larger of the two recipes' spreads over seeds (max - min): such a
+    difference is not a measured one."""
+    import numpy as np
+
+    if ref not in finals:
+        return
+    r = finals[ref]
+    for case in cases:
+        if case == ref:
+            continue
+        v = finals[case]
+        d = float(np.mean(v) - np.mean(r))
+        spread = max(max(v) - min(v), max(r) - min(r))
+        print("%s: mean final validation loss %+.4f against %s's, %s (spread over %d seeds: "
+              "%.4f %s, %.4f %s)" % (case, d, ref,
+                                     "within the seed spread" if abs(d) < spread
+                                     else "beyond the seed spread", len(v), max(v) - min(v),
+                                     case, max(r) - min(r), ref))
+
+
 def save(fig, results, name):
     """Write figures/NAME.png and figures/NAME.pdf under the results folder,
     figures/NAME.texts.json (`figure_texts`) and, when artists are marked, figures/NAME.data.json

@@ -35,26 +35,6 @@ def role_of(names):
     return names.str.rsplit(".", n=1).str[1]
 
 
-def seed_spread(cases, finals, ref="fp32"):
-    """Each recipe's mean final validation loss against the reference's, marked "within the seed
-    spread" when the difference is smaller than the larger of the two recipes' spreads over
-    seeds (max - min): such a difference is not a measured one."""
-    if ref not in finals:
-        return
-    r = finals[ref]
-    for case in cases:
-        if case == ref:
-            continue
-        v = finals[case]
-        d = float(np.mean(v) - np.mean(r))
-        spread = max(max(v) - min(v), max(r) - min(r))
-        print("%s: mean final validation loss %+.4f against %s's, %s (spread over %d seeds: "
-              "%.4f %s, %.4f %s)" % (case, d, ref,
-                                     "within the seed spread" if abs(d) < spread
-                                     else "beyond the seed spread", len(v), max(v) - min(v),
-                                     case, max(r) - min(r), ref))
-
-
 def main(results):
     style.setup()
     df, _ = style.load(results)
@@ -126,7 +106,7 @@ def main(results):
         else:
             line += " %7s %7s %7s %10s %10s %10s %9s %8s" % (("-",) * 8)
         print(line)
-    seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
+    style.seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
 
 
