@@ -96,6 +96,17 @@ def transformer_title(cfg):
         m["blocks"], m["d_model"], m["heads"], m["seq_len"], d["batch_size"])
 
 
+def validation_loss_axes(ax, results, row, later):
+    """A transformer's validation-loss panel: steps, nats per byte, the shape of the model of
+    the sweep row `row` as title, and the scale's top just above `later` (every drawn loss after
+    the first validation, whose untrained model lies far above the rest)."""
+    if len(later):
+        ax.set_ylim(top=float(max(later)) * 1.02)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (nats per byte)")
+    ax.set_title(transformer_title(run_config(results, row)))
+
+
 def run_config(results, row):
     """The full config of one run (its manifest's `config`), as a dict."""
     with open(run_file(results, row, "manifest.json")) as f:

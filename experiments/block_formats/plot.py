@@ -65,13 +65,8 @@ def main(results):
                        lw=1.0, label=case)
             ax[2].plot(g.index, 100.0 * g["flushed"] / g["elements"], ls, color=style.color(i),
                        lw=1.0, label=case)
-    # The first validation (the untrained model) is far above the rest: leave it off the scale.
     later = pd.concat([s[s["step"] > 0]["val_loss"] for c in cases for s in steps[c]]).dropna()
-    if len(later):
-        ax[0].set_ylim(top=float(later.max()) * 1.02)
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("validation loss (nats per byte)")
-    ax[0].set_title(style.transformer_title(style.run_config(results, df.iloc[0])))
+    style.validation_loss_axes(ax[0], results, df.iloc[0], later)
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("SNR (dB)")
     ax[1].set_title("quantization SNR of the GEMM operands")

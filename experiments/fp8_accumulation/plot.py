@@ -49,13 +49,8 @@ def main(results):
                        color="#999999", alpha=0.25, lw=0,
                        label="fp32 accumulation's seed-to-seed spread (min, max / mean)")
     ax[1].axhline(1.0, color="#555555", lw=0.6, ls=":")
-    # The first validation (the untrained model) is far above the rest: leave it off the scale.
-    later = pd.concat([v[v.index > 0] for v in val.values()])
-    if len(later):
-        ax[0].set_ylim(top=float(later.max()) * 1.02)
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("validation loss (nats per byte)")
-    ax[0].set_title(style.transformer_title(style.run_config(results, df.iloc[0])))
+    style.validation_loss_axes(ax[0], results, df.iloc[0],
+                               pd.concat([v[v.index > 0] for v in val.values()]))
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("validation loss / fp32 accumulation's (same seed)")
     ax[1].set_title("fp8 accumulators against exact fp32, every seed")

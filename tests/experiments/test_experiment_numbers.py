@@ -1130,9 +1130,11 @@ def main(halfway):
                    'run_of(df, REF, seed), "steps.csv")\n    w = ', "band"),
            "negative control: a demo plot.py that draws the unscaled run's window as the band "
            "is caught")
+    def higher_val_loss(s):
+        """The last validation loss of a steps.csv 0.01 higher."""
+        s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
+
     if "text_lm" in seen:
-        def higher_val_loss(s):
-            s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
         errors, row = corrupted("text_lm", lambda df: df.iloc[1], "steps.csv", higher_val_loss)
         ok(any(row["case"] in e for e in errors),
            "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
@@ -1142,10 +1144,7 @@ def main(halfway):
            "negative control: a text_lm plot.py that leaves out the traced steps without "
            "underflow (its line spans them on the log axis) is caught")
     if "fp8_accumulation" in seen:
-        def higher_last_val_loss(s):
-            s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
-        errors, row = corrupted("fp8_accumulation", case("h100"), "steps.csv",
-                                higher_last_val_loss)
+        errors, row = corrupted("fp8_accumulation", case("h100"), "steps.csv", higher_val_loss)
         ok(any("h100" in e for e in errors),
            "negative control: a final validation loss 0.01 higher in h100's steps.csv is caught "
            "(%s)" % (errors[:1],))
