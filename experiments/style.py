@@ -96,6 +96,17 @@ def transformer_title(cfg):
         m["blocks"], m["d_model"], m["heads"], m["seq_len"], d["batch_size"])
 
 
+def validation_loss_axes(ax, results, row, later):
+    """A transformer's validation-loss panel: steps, nats per byte, the shape of the model of
+    the sweep row `row` as title, and the scale's top just above `later` (every drawn loss after
+    the first validation, whose untrained model lies far above the rest)."""
+    if len(later):
+        ax.set_ylim(top=float(max(later)) * 1.02)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (nats per byte)")
+    ax.set_title(transformer_title(run_config(results, row)))
+
+
 def run_config(results, row):
     """The full config of one run (its manifest's `config`), as a dict."""
     with open(run_file(results, row, "manifest.json")) as f:
@@ -350,6 +361,29 @@ def ratio_text(a, a_values, b, b_values, b_name, digits=3):
     if abs(a - b) < res:
         return "= %s within %s's resolution" % (b_name, fa if pa <= pb else fb)
     return "%.*g" % (digits, a / b)
+
+
+def seed_spread(cases, finals, ref="fp32"):
+    """Print each recipe's mean final validation loss against the reference's (`finals`: {case:
+    [final validation loss of each seed]}), marked "within the seed spread" when the difference
+    is smaller than the larger of the two recipes' spreads over seeds (max - min): such a
+    difference is not a measured one."""
+    import numpy as np
+
+    if ref not in finals:
+        return
+    r = finals[ref]
+    for case in cases:
+        if case == ref:
+            continue
+        v = finals[case]
+        d = float(np.mean(v) - np.mean(r))
+        spread = max(max(v) - min(v), max(r) - min(r))
+        print("%s: mean final validation loss %+.4f against %s's, %s (spread over %d seeds: "
+              "%.4f %s, %.4f %s)" % (case, d, ref,
+                                     "within the seed spread" if abs(d) < spread
+                                     else "beyond the seed spread", len(v), max(v) - min(v),
+                                     case, max(r) - min(r), ref))
 
 
 def save(fig, results, name):

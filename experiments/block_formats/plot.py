@@ -35,26 +35,6 @@ def role_of(names):
     return names.str.rsplit(".", n=1).str[1]
 
 
-def seed_spread(cases, finals, ref="fp32"):
-    """Each recipe's mean final validation loss against the reference's, marked "within the seed
-    spread" when the difference is smaller than the larger of the two recipes' spreads over
-    seeds (max - min): such a difference is not a measured one."""
-    if ref not in finals:
-        return
-    r = finals[ref]
-    for case in cases:
-        if case == ref:
-            continue
-        v = finals[case]
-        d = float(np.mean(v) - np.mean(r))
-        spread = max(max(v) - min(v), max(r) - min(r))
-        print("%s: mean final validation loss %+.4f against %s's, %s (spread over %d seeds: "
-              "%.4f %s, %.4f %s)" % (case, d, ref,
-                                     "within the seed spread" if abs(d) < spread
-                                     else "beyond the seed spread", len(v), max(v) - min(v),
-                                     case, max(r) - min(r), ref))
-
-
 def main(results):
     style.setup()
     df, _ = style.load(results)
@@ -85,13 +65,8 @@ def main(results):
                        lw=1.0, label=case)
             ax[2].plot(g.index, 100.0 * g["flushed"] / g["elements"], ls, color=style.color(i),
                        lw=1.0, label=case)
-    # The first validation (the untrained model) is far above the rest: leave it off the scale.
     later = pd.concat([s[s["step"] > 0]["val_loss"] for c in cases for s in steps[c]]).dropna()
-    if len(later):
-        ax[0].set_ylim(top=float(later.max()) * 1.02)
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("validation loss (nats per byte)")
-    ax[0].set_title(style.transformer_title(style.run_config(results, df.iloc[0])))
+    style.validation_loss_axes(ax[0], results, df.iloc[0], later)
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("SNR (dB)")
     ax[1].set_title("quantization SNR of the GEMM operands")
@@ -126,7 +101,7 @@ def main(results):
         else:
             line += " %7s %7s %7s %10s %10s %10s %9s %8s" % (("-",) * 8)
         print(line)
-    seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
+    style.seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
 
 

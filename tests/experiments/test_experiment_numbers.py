@@ -471,6 +471,77 @@ def check_dynamic_scaler(res, figs, con):
     provenance(doc, res)
 
 
+def check_fp8_accumulation(res, figs, con):
+    df = sweep(res)
+    doc = figs["fp8_accumulation"]
+    data = figure_data(res, "fp8_accumulation")
+    expect_transformer_title(doc, manifest(res, df.iloc[0])["config"])
+    cases = list(dict.fromkeys(df["case"]))
+    seeds = sorted(int(x) for x in df["run.seed"].unique())
+    for t in ("step", "step", "validation loss (nats per byte)",
+              "validation loss / fp32 accumulation's (same seed)",
+              "fp8 accumulators against exact fp32, every seed",
+              "fp32 accumulation's seed-to-seed spread (min, max / mean)"):
+        doc.text(t)
+    for c in cases:
+        doc.text(c + " accumulation")
+    doc.expect("fp8-hybrid (delayed scaling), English fortune-cookie database, byte-level; left: "
+               "mean of the {I} seeds, band: min-max; accumulator models are published "
+               "hypotheses | ", len(seeds))
+    provenance(doc, res)
+    # The experiment's name holds a digit: the line naming its files is checked whole.
+    con.text("figures: figures/fp8_accumulation.png, figures/fp8_accumulation.pdf")
+    # Every run's validation losses: every data.val_every steps and at the last step.
+    val = {}
+    for _, r in df.iterrows():
+        s = run_csv(res, r, "steps.csv")
+        v = s[s["val_loss"].notna()]
+        every, n = int(manifest(res, r)["config"]["data"]["val_every"]), len(s)
+        if sorted(v["step"]) != sorted(set(range(0, n, every)) | {n - 1}):
+            con.errors.append("fp8_accumulation: %s seed %d: validation losses at steps %s"
+                              % (r["case"], r["run.seed"], list(v["step"])[:8]))
+        val[r["case"], int(r["run.seed"])] = (v["step"].to_numpy(), v["val_loss"].to_numpy())
+    # The right panel: each seed's validation losses divided by fp32's, step by step.
+    for c in cases:
+        for seed in seeds:
+            if c != "fp32":
+                st, a = val[c, seed]
+                drawn(doc, data, "ratio %s seed %d" % (c, seed),
+                      {"x": nan_none(st), "y": nan_none(a / val["fp32", seed][1])})
+    con.header("accumulation", ["seed", "final_val_loss", "at_step", "/", "fp32's", "(same",
+                                "seed)"])
+    final = {(c, seed): float(val[c, seed][1][-1]) for c in cases for seed in seeds}
+    for c in cases:
+        for seed in seeds:
+            a, b = final[c, seed], final["fp32", seed]
+            cells = [seed, a, int(val[c, seed][0][-1])]
+            if c == "fp32":
+                con.row(c, cells)
+                continue
+            # Losses closer than their format's spacing print no ratio (then the row's
+            # remaining cells are the seed, loss and step).
+            same = within_resolution(a, [a], b, [b])
+            if same:
+                con.expect("= fp32 within %s's resolution" % same)
+                con.row(c, cells)
+            else:
+                con.row(c, cells + [a / b])
+    for c in cases:
+        if c == "fp32":
+            continue
+        v, ref = [final[c, x] for x in seeds], [final["fp32", x] for x in seeds]
+        d = float(np.mean(v)) - float(np.mean(ref))
+        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
+        con.expect("%s: mean final validation loss {N} against fp32's, %s the seed spread (spread "
+                   "over {I} seeds: {N} %s, {N} fp32)"
+                   % (c, "within" if abs(d) < max(sa, sr) else "beyond", c),
+                   d, len(v), sa, sr, full=True)
+        diff = [a - b for a, b in zip(v, ref)]
+        con.expect("%s - fp32, same seed: final validation loss {N} to {N}, above fp32's on {I} "
+                   "of {I} seeds" % c, min(diff), max(diff), sum(x > 0 for x in diff),
+                   len(diff), full=True)
+
+
 def check_format_comparison(res, figs, con):
     df = sweep(res)
     doc = figs["format_comparison"]
@@ -888,6 +959,7 @@ CHECKERS = {"accumulation": check_accumulation,
             "accumulation_training": check_accumulation_training,
             "block_formats": check_block_formats, "demo": check_demo,
             "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
+            "fp8_accumulation": check_fp8_accumulation,
             "gradient_histogram": check_gradient_histogram,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
             "memory": check_memory, "pitfalls": check_pitfalls, "text_lm": check_text_lm,
@@ -1058,9 +1130,11 @@ def main(halfway):
                    'run_of(df, REF, seed), "steps.csv")\n    w = ', "band"),
            "negative control: a demo plot.py that draws the unscaled run's window as the band "
            "is caught")
+    def higher_val_loss(s):
+        """The last validation loss of a steps.csv 0.01 higher."""
+        s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
+
     if "text_lm" in seen:
-        def higher_val_loss(s):
-            s.loc[len(s) - 1, "val_loss"] = "%.9g" % (float(s.loc[len(s) - 1, "val_loss"]) + 0.01)
         errors, row = corrupted("text_lm", lambda df: df.iloc[1], "steps.csv", higher_val_loss)
         ok(any(row["case"] in e for e in errors),
            "negative control: a final validation loss 0.01 higher in %s's steps.csv is caught (%s)"
@@ -1069,6 +1143,15 @@ def main(halfway):
                    't = s[(s["grad_values"] > 0) & (s["grad_flushed"] > 0)]\n', "draws"),
            "negative control: a text_lm plot.py that leaves out the traced steps without "
            "underflow (its line spans them on the log axis) is caught")
+    if "fp8_accumulation" in seen:
+        errors, row = corrupted("fp8_accumulation", case("h100"), "steps.csv", higher_val_loss)
+        ok(any("h100" in e for e in errors),
+           "negative control: a final validation loss 0.01 higher in h100's steps.csv is caught "
+           "(%s)" % (errors[:1],))
+        ok(planted("fp8_accumulation", "ratio = val[c, s] / val[REF, s]",
+                   "ratio = val[c, s] / val[REF, seeds[0]]", "draws"),
+           "negative control: an fp8_accumulation plot.py that divides every seed by the first "
+           "seed's fp32 losses is caught")
     if "block_formats" in seen:
         def more_flushed_elements(b):
             last = len(b) - 1
