@@ -50,6 +50,14 @@ def need_torch(version=None):
         sys.exit(SKIP)
 
 
+def strace_env():
+    """The environment for a run under strace: LeakSanitizer cannot work under ptrace (it stops
+    a sanitized build with a fatal error), so leak checks are off there; nothing else changes."""
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
+    return env
+
+
 def strace_missing():
     """Why strace cannot kill or signal a process at a chosen system call here (None: it can)."""
     if not shutil.which("strace"):

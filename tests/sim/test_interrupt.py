@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import SKIP, Workdir, check, read_csv, run, strace_missing  # noqa: E402
+from simtest import SKIP, Workdir, check, read_csv, run, strace_env, strace_missing  # noqa: E402
 
 LONG = """\
 [model]
@@ -168,7 +168,8 @@ def interrupted_analyze(halfway, w, sig, np):
     name = signal.Signals(sig).name
     r = subprocess.run(["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=read", "-e",
                         f"inject=read:signal={name[3:]}:when=60", halfway, "analyze", big,
-                        "--out", out], capture_output=True, text=True)
+                        "--out", out], capture_output=True, text=True,
+                       env=strace_env())
     check(r.returncode == 128 + sig, f"analyze {name}: exit {r.returncode}: {r.stderr!r}")
     check(r.stderr.count("\n") == 1 and f"halfway analyze: stopped by {name}" in r.stderr,
           f"analyze {name}: {r.stderr!r}")

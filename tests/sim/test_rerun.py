@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import SKIP, Workdir, check, run, strace_missing  # noqa: E402
+from simtest import SKIP, Workdir, check, run, strace_env, strace_missing  # noqa: E402
 from test_interrupt import LONG  # noqa: E402
 
 # test_interrupt's MLP, 12 steps, with both archives.
@@ -163,7 +163,8 @@ def kill_test(halfway, w, kind):
     restore(ref_old, out)
     log = w.file("strace.log")
     r = subprocess.run(["strace", "-f", "-qq", "-o", log, "-e", f"trace={SYSCALLS}", halfway,
-                        *rerun, "--out", out], capture_output=True, text=True)
+                        *rerun, "--out", out], capture_output=True, text=True,
+                       env=strace_env())
     check(r.returncode == 0 and snapshot(out) == new, f"traced rerun: {r.stderr!r}")
     calls = [ln for ln in open(log) if "(" in ln and "resumed>" not in ln]
     n = len(calls)
@@ -174,7 +175,8 @@ def kill_test(halfway, w, kind):
         # SIGKILL on entering the k-th call: the calls before it are done, it and the rest not.
         r = subprocess.run(["strace", "-f", "-qq", "-o", os.devnull, "-e", f"trace={SYSCALLS}",
                             "-e", f"inject={SYSCALLS}:signal=KILL:when={k}", halfway, *rerun,
-                            "--out", out], capture_output=True, text=True)
+                            "--out", out], capture_output=True, text=True,
+                       env=strace_env())
         files = snapshot(out)
         stale = {f: b for f, b in files.items() if ".tmp" not in f}
         state = judge(f"killed at call {k} of {n} ({calls[k - 1].split('(')[0].split()[-1]})",
