@@ -262,19 +262,18 @@ DotReport compare_tiles(const std::string& backend, const AccumulationModel& mod
           p.doc.total++;
           p.doc.hw_hash += hash_term(idx, hw);
           p.doc.ref_hash += hash_term(idx, ref);
-          const uint32_t iref = amx_tile_output(ieee, in, t, m, n);
-          if (hw != iref) {
-            p.ieee.mismatches++;
+          // A difference from `ref_model`'s output `r`, classified (DAZ against flushed inputs).
+          const auto differs = [&](CheckStats& st, const AccumulationModel& ref_model, uint32_t r) {
+            st.mismatches++;
             const bool sub = any_subnormal_input(in, t, m, n);
-            const uint32_t daz = sub ? output_flushed(ieee, in, t, m, n) : iref;
-            p.ieee.cls[static_cast<int>(classify(f32, hw, iref, sub, daz))].add(idx, hw);
-          }
+            const uint32_t daz = sub ? output_flushed(ref_model, in, t, m, n) : r;
+            st.cls[static_cast<int>(classify(f32, hw, r, sub, daz))].add(idx, hw);
+          };
+          const uint32_t iref = amx_tile_output(ieee, in, t, m, n);
+          if (hw != iref) differs(p.ieee, ieee, iref);
           if (hw == ref) continue;
-          p.doc.mismatches++;
+          differs(p.doc, model, ref);
           p.family[t.family]++;
-          const bool sub = any_subnormal_input(in, t, m, n);
-          const uint32_t daz = sub ? output_flushed(model, in, t, m, n) : ref;
-          p.doc.cls[static_cast<int>(classify(f32, hw, ref, sub, daz))].add(idx, hw);
         }
     }
   });
