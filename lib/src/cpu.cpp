@@ -76,22 +76,38 @@ struct UserMask {
   uint32_t mask = 0;
   std::string error;
 };
+/// The mask of the names in a comma-separated list that are known; the first unknown one is
+/// described in `error` (left empty when every name is known).
+uint32_t parse_names(std::string_view list, std::string& error) {
+  uint32_t mask = 0;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string_view name = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (name.empty()) continue;
+    if (name == "avx2") mask |= kAvx2 | kAvx512All;  // the AVX2 target and all above it
+    else if (name == "avx512") mask |= kAvx512All;
+    else if (name == "amx") mask |= kAmxAll;
+    else {
+      bool found = false;
+      for (int i = 0; i < kFeatureCount; ++i)
+        if (name == kNames[i]) mask |= 1u << i, found = true;
+      if (!found && error.empty())
+        error = "unknown feature '" + std::string(name) + "' (" +
+                feature_names(~0u >> (32 - kFeatureCount)) + ", avx2, avx512, amx)";
+    }
+  }
+  return mask;
+}
+
 const UserMask& user() {
   static const UserMask u = [] {
     UserMask r;
     const char* env = std::getenv("HALFWAY_DISABLE_ISA");
     if (!env) return r;
-    std::string_view list = env;
-    while (!list.empty()) {
-      const size_t comma = list.find(',');
-      const std::string_view name = list.substr(0, comma);
-      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-      try {
-        r.mask |= parse_disable_list(name);
-      } catch (const InputError& e) {
-        if (r.error.empty()) r.error = std::string("HALFWAY_DISABLE_ISA: ") + e.what();
-      }
-    }
+    std::string error;
+    r.mask = parse_names(env, error);
+    if (!error.empty()) r.error = "HALFWAY_DISABLE_ISA: " + error;
     return r;
   }();
   return u;
@@ -146,24 +162,9 @@ std::string missing(uint32_t features) {
 }
 
 uint32_t parse_disable_list(std::string_view list) {
-  uint32_t mask = 0;
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    const std::string_view name = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-    if (name.empty()) continue;
-    if (name == "avx2") mask |= kAvx2 | kAvx512All;  // the AVX2 target and all above it
-    else if (name == "avx512") mask |= kAvx512All;
-    else if (name == "amx") mask |= kAmxAll;
-    else {
-      bool found = false;
-      for (int i = 0; i < kFeatureCount; ++i)
-        if (name == kNames[i]) mask |= 1u << i, found = true;
-      if (!found)
-        throw InputError("unknown feature '" + std::string(name) + "' (" +
-                         feature_names(~0u >> (32 - kFeatureCount)) + ", avx2, avx512, amx)");
-    }
-  }
+  std::string error;
+  const uint32_t mask = parse_names(list, error);
+  if (!error.empty()) throw InputError(error);
   return mask;
 }
 
