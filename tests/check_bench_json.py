@@ -6,7 +6,8 @@ import math
 import subprocess
 import sys
 
-FIELDS = {"name", "format", "rounding", "n", "items_per_second", "reference", "ratio_to_reference"}
+FIELDS = {"name", "format", "rounding", "n", "items_per_second", "reference", "ratio_to_reference",
+          "goal", "met", "cpu", "path"}
 
 
 def main() -> int:
@@ -45,10 +46,23 @@ def main() -> int:
         if ratio is None and not rec["reference"].startswith("skipped"):
             print(f"a missing ratio must come with a 'skipped: ...' reference in: {line}")
             return 1
+        goal, met = rec["goal"], rec["met"]
+        if goal is not None and (not isinstance(goal, (int, float)) or not goal > 0):
+            print(f"goal is neither null nor a positive number in: {line}")
+            return 1
+        want_met = None if ratio is None or goal is None else ratio >= goal
+        if met is not want_met:
+            print(f"met is {met!r}, but ratio {ratio} against goal {goal} says {want_met!r}: {line}")
+            return 1
+        for key in ("cpu", "path"):
+            if not isinstance(rec[key], str) or not rec[key]:
+                print(f"{key} is not a non-empty string in: {line}")
+                return 1
         names.add((rec["name"], rec["format"]))
     for want in [("round_f32", "fp16"), ("round_f32", "bf16"), ("add", "fp16"), ("fma", "bf16"),
                  ("round_f32+counts", "e4m3"), ("encode_blocks", "mxfp4"),
                  ("encode_blocks", "nvfp4"), ("encode_blocks", "fp8_block_2d"),
+                 ("decode_blocks", "mxfp4"), ("quantize_blocks", "nvfp4"),
                  ("quantize_f32", "fp16"), ("quantize_f32", "bf16"),
                  ("add (vs hardware)", "fp16"), ("mul (vs hardware)", "bf16")]:
         if want not in names:

@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "halfway/bulk.hpp"
 #include "halfway/cpu.hpp"
 #include "halfway/names.hpp"
+#include "test_support.hpp"
 
 using namespace halfway;
 
@@ -27,6 +30,19 @@ TEST_CASE("HALFWAY_DISABLE_ISA's names: features and groups, unknown names refus
   CHECK_THROWS_AS(cpu::parse_disable_list("avx512,sse9"), InputError);
   CHECK_THROWS_WITH(cpu::parse_disable_list("sse9"), Catch::Contains("unknown feature 'sse9'"));
   CHECK(cpu::feature_names(cpu::avx512bf16 | cpu::f16c) == "f16c,avx512bf16");
+}
+
+TEST_CASE("model_name is the brand string Linux reports in /proc/cpuinfo", "[cpu]") {
+  std::ifstream info("/proc/cpuinfo");
+  std::string line, want;
+  while (std::getline(info, line))
+    if (line.rfind("model name", 0) == 0) {
+      want = line.substr(line.find(':') + 1);
+      want = want.substr(want.find_first_not_of(" \t"));
+      break;
+    }
+  if (want.empty()) return halfway_test::skip("no model name in /proc/cpuinfo");
+  CHECK(cpu::model_name() == want);
 }
 
 TEST_CASE("the test mask lowers the target for every path, and says why", "[cpu]") {

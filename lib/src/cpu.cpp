@@ -138,6 +138,23 @@ const char* target_name(Target t) {
   }
 }
 
+std::string model_name() {
+  std::string name;
+#if HALFWAY_CPU_X86
+  unsigned top = __get_cpuid_max(0x80000000u, nullptr);
+  if (top >= 0x80000004u) {
+    for (unsigned leaf = 0x80000002u; leaf <= 0x80000004u; ++leaf) {
+      unsigned r[4];
+      __get_cpuid(leaf, &r[0], &r[1], &r[2], &r[3]);
+      name.append(reinterpret_cast<const char*>(r), sizeof r);
+    }
+    name.resize(name.find('\0') == std::string::npos ? name.size() : name.find('\0'));
+  }
+#endif
+  const size_t b = name.find_first_not_of(' '), e = name.find_last_not_of(' ');
+  return b == std::string::npos ? "unknown" : name.substr(b, e - b + 1);
+}
+
 const char* feature_name(Feature f) {
   for (int i = 0; i < kFeatureCount; ++i)
     if (uint32_t(f) == (1u << i)) return kNames[i];

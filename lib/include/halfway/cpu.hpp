@@ -58,6 +58,10 @@ const char* target_name(Target t);
 /// "avx512bf16 disabled by HALFWAY_DISABLE_ISA", "... disabled for this test").
 std::string missing(uint32_t features);
 
+/// The processor's brand string (CPUID 0x80000002-4, e.g. "AMD EPYC 9R14 96-Core Processor"),
+/// trimmed; "unknown" where the CPU has none. Benchmarks name the machine with it.
+std::string model_name();
+
 /// "f16c", "avx512bf16", ...: the name of one feature.
 const char* feature_name(Feature f);
 /// Names of the features in `mask`, comma-separated, in enum order.
