@@ -101,6 +101,24 @@ same = [open(os.path.join(res, n, "figures", f), "rb").read() == b
         for (n, f), b in figs.items() if n in redraw]
 check(len(same) >= 6 and all(same), "redrawn figures are byte-identical (%d files)" % len(same))
 
+# plot.py runs without a shell: a folder name full of shell syntax is only a name, and a failing
+# plot.py is reported with its exit status.
+odd = os.path.join(TMP, "odd", "it's $(touch PWNED); x")
+os.makedirs(odd)
+with open(os.path.join(odd, "plot.py"), "w") as f:
+    f.write("import os, sys\nopen(os.path.join(sys.argv[1], 'drawn'), 'w').close()\n"
+            "sys.exit(3 if os.environ.get('FAIL_PLOT') else 0)\n")
+odd_res = os.path.join(TMP, "odd_results")
+r = subprocess.run([HALFWAY, "run", "--plot-only", "--results", odd_res, odd],
+                   capture_output=True, text=True, env=env, cwd=TMP)
+check(r.returncode == 0 and os.path.exists(os.path.join(odd_res, os.path.basename(odd), "drawn"))
+      and not os.path.exists(os.path.join(TMP, "PWNED")),
+      "plot.py of a folder named with shell syntax runs, and nothing else does")
+r = subprocess.run([HALFWAY, "run", "--plot-only", "--results", odd_res, odd],
+                   capture_output=True, text=True, env=dict(env, FAIL_PLOT="1"), cwd=TMP)
+check(r.returncode == 1 and "plot.py failed (exit status 3)" in r.stderr,
+      "a failing plot.py: exit 1 with its status (%s)" % r.stderr.strip())
+
 for args, needle in (([os.path.join(TMP, "nope")], "no experiment folder"),
                      (["--all", "--experiments", os.path.join(TMP, "nope")], "no experiments folder"),
                      ([], "usage")):

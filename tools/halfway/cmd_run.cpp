@@ -23,6 +23,7 @@
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "spawn.hpp"
 #include "sweep.hpp"
 
 namespace fs = std::filesystem;
@@ -30,15 +31,6 @@ namespace fs = std::filesystem;
 namespace halfway::cli {
 
 namespace {
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
 
 std::string default_python() {
   if (const char* p = std::getenv("HALFWAY_PYTHON"); p && *p) return p;
@@ -168,13 +160,12 @@ int run_one(const fs::path& exp, const fs::path& results_root, int jobs, bool pl
   }
   if (fs::exists(plot)) {
     fs::create_directories(out);
-    const std::string cmd = shell_quote(python) + " " + shell_quote(plot.string()) + " " +
-                            shell_quote(out.string());
     std::fflush(stdout);
-    const int st = std::system(cmd.c_str());
-    if (st != 0) {
-      std::fprintf(stderr, "halfway run: %s: plot.py failed (status %d)\n", name.c_str(),
-                   WIFEXITED(st) ? WEXITSTATUS(st) : st);
+    // No shell between us and the plot: a folder name is an argument, never a command.
+    const std::string failed = run_program({python, plot.string(), out.string()});
+    if (!failed.empty()) {
+      std::fprintf(stderr, "halfway run: %s: plot.py failed (%s)\n", name.c_str(),
+                   failed.c_str());
       return 1;
     }
   }
