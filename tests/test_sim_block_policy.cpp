@@ -309,7 +309,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   r.noise = 0.04;
   CHECK(r.snr_db() == Approx(20.0).epsilon(1e-12));
   // A traced mxfp8 copy of a known tensor: one 1×32 block holding 1..32 (amax 32: e8m0 scale
-  // 2^(ceil(log2(32/448))) = 2^-3) and one of zeros.
+  // 2^(ceil(log2(fp32(32 · fp32(1/448))))) = 2^-3, rceil) and one of zeros.
   const Policy p = preset_policy("mxfp8");
   Tracer tr;
   Runtime rt;
@@ -334,7 +334,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   CHECK(x.scale_hist == std::map<int, uint64_t>{{-3, 1}, {-127, 1}});
   // 1..32 at scale 2^-3 become 8..256 in e4m3: 8..16 exact, then spacing 2, 4, 8, 16 (17 is
   // 136, a tie between 128 and 144 that goes to 128's even significand: 16).
-  const Mat q = quantized("mxfp8_e4m3:ceil", xv, 1, 64, 1, 64, BlockAxis::last);
+  const Mat q = quantized("mxfp8_e4m3:rceil", xv, 1, 64, 1, 64, BlockAxis::last);
   CHECK(q[16] == 16.0f);
   CHECK(q[31] == 32.0f);
   double noise = 0, signal = 0;
@@ -347,7 +347,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   CHECK(x.noise == noise);
   std::string line;
   append_block_columns(line, st.step, x);
-  CHECK(line.rfind("7,lin.input,fprop,linear,activation,mxfp8_e4m3:ceil,-1,0,0,64,2,", 0) == 0);
+  CHECK(line.rfind("7,lin.input,fprop,linear,activation,mxfp8_e4m3:rceil,-1,0,0,64,2,", 0) == 0);
   const std::string tail = ",-127,-3,-127:1;-3:1";
   CHECK(line.substr(line.size() - tail.size()) == tail);
 }
