@@ -17,6 +17,8 @@ max, odd, stochastic (short names rne rna rtz rd ru rto sr). Errors in arguments
 ValueError (unknown format or rounding) or TypeError (wrong dtype). See docs/python.md.
 """
 
+import numpy as _np
+
 from . import _halfway, _args
 from ._halfway import Counts, Format, formats, roundings
 from ._halfway import INEXACT, UNDERFLOW, OVERFLOW, INFINITE, INVALID
@@ -27,8 +29,8 @@ __version__ = "0.1.0"
 __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
-    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "gemm", "dot",
-    "accumulations", "recipes", "analyze", "AnalysisResult",
+    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "BlockCounts", "gemm",
+    "dot", "accumulations", "recipes", "analyze", "AnalysisResult",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
 
@@ -220,7 +222,7 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, s
     r = _halfway.encode_blocks(x, scheme, axis=axis, rounding=rounding,
                                random_bits=random_bits, seed=seed, offset=offset, rht=rht,
                                pow2_scales=pow2_scales, pad=pad, counts=counts)
-    return r
+    return r[:3] + (BlockCounts(r[3]),) if counts else r
 
 
 def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
@@ -244,7 +246,29 @@ def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32,
     r = _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding,
                                  random_bits=random_bits, seed=seed, offset=offset, rht=rht,
                                  pow2_scales=pow2_scales, pad=pad, counts=counts)
-    return r
+    return (r[0], BlockCounts(r[1])) if counts else r
+
+
+class BlockCounts(dict):
+    """The event counts of a block quantization (counts=True), a dict: the totals elements,
+    blocks, saturated, flushed, scales_clamped, nan_scales, and the per-block arrays
+    block_saturated, block_flushed, block_scales_clamped shaped like the scales. Printed as one
+    short table: each total with the number of blocks it occurs in, not the arrays."""
+
+    _PER_BLOCK = {"saturated": "block_saturated", "flushed": "block_flushed",
+                  "scales_clamped": "block_scales_clamped", "nan_scales": None}
+
+    def __repr__(self):
+        shape = "x".join(str(n) for n in _np.shape(self["block_saturated"]))
+        lines = [f"{self['elements']} elements in {self['blocks']} blocks ({shape})",
+                 f"{'count':<15}{'total':>10}{'in blocks':>11}"]
+        for name, arr in self._PER_BLOCK.items():
+            # nan_scales counts blocks already
+            where = self[name] if arr is None else int(_np.count_nonzero(self[arr]))
+            lines.append(f"{name:<15}{self[name]:>10}{where:>11}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
 
 
 def _block_args(fn, x, scheme, axis, rounding, random_bits, seed, offset, rht, pow2_scales, pad,

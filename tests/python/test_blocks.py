@@ -348,6 +348,37 @@ def compare(x, scheme, want, **kw):
     return codes, scales, g
 
 
+def counts_summary():
+    """counts=True prints as one short table; every number in it recomputed from the per-block
+    arrays and the shapes (not from the totals it prints)."""
+    x = mixed((64, 128), 13, -40, 40)
+    x[3, 5] = np.nan
+    for scheme in ("mxfp4", "mxfp8_e4m3:rceil", "fp8_block"):
+        if scheme == "fp8_block":
+            x = np.nan_to_num(x)
+        codes, scales, _, c = halfway.encode_blocks(x, scheme, counts=True)
+        text = repr(c)
+        lines = text.splitlines()
+        check(len(lines) == 6, f"{scheme}: {len(lines)} lines: {text!r}")
+        check(lines[0] == f"{x.size} elements in {scales.size} blocks "
+              f"({scales.shape[0]}x{scales.shape[1]})", f"{scheme}: {lines[0]!r}")
+        nan_blocks = int((scales == 0xFF).sum()) if scales.dtype == np.uint8 else 0
+        want = {"saturated": c["block_saturated"], "flushed": c["block_flushed"],
+                "scales_clamped": c["block_scales_clamped"]}
+        for line in lines[2:]:
+            name, total, blocks = line.split()
+            if name == "nan_scales":
+                check((int(total), int(blocks)) == (nan_blocks, nan_blocks), f"{scheme}: {line}")
+                continue
+            a = want[name]
+            check((int(total), int(blocks)) == (int(a.astype(np.int64).sum()),
+                                                int(np.count_nonzero(a))), f"{scheme}: {line}")
+        check(str(c) == text and isinstance(c, dict) and c["elements"] == x.size,
+              f"{scheme}: BlockCounts is a dict printed as the table")
+        q, cq = halfway.quantize_blocks(x, scheme, counts=True)
+        check(repr(cq) == text, f"{scheme}: quantize_blocks' counts")
+
+
 MODES = (("near_maxMag", 32), ("minMag", 32), ("min", 32), ("max", 32), ("odd", 32),
          ("stochastic", 1), ("stochastic", 5), ("stochastic", 32))
 
@@ -474,6 +505,7 @@ def main():
     element_rounding()
     scale_rule_boundaries()
     padding()
+    counts_summary()
 
     # Decoding: element x scale in fp32 (NVFP4: element x fp32(scale x fp32(1/g))).
     x = mixed((128, 128), 4, -5, 5)
