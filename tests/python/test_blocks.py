@@ -5,8 +5,9 @@ definitions in docs/blocks.md, written here without halfway:
   numpy float32 operation in TE's order, elements by TE's cast_to_fp4x2 threshold table;
   stochastic rounding from the definition of the random stream (oracle.sr_bits) with exact
   fractions; the random Hadamard transform as a Sylvester matrix (np.kron).
-- MX: every scale rule (floor, ceil, rceil, even) from its definition in exact fractions
-  (rceil's one fp32 product by numpy float32), the elements x / 2^k exactly in float64 and rounded to the nearest table value, ties to the even
+- MX: every scale rule (floor, ceil, rceil, even) from its definition, with np.frexp in exact
+  float64 steps, and at every e8m0 code's boundaries in exact fractions (rceil's one fp32
+  product by numpy float32), the elements x / 2^k exactly in float64 and rounded to the nearest table value, ties to the even
   code, clamped at the largest value.
 - blockwise fp8: amax / 448 and x / scale in float32, e4m3 by the same table rounding.
 
@@ -142,15 +143,32 @@ def mx_exponent(amax, rule, elem):
     return ceil_log2(Fraction(float(d))) if d > 0 else -1000
 
 
+def mx_exponents(amax, rule, elem):
+    """mx_exponent for an array of amax values (float64, exact), vectorised with np.frexp:
+    amax = f * 2^e, f in [0.5, 1), every step exact in float64 (0 where amax is 0)."""
+    emax_val = table(elem)[1][-1]
+    emax = int(np.frexp(emax_val)[1]) - 1
+    m = ELEMENTS[elem][1]
+    f, e = np.frexp(amax)
+    if rule == "floor":
+        return e - 1 - emax
+    if rule == "ceil":
+        return e - 1 + (f != 0.5) - emax
+    if rule == "even":  # the significand 2f to m fraction bits, ties away: carry at 2^(m+1)
+        q = np.floor(2 * f * 2.0 ** m + 0.5)
+        return e - 1 + (q >= 2.0 ** (m + 1)) - emax
+    d = amax.astype(F32) * F32(1 / emax_val)  # rceil: one fp32 product
+    fd, ed = np.frexp(d.astype(np.float64))
+    return np.where(d > 0, ed - 1 + (fd != 0.5), -1000)
+
+
 def mx_ref(x, scheme, axis, mode="near_even", seed=None, offset=0, bits=32):
     base, _, rule = scheme.partition(":")
     elem = MX[base]
     b = blocks_view(x.astype(np.float64), 32, axis, False)
     amax = np.abs(b).max(axis=-1)
-    k = np.full(amax.shape, -127, dtype=np.int64)
-    for i in np.ndindex(amax.shape):
-        if amax[i] > 0:
-            k[i] = min(max(mx_exponent(amax[i], rule or "floor", elem), -127), 127)
+    k = np.clip(mx_exponents(amax, rule or "floor", elem), -127, 127)
+    k = np.where(amax == 0, -127, k)
     scodes = (k + 127).astype(np.uint8)
     if mode != "near_even":  # x / 2^k exactly in float64
         v = x.astype(np.float64) / np.ldexp(1.0, per_element(k, x.shape, 32, axis, False))
