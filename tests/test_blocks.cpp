@@ -858,6 +858,10 @@ TEST_CASE("bad shapes, names and options are one-line input errors") {
   CHECK_THROWS_AS(parse_block_scheme("mxfp4:"), InputError);
   CHECK_THROWS_AS(parse_block_scheme("mxfp4:ceil:even"), InputError);
   CHECK_NOTHROW(parse_block_scheme("mxfp4:floor"));
+  for (MxScaleRule r : {MxScaleRule::floor, MxScaleRule::ceil, MxScaleRule::rceil,
+                        MxScaleRule::even})
+    CHECK(parse_block_scheme(std::string("mxfp6_e3m2:") + mx_scale_rule_name(r)).scale_rule == r);
+  CHECK(std::string(mx_scale_rule_name(MxScaleRule::rceil)) == "rceil");
   const BlockScheme mx = parse_block_scheme("mxfp4");
   CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 48), InputError);
   BlockOptions first;
