@@ -243,6 +243,15 @@ TEST_CASE("nvfp4: stochastic rounding on gradients only, the Hadamard transform 
   const LinearRun c = run_linear(p, r3, M, K, N, xv, wv, bv, cv);
   CHECK(c.dx == a.dx);
   CHECK(c.dw == a.dw);
+  // precision.sr_random_bits applies to the recipe's stochastic rounding too: one random bit
+  // gives other gradients, the forward stays.
+  Runtime r4;
+  r4.rounding.seed = 1;
+  r4.rounding.random_bits = 1;
+  const LinearRun d = run_linear(p, r4, M, K, N, xv, wv, bv, cv);
+  CHECK(d.y == a.y);
+  CHECK(d.dx != a.dx);
+  CHECK(d.dw != a.dw);
   // The fprop result is the fp32 GEMM of the 1×16 input and the 16×16 weight copies.
   const Mat xq = quantized("nvfp4", xv, M, K, M, K, BlockAxis::last);
   const Mat wq = quantized("nvfp4_2d", wv, N, K, N, K, BlockAxis::last);

@@ -18,6 +18,7 @@ BlockOptions block_options(Runtime& rt, const BlockCopy& c) {
   const BulkOptions b = next_rounding(rt);
   if (c.sr) {
     o.rounding = Rounding::stochastic;
+    o.random_bits = b.random_bits;  // precision.sr_random_bits
     o.seed = b.seed;
     o.subsequence = b.subsequence;
     o.offset = b.offset;
