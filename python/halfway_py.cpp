@@ -417,11 +417,15 @@ BlockAxis to_axis(int axis, const char* fn) {
 }
 
 BlockOptions block_options(const BlockScheme& s, int axis, const std::string& rounding,
-                           py::handle seed, py::handle offset, bool rht, bool pow2_scales,
-                           const char* fn) {
+                           int random_bits, py::handle seed, py::handle offset, bool rht,
+                           bool pow2_scales, const char* fn) {
   BlockOptions o;
   o.axis = to_axis(axis, fn);
   o.rounding = parse_rounding(rounding);
+  if (random_bits < 1 || random_bits > 32)
+    throw py::value_error(std::string("halfway.") + fn + ": random_bits must be in 1..32, not " +
+                          std::to_string(random_bits));
+  o.random_bits = random_bits;
   if (o.rounding == Rounding::stochastic) {
     if (seed.is_none())
       throw InputError("stochastic rounding needs seed=<int>, so that results can be reproduced");
@@ -473,23 +477,31 @@ py::dict block_counts(const BlockEncoding& e) {
   return d;
 }
 
-BlockEncoding encode_matrix(const BlockScheme& s, py::handle x, const BlockOptions& o,
+/// x's encoding; with `pad`, of x zero-padded to whole blocks (padded_shape, pad_blocks: the
+/// simulator's rule), else a shape that does not divide into blocks is refused.
+BlockEncoding encode_matrix(const BlockScheme& s, py::handle x, const BlockOptions& o, bool pad,
                             const char* fn) {
   const py::array_t<float> in = matrix_input<float>(x, fn, "x", "float32");
   const size_t rows = size_t(in.shape(0)), cols = size_t(in.shape(1));
-  check_blocks(s, rows, cols, o);
+  const auto [prows, pcols] = pad ? padded_shape(s, o.axis, rows, cols)
+                                  : std::pair<size_t, size_t>{rows, cols};
+  check_blocks(s, prows, pcols, o);
   const float* p = in.data();
   py::gil_scoped_release release;
-  return encode_blocks(s, p, rows, cols, o);
+  if (prows == rows && pcols == cols) return encode_blocks(s, p, rows, cols, o);
+  std::vector<float> padded(prows * pcols);
+  pad_blocks(p, rows, cols, padded.data(), prows, pcols);
+  return encode_blocks(s, padded.data(), prows, pcols, o);
 }
 
 py::object encode_blocks_py(py::handle x, const std::string& scheme, int axis,
-                            const std::string& rounding, py::handle seed, py::handle offset,
-                            bool rht, bool pow2_scales, bool counts) {
+                            const std::string& rounding, int random_bits, py::handle seed,
+                            py::handle offset, bool rht, bool pow2_scales, bool pad,
+                            bool counts) {
   const BlockScheme s = parse_block_scheme(scheme);
-  const BlockOptions o =
-      block_options(s, axis, rounding, seed, offset, rht, pow2_scales, "encode_blocks");
-  const BlockEncoding e = encode_matrix(s, x, o, "encode_blocks");
+  const BlockOptions o = block_options(s, axis, rounding, random_bits, seed, offset, rht,
+                                       pow2_scales, "encode_blocks");
+  const BlockEncoding e = encode_matrix(s, x, o, pad, "encode_blocks");
   py::array_t<uint8_t> codes({py::ssize_t(e.rows), py::ssize_t(e.cols)});
   std::copy(e.codes.begin(), e.codes.end(), codes.mutable_data());
   const std::vector<py::ssize_t> sshape{py::ssize_t(e.scale_rows()), py::ssize_t(e.scale_cols())};
@@ -560,17 +572,28 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
 }
 
 py::object quantize_blocks_py(py::handle x, const std::string& scheme, int axis,
-                              const std::string& rounding, py::handle seed, py::handle offset,
-                              bool rht, bool pow2_scales, bool counts) {
+                              const std::string& rounding, int random_bits, py::handle seed,
+                              py::handle offset, bool rht, bool pow2_scales, bool pad,
+                              bool counts) {
   const BlockScheme s = parse_block_scheme(scheme);
-  const BlockOptions o =
-      block_options(s, axis, rounding, seed, offset, rht, pow2_scales, "quantize_blocks");
-  const BlockEncoding e = encode_matrix(s, x, o, "quantize_blocks");
-  py::array_t<float> out({py::ssize_t(e.rows), py::ssize_t(e.cols)});
+  const BlockOptions o = block_options(s, axis, rounding, random_bits, seed, offset, rht,
+                                       pow2_scales, "quantize_blocks");
+  const BlockEncoding e = encode_matrix(s, x, o, pad, "quantize_blocks");
+  // x's shape: with pad, the padding's values are left out.
+  const py::array in = py::reinterpret_borrow<py::array>(x);
+  const size_t rows = size_t(in.shape(0)), cols = size_t(in.shape(1));
+  py::array_t<float> out({py::ssize_t(rows), py::ssize_t(cols)});
   float* po = out.mutable_data();
   {
     py::gil_scoped_release release;
-    decode_blocks(s, e, po);
+    if (rows == e.rows && cols == e.cols) {
+      decode_blocks(s, e, po);
+    } else {
+      std::vector<float> all(e.rows * e.cols);
+      decode_blocks(s, e, all.data());
+      for (size_t r = 0; r < rows; ++r)
+        std::copy_n(all.data() + r * e.cols, cols, po + r * cols);
+    }
   }
   if (counts) return py::make_tuple(out, block_counts(e));
   return out;
@@ -1619,15 +1642,15 @@ PYBIND11_MODULE(_halfway, m) {
 
   m.def("_finfo_fields", &finfo_fields, py::arg("fmt"));
   m.def("encode_blocks", &encode_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
-        py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
-        py::arg("offset") = 0, py::arg("rht") = false, py::arg("pow2_scales") = false,
-        py::arg("counts") = false);
+        py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
+        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
+        py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false);
   m.def("decode_blocks", &decode_blocks_py, py::arg("codes"), py::arg("scales"),
         py::arg("global_scale"), py::arg("scheme"), py::kw_only(), py::arg("axis") = py::none());
   m.def("quantize_blocks", &quantize_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
-        py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("seed") = py::none(),
-        py::arg("offset") = 0, py::arg("rht") = false, py::arg("pow2_scales") = false,
-        py::arg("counts") = false);
+        py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
+        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
+        py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false);
   m.def("block_schemes", &block_scheme_names, "Names of the block quantization schemes.");
 #if HALFWAY_PY_SIM
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),

@@ -73,14 +73,62 @@ void apply_rht(std::vector<float>& x, size_t rows, size_t cols, halfway::BlockAx
   }
 }
 
+/// The smallest k with 2^k ≥ v > 0, by a search over powers of two.
+int ceil_log2(double v) {
+  int k = std::ilogb(v) - 2;
+  while (std::ldexp(1.0, k) < v) ++k;
+  return k;
+}
+
+/// floor(log2 v) for v > 0: v = f · 2^e with f in [0.5, 1).
+int floor_log2(double v) {
+  int e;
+  std::frexp(v, &e);
+  return e - 1;
+}
+
+/// The MX exponent k of a finite amax > 0 before the clamp, from each rule's definition
+/// (docs/blocks.md), in binary64, where every step here is exact.
+int mx_exponent(const halfway::BlockScheme& s, double amax, double elem_max) {
+  const int emax = std::ilogb(elem_max);
+  switch (s.scale_rule) {
+    case halfway::MxScaleRule::floor: return floor_log2(amax) - emax;
+    case halfway::MxScaleRule::ceil: return ceil_log2(amax) - emax;
+    case halfway::MxScaleRule::even: {
+      // amax rounded to the element's m fraction bits, ties away from zero.
+      const int m = s.element.frac_bits, e = floor_log2(amax);
+      const double q = std::floor(std::ldexp(amax, m - e) + 0.5);  // in [2^m, 2^(m+1)]
+      return floor_log2(std::ldexp(q, e - m)) - emax;
+    }
+    case halfway::MxScaleRule::rceil: {
+      // fp32(amax · fp32(1 / elem_max)): the product of two fp32 values is exact in binary64
+      // and its conversion to float is the one fp32 rounding (subnormal results too).
+      const double rcp = double(float(1.0 / elem_max));
+      const float d = float(amax * rcp);
+      return d == 0.0f ? -1000 : ceil_log2(double(d));
+    }
+  }
+  return 0;
+}
+
 struct Block {
   std::vector<size_t> idx;
   double amax = 0;
   bool finite = true;
 };
 
+/// The rounding environment of element i (its flat index r·cols + c): the call's direction, and
+/// for stochastic rounding the random stream at offset + i.
+halfway::Env element_env(const halfway::BlockOptions& o, size_t i) {
+  halfway::Env e{o.rounding, o.seed};
+  e.sr_subsequence = o.subsequence;
+  e.sr_counter = o.offset + i;
+  e.sr_random_bits = o.random_bits;
+  return e;
+}
+
 void mx_block(const halfway::BlockScheme& s, const std::vector<float>& x, const Block& blk,
-              Result& res, halfway::BlockEvents& ev, size_t b) {
+              const halfway::BlockOptions& o, Result& res, halfway::BlockEvents& ev, size_t b) {
   const double emax_val = largest(s.element);
   const int emax = std::ilogb(emax_val);
   if (!blk.finite) {
@@ -92,14 +140,7 @@ void mx_block(const halfway::BlockScheme& s, const std::vector<float>& x, const 
   }
   int k = -127;
   if (blk.amax > 0) {
-    if (s.ceil) {
-      k = std::ilogb(blk.amax) - emax - 2;
-      while (std::ldexp(emax_val, k) < blk.amax) ++k;
-    } else {
-      int e;
-      std::frexp(blk.amax, &e);  // amax = f · 2^e, f in [0.5, 1): floor(log2 amax) = e − 1
-      k = e - 1 - emax;
-    }
+    k = mx_exponent(s, blk.amax, emax_val);
     if (k < -127 || k > 127) {
       ev.scales_clamped = 1;
       k = k < -127 ? -127 : 127;
@@ -109,8 +150,10 @@ void mx_block(const halfway::BlockScheme& s, const std::vector<float>& x, const 
   res.scales[b] = float(std::ldexp(1.0, k));
   for (size_t i : blk.idx) {
     const double v = std::ldexp(double(x[i]), -k);  // exact in binary64
-    halfway::Env env;
-    const uint32_t code = halfway::from_f64(s.element, v, env);
+    halfway::Env env = element_env(o, i);
+    // Saturation: beyond the largest element, ±max in every direction.
+    const double vc = std::fmax(-emax_val, std::fmin(emax_val, v));
+    const uint32_t code = halfway::from_f64(s.element, std::isnan(v) ? v : vc, env);
     res.codes[i] = uint8_t(code);
     const double value = halfway::to_f64(s.element, code, env);
     ev.saturated += std::fabs(v) > emax_val;
@@ -145,9 +188,8 @@ void nvfp4_block(const halfway::BlockScheme& s, const std::vector<float>& x, con
     if (y > 6.0f) y = 6.0f;
     if (y < -6.0f) y = -6.0f;
     uint8_t code;
-    if (o.rounding == halfway::Rounding::stochastic) {
-      halfway::Env e{halfway::Rounding::stochastic, o.seed};
-      e.sr_counter = o.offset + i;
+    if (o.rounding != halfway::Rounding::near_even) {
+      halfway::Env e = element_env(o, i);
       code = y == 0.0f ? 0 : uint8_t(halfway::from_f32(halfway::formats::e2m1, y, e));
     } else {
       code = te_e2m1_code(y);
@@ -187,8 +229,8 @@ void fp8_block(const halfway::BlockScheme& s, const std::vector<float>& x, const
   res.scales[b] = sv;
   for (size_t i : blk.idx) {
     const float y = x[i] / sv;
-    halfway::Env env;
-    const uint32_t code = halfway::from_f32(s.element, y, env);
+    halfway::Env env = element_env(o, i);
+    const uint32_t code = halfway::from_f32(s.element, std::fmax(-448.0f, std::fmin(448.0f, y)), env);
     res.codes[i] = uint8_t(code);
     const float value = halfway::to_f32(s.element, code, env);
     ev.saturated += std::fabs(y) > 448.0f;
@@ -246,7 +288,7 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
     ev.elements = blocks[b].idx.size();
     ev.blocks = 1;
     switch (s.family) {
-      case BlockFamily::mx: mx_block(s, x, blocks[b], res, ev, b); break;
+      case BlockFamily::mx: mx_block(s, x, blocks[b], o, res, ev, b); break;
       case BlockFamily::nvfp4: nvfp4_block(s, x, blocks[b], g, o, cols, res, ev, b); break;
       default: fp8_block(s, x, blocks[b], o, res, ev, b); break;
     }

@@ -5,6 +5,7 @@
 // Hadamard transform; fixed cases worked out by hand from the definitions in docs/blocks.md.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -177,13 +178,33 @@ std::vector<float> mixed(size_t n, uint32_t seed, int lo = -30, int hi = 30) {
   return v;
 }
 
+/// mixed's values without its few near 2^120 (brought back to 2^0): with them, NVFP4's global
+/// amax would put most blocks' scales at 0.
+std::vector<float> narrowed(std::vector<float> v) {
+  for (float& f : v)
+    if (std::fabs(f) > 0x1p60f) f = std::ldexp(f, -120);
+  return v;
+}
+
 const char* kMx[] = {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"};
+/// The MX scale-rule suffixes: none (floor), and each rule by name.
+const char* kMxRules[] = {"", ":ceil", ":rceil", ":even"};
+
+/// A scheme name and, for the MX ones, the name with every scale rule.
+std::vector<std::string> with_rules(const std::string& name) {
+  std::vector<std::string> v{name};
+  if (name.rfind("mx", 0) == 0)
+    for (const char* r : {":ceil", ":rceil", ":even"}) v.push_back(name + r);
+  return v;
+}
 
 }  // namespace
 
 TEST_CASE("every MX element encoding at representative scales decodes back to itself") {
+  // A block whose amax is elem_max · 2^k gets the scale 2^k by floor, rceil and even; ceil
+  // gives it 2^(k+1) (no element maximum is a power of two), covered by the boundary tests.
   for (const char* name : kMx) {
-    for (const char* rule : {"", ":ceil"}) {
+    for (const char* rule : {"", ":rceil", ":even"}) {
       const BlockScheme s = parse_block_scheme(std::string(name) + rule);
       const std::vector<double> vals = element_values(s.element);
       for (int k : {-127, -126, -120, -64, -10, -1, 0, 1, 10, 64, 100, 110}) {
@@ -212,7 +233,7 @@ TEST_CASE("every MX element encoding at representative scales decodes back to it
 
 TEST_CASE("MX elements at the ties of every element grid and one fp32 ulp either side") {
   for (const char* name : kMx) {
-    for (const char* rule : {"", ":ceil"}) {
+    for (const char* rule : kMxRules) {
       const BlockScheme s = parse_block_scheme(std::string(name) + rule);
       std::vector<double> vals = element_values(s.element);
       std::sort(vals.begin(), vals.end());
@@ -244,17 +265,112 @@ TEST_CASE("MX elements at the ties of every element grid and one fp32 ulp either
   }
 }
 
+namespace {
+
+/// Blocks of 32 whose amax sits at, one fp32 number below and one above each boundary of the
+/// MX scale rules for every e8m0 exponent k in `ks` (and the exponents that clamp below):
+/// 2^(k+emax) (floor, ceil), elem_max · 2^k (rceil), (2 − 2^−(m+1)) · 2^(k+emax) (even's
+/// carry) and 2^(k+emax+1); values below fp32's range become the nearest fp32 number (the
+/// subnormal steps), those above it are left out; fp32's smallest and largest numbers too.
+/// Each block also holds −amax, the number below amax and amax / 3.
+std::vector<float> rule_boundaries(const BlockScheme& s, const std::vector<int>& ks) {
+  const double emax_val = double(s.element_max);
+  const int emax = s.element_emax, m = s.element.frac_bits;
+  std::vector<float> amax{std::numeric_limits<float>::denorm_min(), FLT_MAX};
+  for (int k : ks) {
+    for (double b : {std::ldexp(1.0, k + emax), std::ldexp(emax_val, k),
+                     std::ldexp(2.0 - std::ldexp(1.0, -(m + 1)), k + emax),
+                     std::ldexp(1.0, k + emax + 1)}) {
+      if (b > double(FLT_MAX)) continue;
+      const float f = float(b);
+      if (f == 0.0f) continue;
+      amax.push_back(std::nextafter(f, 0.0f));
+      amax.push_back(f);
+      if (f < FLT_MAX) amax.push_back(std::nextafter(f, FLT_MAX));
+    }
+  }
+  std::vector<float> x;
+  for (float a : amax) {
+    if (a == 0.0f) continue;
+    std::vector<float> blk(32, 0.0f);
+    blk[0] = a, blk[1] = -a, blk[2] = std::nextafter(a, 0.0f), blk[3] = a / 3;
+    x.insert(x.end(), blk.begin(), blk.end());
+  }
+  return x;
+}
+
+/// Every e8m0 exponent, and those below −127 whose blocks clamp.
+std::vector<int> every_exponent() {
+  std::vector<int> ks;
+  for (int k = -127 - 20; k <= 127; ++k) ks.push_back(k);
+  return ks;
+}
+
+void check_rule_boundaries(const std::vector<int>& ks) {
+  for (const char* name : kMx) {
+    for (const char* rule : kMxRules) {
+      const BlockScheme s = parse_block_scheme(std::string(name) + rule);
+      const std::vector<float> x = rule_boundaries(s, ks);
+      INFO(s.name << ": " << x.size() / 32 << " blocks");
+      check_against_oracle(s, x, 1, x.size());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MX scale rules at their boundaries, every e8m0 code", "[.exhaustive]") {
+  check_rule_boundaries(every_exponent());
+}
+
+TEST_CASE("MX scale rules at their boundaries, a few e8m0 codes") {
+  // The quick subset: the clamped exponents, both ends of e8m0 and around 2^0.
+  check_rule_boundaries({-150, -130, -128, -127, -126, -125, -1, 0, 1, 120, 125, 126, 127});
+}
+
+TEST_CASE("MX scale rules: the boundary cases tell every pair of rules apart") {
+  // The negative control of the boundary tests: were the library to implement one rule in
+  // place of another (or the exact rule that the old name ':ceil' followed in place of
+  // rceil), the comparison with the oracle would fail on these cases.
+  const std::vector<int> ks = {-127, -126, 0, 5};
+  for (const char* name : kMx) {
+    for (const char* a : kMxRules)
+      for (const char* b : kMxRules) {
+        if (std::string(a) >= std::string(b)) continue;
+        const BlockScheme sa = parse_block_scheme(std::string(name) + a);
+        const BlockScheme sb = parse_block_scheme(std::string(name) + b);
+        const std::vector<float> x = rule_boundaries(sa, ks);
+        INFO(sa.name << " vs " << sb.name);
+        CHECK(block_oracle::encode(sa, x, 1, x.size()).scale_codes !=
+              encode_blocks(sb, x.data(), 1, x.size()).scale_codes);
+      }
+    // The exact rule (smallest 2^k with amax ≤ 2^k · elem_max, from amax's significand)
+    // differs from rceil's fp32 product on some case.
+    const BlockScheme r = parse_block_scheme(std::string(name) + ":rceil");
+    const std::vector<float> x = rule_boundaries(r, ks);
+    const BlockEncoding e = encode_blocks(r, x.data(), 1, x.size());
+    bool differs = false;
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+      int k = -127 - 40;
+      while (std::ldexp(double(r.element_max), k) < double(x[32 * b])) ++k;
+      k = std::clamp(k, -127, 127);
+      differs |= int(e.scale_codes[b]) != k + 127;
+    }
+    INFO(name);
+    CHECK(differs);
+  }
+}
+
 TEST_CASE("MX, NVFP4 and blockwise fp8 on mixed-magnitude tensors along either axis") {
   const size_t rows = 256, cols = 256;
   for (const std::string& name : block_scheme_names()) {
-    std::vector<std::string> variants{name};
-    if (name.rfind("mx", 0) == 0) variants.push_back(name + ":ceil");
+    const std::vector<std::string> variants = with_rules(name);
     for (const std::string& v : variants) {
       const BlockScheme s = parse_block_scheme(v);
       for (uint32_t seed : {1u, 2u}) {
         // Narrow ranges give NVFP4 and fp8 blocks within range of the global amax; wide ranges
         // give scales that clamp, underflow and flush.
-        const std::vector<float> x = seed == 1 ? mixed(rows * cols, seed, -6, 6)
+        const std::vector<float> x = seed == 1 ? narrowed(mixed(rows * cols, seed, -6, 6))
                                                : mixed(rows * cols, seed);
         for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
           BlockOptions o;
@@ -278,8 +394,7 @@ TEST_CASE("every lane position of the block maximum, partial vectors and any num
   // size, so that over the blocks it takes every position of its vector and every slot of
   // the 16-block reduction.
   for (const std::string& name : block_scheme_names()) {
-    std::vector<std::string> variants{name};
-    if (name.rfind("mx", 0) == 0) variants.push_back(name + ":ceil");
+    const std::vector<std::string> variants = with_rules(name);
     for (const std::string& v : variants) {
       const BlockScheme s = parse_block_scheme(v);
       for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
@@ -323,7 +438,7 @@ TEST_CASE("blocks along the first axis are the blocks of the transpose along the
   std::vector<float> xt(rows * cols);
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
-  for (const char* name : {"mxfp8_e4m3", "mxfp4:ceil", "nvfp4", "fp8_block"}) {
+  for (const char* name : {"mxfp8_e4m3", "mxfp4:rceil", "mxfp4:even", "nvfp4", "fp8_block"}) {
     const BlockScheme s = parse_block_scheme(name);
     BlockOptions first;
     first.axis = BlockAxis::first;
@@ -449,6 +564,104 @@ TEST_CASE("stochastic rounding of NVFP4 elements and the random Hadamard transfo
   for (int i = 0; i < 16; ++i) CHECK(detail::kRhtSigns[i] == signs[i]);
 }
 
+TEST_CASE("element rounding in every direction, round-to-odd and stochastic, every scheme") {
+  // Mixed magnitudes (ties, subnormals, values that saturate, products that underflow fp32
+  // for MX) along either axis, against the oracle's rounding of the exact (MX) or fp32
+  // (NVFP4, fp8_block) scaled value in the same direction.
+  const size_t rows = 128, cols = 256;
+  const std::vector<float> x = mixed(rows * cols, 21);
+  const std::vector<float> narrow = narrowed(mixed(rows * cols, 22, -6, 6));
+  struct Mode {
+    Rounding r;
+    int bits;
+  };
+  const Mode modes[] = {{Rounding::near_maxMag, 32}, {Rounding::minMag, 32}, {Rounding::min, 32},
+                        {Rounding::max, 32},         {Rounding::odd, 32},    {Rounding::stochastic, 1},
+                        {Rounding::stochastic, 3},   {Rounding::stochastic, 32}};
+  for (const std::string& name : block_scheme_names()) {
+    const BlockScheme s = parse_block_scheme(name);
+    for (const Mode& m : modes) {
+      for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+        BlockOptions o;
+        o.axis = axis;
+        o.rounding = m.r;
+        o.random_bits = m.bits;
+        o.seed = 5;
+        o.offset = 77;
+        INFO("random_bits " << m.bits);
+        check_against_oracle(s, s.family == BlockFamily::mx ? x : narrow, rows, cols, o);
+        if (s.family == BlockFamily::fp8_block) {
+          o.pow2_scales = true;
+          check_against_oracle(s, narrow, rows, cols, o);
+        }
+      }
+    }
+  }
+  // The negative control: each of these modes gives other codes than near_even on these
+  // tensors, so an encoder that ignored the direction would fail the comparisons above. Ties
+  // are planted (random values have none, and ties are where near_maxMag differs): in the
+  // first block, zeroed, an amax that makes the scale 1 and the tie 1 + 2^−(m+1) of 1 and the
+  // next element (near_even keeps 1, whose code is even); NVFP4 first puts the tensor's amax
+  // 2688 in the first block (global scale 1) and then amax 6 (scale 6 · fp32(1/6) = 1).
+  for (const std::string& name : block_scheme_names()) {
+    const BlockScheme s = parse_block_scheme(name);
+    std::vector<float> v = s.family == BlockFamily::mx ? x : narrow;
+    const auto [tr, tc] = block_tile(s, BlockAxis::last);
+    const size_t first = s.family == BlockFamily::nvfp4 ? tc : 0;  // the block of the tie
+    for (size_t r = 0; r < tr; ++r)
+      for (size_t c = 0; c < first + tc; ++c) v[r * cols + c] = 0.0f;
+    if (s.family == BlockFamily::nvfp4) v[0] = 2688.0f;
+    v[first] = s.family == BlockFamily::nvfp4 ? 6.0f : s.element_max;
+    v[first + 1] = 1.0f + std::ldexp(1.0f, -(s.element.frac_bits + 1));
+    const BlockEncoding rne = encode_blocks(s, v.data(), rows, cols);
+    for (const Mode& m : modes) {
+      BlockOptions o;
+      o.rounding = m.r;
+      o.random_bits = m.bits;
+      INFO(name << " " << rounding_name(m.r) << " random_bits " << m.bits);
+      CHECK(block_oracle::encode(s, v, rows, cols, o).codes != rne.codes);
+    }
+  }
+}
+
+TEST_CASE("MX element rounding by hand: ties away from zero, directed, odd") {
+  // mxfp4, amax 6 (k = 0): 5 is the tie of 4 and 6, 0.75 of 0.5 and 1, −2.5 of −2 and −3,
+  // 0.1 lies between 0 and 0.5. near_maxMag (microxcaling's "nearest"): 6 (0x7), 1 (0x2),
+  // −3 (0xD), 0 (0x0). max (toward +inf): 6, 1, −2 (0xC), 0.5 (0x1). min: 4 (0x6), 0.5,
+  // −3, 0. minMag: 4, 0.5, −2, 0. odd: truncate and set the last bit when inexact: 5 → 4
+  // (0x6) → 0x7 (6); 0.75 → 0.5 (0x1, odd already); −2.5 → −2 (0xC) → 0xD (−3); 0.1 → 0 → 0x1.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 6.0f, x[1] = 5.0f, x[2] = 0.75f, x[3] = -2.5f, x[4] = 0.1f;
+  const struct {
+    Rounding r;
+    int c1, c2, c3, c4;
+  } want[] = {{Rounding::near_maxMag, 0x7, 0x2, 0xD, 0x0}, {Rounding::max, 0x7, 0x2, 0xC, 0x1},
+              {Rounding::min, 0x6, 0x1, 0xD, 0x0},         {Rounding::minMag, 0x6, 0x1, 0xC, 0x0},
+              {Rounding::odd, 0x7, 0x1, 0xD, 0x1},         {Rounding::near_even, 0x6, 0x2, 0xC, 0x0}};
+  for (const auto& w : want) {
+    INFO(rounding_name(w.r));
+    BlockOptions o;
+    o.rounding = w.r;
+    const BlockEncoding e = encode_blocks(parse_block_scheme("mxfp4"), x.data(), 1, 32, o);
+    CHECK(e.scale_codes[0] == 127);
+    CHECK(int(e.codes[1]) == w.c1);
+    CHECK(int(e.codes[2]) == w.c2);
+    CHECK(int(e.codes[3]) == w.c3);
+    CHECK(int(e.codes[4]) == w.c4);
+  }
+  // mxfp8_e4m3 with a block amax of 2^100 (k = 92): 2^−60 scales to 2^−152, which fp32
+  // cannot hold; rounded up it is e4m3's smallest subnormal 2^−9 (code 0x01), down 0.
+  std::vector<float> y(32, 0.0f);
+  y[0] = std::ldexp(1.0f, 100), y[1] = std::ldexp(1.0f, -60), y[2] = -std::ldexp(1.0f, -60);
+  BlockOptions up;
+  up.rounding = Rounding::max;
+  const BlockEncoding e = encode_blocks(parse_block_scheme("mxfp8_e4m3"), y.data(), 1, 32, up);
+  CHECK(e.scale_codes[0] == 127 + 92);
+  CHECK(e.codes[1] == 0x01);
+  CHECK(e.codes[2] == 0x80);
+  CHECK(e.events.flushed == 1);
+}
+
 TEST_CASE("all-zero blocks, fp32 subnormals, values near fp32 max, NaN and infinity") {
   const float sub = std::numeric_limits<float>::denorm_min();
   std::vector<float> x(32 * 8, 0.0f);
@@ -462,7 +675,8 @@ TEST_CASE("all-zero blocks, fp32 subnormals, values near fp32 max, NaN and infin
   for (int i = 0; i < 32; ++i) x[160 + i] = std::ldexp(1.0f, -149 + i);
   x[192] = -0.0f;
   for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4",
-                           "mxfp4:ceil", "mxfp8_e4m3:ceil", "nvfp4", "fp8_block"}) {
+                           "mxfp4:ceil", "mxfp8_e4m3:ceil", "mxfp4:rceil", "mxfp8_e4m3:rceil",
+                           "mxfp8_e4m3:even", "nvfp4", "fp8_block"}) {
     const BlockScheme s = parse_block_scheme(name);
     const size_t cols = s.family == BlockFamily::fp8_block ? 256 : x.size();
     const size_t rows = x.size() / cols;
@@ -522,8 +736,10 @@ TEST_CASE("worked examples, by hand from the definitions") {
     CHECK(e.codes[3] == 0x0);
     CHECK(e.events.saturated == 0);
   }
-  // amax 7: floor gives X = 1 and 7 saturates to 6 (0x7); ceil gives the smallest 2^k ≥ 7/6,
-  // X = 2 (e8m0 128), and 3.5 is the tie of 3 and 4 → 4 (0x6).
+  // amax 7: floor gives X = 1 and 7 saturates to 6 (0x7); rceil gives the smallest 2^k ≥
+  // fp32(7 · fp32(1/6)) = 1.1666…, X = 2 (e8m0 128), and 3.5 is the tie of 3 and 4 → 4 (0x6);
+  // ceil: ceil(log2 7) − 2 = 1, X = 2 too; even: 7 = 1.75 · 2^2 rounded to e2m1's one
+  // fraction bit is the tie of 1.5 and 2, away from zero 2 · 2^2 = 8: floor(log2 8) − 2 = 1.
   {
     std::vector<float> x(32, 0.0f);
     x[0] = 7.0f;
@@ -531,10 +747,76 @@ TEST_CASE("worked examples, by hand from the definitions") {
     CHECK(f.scale_codes[0] == 127);
     CHECK(f.codes[0] == 0x7);
     CHECK(f.events.saturated == 1);
-    const BlockEncoding c = encode_blocks(parse_block_scheme("mxfp4:ceil"), x.data(), 1, 32);
-    CHECK(c.scale_codes[0] == 128);
-    CHECK(c.codes[0] == 0x6);
-    CHECK(c.events.saturated == 0);
+    for (const char* name : {"mxfp4:rceil", "mxfp4:ceil", "mxfp4:even"}) {
+      INFO(name);
+      const BlockEncoding c = encode_blocks(parse_block_scheme(name), x.data(), 1, 32);
+      CHECK(c.scale_codes[0] == 128);
+      CHECK(c.codes[0] == 0x6);
+      CHECK(c.events.saturated == 0);
+    }
+    CHECK(parse_block_scheme("mxfp4:floor").scale_rule == MxScaleRule::floor);
+    CHECK(encode_blocks(parse_block_scheme("mxfp4:floor"), x.data(), 1, 32).scale_codes ==
+          f.scale_codes);
+  }
+  // mxfp4, amax 5.5 = 1.375 · 2^2: floor 2 − 2 = 0 (127), 5.5 → 6 (0x7, nearer than 4);
+  // ceil: ceil(log2 5.5) = 3, k = 1 (128), 5.5/2 = 2.75 → 3 (0x5); rceil: 5.5/6 ≈ 0.917 → 2^0
+  // (127); even: 1.375 to one fraction bit is 1.5 (no carry), k = 0 (127).
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 5.5f;
+    const struct {
+      const char* name;
+      int scale, code;
+    } want[] = {{"mxfp4", 127, 0x7}, {"mxfp4:ceil", 128, 0x5}, {"mxfp4:rceil", 127, 0x7},
+                {"mxfp4:even", 127, 0x7}};
+    for (const auto& w : want) {
+      INFO(w.name);
+      const BlockEncoding e = encode_blocks(parse_block_scheme(w.name), x.data(), 1, 32);
+      CHECK(int(e.scale_codes[0]) == w.scale);
+      CHECK(int(e.codes[0]) == w.code);
+    }
+  }
+  // mxfp8_e4m3 (emax 8, 3 fraction bits), amax 150 = 1.171875 · 2^7 (torchao's example):
+  // floor 7 − 8 = −1 (126); ceil: ceil(log2 150) − 8 = 0 (127); rceil: 150/448 ≈ 0.335 rounds
+  // up to 2^−1 (126); even: 1.171875 · 8 = 9.375 → 9, no carry (126).
+  // amax 248 = 1.9375 · 2^7: 1.9375 · 8 = 15.5, the tie, away from zero 16: even carries to
+  // 2^8, k = 0 (127), and 248 / 1 is the e4m3 tie of 240 and 256 → 256 (0x78, even); floor
+  // k = −1 (126): 496 saturates to 448 (0x7E). amax 247: 15.4375 → 15, even gives 126.
+  {
+    const struct {
+      float amax;
+      const char* name;
+      int scale, code;
+    } want[] = {{150.0f, "mxfp8_e4m3", 126, -1},       {150.0f, "mxfp8_e4m3:ceil", 127, -1},
+                {150.0f, "mxfp8_e4m3:rceil", 126, -1}, {150.0f, "mxfp8_e4m3:even", 126, -1},
+                {248.0f, "mxfp8_e4m3:even", 127, 0x78}, {248.0f, "mxfp8_e4m3", 126, 0x7E},
+                {247.0f, "mxfp8_e4m3:even", 126, -1}};
+    for (const auto& w : want) {
+      INFO(w.name << " amax " << w.amax);
+      std::vector<float> x(32, 0.0f);
+      x[0] = w.amax;
+      const BlockEncoding e = encode_blocks(parse_block_scheme(w.name), x.data(), 1, 32);
+      CHECK(int(e.scale_codes[0]) == w.scale);
+      if (w.code >= 0) CHECK(int(e.codes[0]) == w.code);
+    }
+  }
+  // rceil computes amax / 448 as one fp32 product, fp32(1/448) = 0x3B124925 (above 1/448 by
+  // a relative 2^−24 · 0.75): amax = 448 · 2^−127 · (1 + 2^−23 / 1.75), the fp32 number above
+  // 448 · 2^−127 = 1.75 · 2^−119, gives the exact product 2^−127 · (1 + 1.13 · 10^−7), whose
+  // subnormal fp32 neighbours are 2^−127 and 2^−127 · (1 + 2^−22): it rounds to 2^−127, and
+  // the code is 0 (k = −127); the element amax / 2^−127 is above 448 and saturates. (The
+  // exact rule "the smallest 2^k with amax ≤ 2^k · 448", which the old name ':ceil' followed,
+  // gives k = −126, code 1.)
+  {
+    CHECK(bits(float(1.0 / 448.0)) == 0x3B124925u);
+    CHECK(bits(float(1.0 / 6.0)) == 0x3E2AAAABu);
+    std::vector<float> x(32, 0.0f);
+    x[0] = std::nextafter(std::ldexp(1.75f, -119), 1.0f);
+    const BlockEncoding e = encode_blocks(parse_block_scheme("mxfp8_e4m3:rceil"), x.data(), 1, 32);
+    CHECK(e.scale_codes[0] == 0);
+    CHECK(e.codes[0] == 0x7E);
+    CHECK(e.events.saturated == 1);
+    CHECK(e.events.scales_clamped == 0);
   }
   // mxfp8_e4m3: amax 1 → X = 2^(0 − 8) (e8m0 119); 1/X = 256 is e4m3 0x78 (field 15, bias 7).
   // 2^-20 / X = 2^-12 is below half e4m3's smallest subnormal 2^-9: flushed to 0.
@@ -582,7 +864,15 @@ TEST_CASE("bad shapes, names and options are one-line input errors") {
   std::vector<float> x(64 * 64, 1.0f);
   CHECK_THROWS_AS(parse_block_scheme("mxfp5"), InputError);
   CHECK_THROWS_AS(parse_block_scheme("nvfp4:ceil"), InputError);
-  CHECK_THROWS_AS(parse_block_scheme("mxfp4:floor"), InputError);
+  CHECK_THROWS_AS(parse_block_scheme("nvfp4:rceil"), InputError);
+  CHECK_THROWS_AS(parse_block_scheme("mxfp4:round"), InputError);
+  CHECK_THROWS_AS(parse_block_scheme("mxfp4:"), InputError);
+  CHECK_THROWS_AS(parse_block_scheme("mxfp4:ceil:even"), InputError);
+  CHECK_NOTHROW(parse_block_scheme("mxfp4:floor"));
+  for (MxScaleRule r : {MxScaleRule::floor, MxScaleRule::ceil, MxScaleRule::rceil,
+                        MxScaleRule::even})
+    CHECK(parse_block_scheme(std::string("mxfp6_e3m2:") + mx_scale_rule_name(r)).scale_rule == r);
+  CHECK(std::string(mx_scale_rule_name(MxScaleRule::rceil)) == "rceil");
   const BlockScheme mx = parse_block_scheme("mxfp4");
   CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 48), InputError);
   BlockOptions first;
@@ -592,7 +882,11 @@ TEST_CASE("bad shapes, names and options are one-line input errors") {
   CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4_2d"), x.data(), 8, 64), InputError);
   BlockOptions sr;
   sr.rounding = Rounding::stochastic;
-  CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 64, sr), InputError);
+  CHECK_NOTHROW(encode_blocks(mx, x.data(), 64, 64, sr));
+  for (int bad : {0, -1, 33}) {
+    sr.random_bits = bad;
+    CHECK_THROWS_AS(encode_blocks(mx, x.data(), 64, 64, sr), InputError);
+  }
   BlockOptions rht;
   rht.rht = true;
   CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4_2d"), x.data(), 64, 64, rht),

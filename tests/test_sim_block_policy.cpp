@@ -243,6 +243,15 @@ TEST_CASE("nvfp4: stochastic rounding on gradients only, the Hadamard transform 
   const LinearRun c = run_linear(p, r3, M, K, N, xv, wv, bv, cv);
   CHECK(c.dx == a.dx);
   CHECK(c.dw == a.dw);
+  // precision.sr_random_bits applies to the recipe's stochastic rounding too: one random bit
+  // gives other gradients, the forward stays.
+  Runtime r4;
+  r4.rounding.seed = 1;
+  r4.rounding.random_bits = 1;
+  const LinearRun d = run_linear(p, r4, M, K, N, xv, wv, bv, cv);
+  CHECK(d.y == a.y);
+  CHECK(d.dx != a.dx);
+  CHECK(d.dw != a.dw);
   // The fprop result is the fp32 GEMM of the 1×16 input and the 16×16 weight copies.
   const Mat xq = quantized("nvfp4", xv, M, K, M, K, BlockAxis::last);
   const Mat wq = quantized("nvfp4_2d", wv, N, K, N, K, BlockAxis::last);
@@ -309,7 +318,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   r.noise = 0.04;
   CHECK(r.snr_db() == Approx(20.0).epsilon(1e-12));
   // A traced mxfp8 copy of a known tensor: one 1×32 block holding 1..32 (amax 32: e8m0 scale
-  // 2^(ceil(log2(32/448))) = 2^-3) and one of zeros.
+  // 2^(ceil(log2(fp32(32 · fp32(1/448))))) = 2^-3, rceil) and one of zeros.
   const Policy p = preset_policy("mxfp8");
   Tracer tr;
   Runtime rt;
@@ -334,7 +343,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   CHECK(x.scale_hist == std::map<int, uint64_t>{{-3, 1}, {-127, 1}});
   // 1..32 at scale 2^-3 become 8..256 in e4m3: 8..16 exact, then spacing 2, 4, 8, 16 (17 is
   // 136, a tie between 128 and 144 that goes to 128's even significand: 16).
-  const Mat q = quantized("mxfp8_e4m3:ceil", xv, 1, 64, 1, 64, BlockAxis::last);
+  const Mat q = quantized("mxfp8_e4m3:rceil", xv, 1, 64, 1, 64, BlockAxis::last);
   CHECK(q[16] == 16.0f);
   CHECK(q[31] == 32.0f);
   double noise = 0, signal = 0;
@@ -347,7 +356,7 @@ TEST_CASE("blocks.csv: SNR, events and the scale histogram of one copy", "[sim][
   CHECK(x.noise == noise);
   std::string line;
   append_block_columns(line, st.step, x);
-  CHECK(line.rfind("7,lin.input,fprop,linear,activation,mxfp8_e4m3:ceil,-1,0,0,64,2,", 0) == 0);
+  CHECK(line.rfind("7,lin.input,fprop,linear,activation,mxfp8_e4m3:rceil,-1,0,0,64,2,", 0) == 0);
   const std::string tail = ",-127,-3,-127:1;-3:1";
   CHECK(line.substr(line.size() - tail.size()) == tail);
 }

@@ -4,8 +4,8 @@
 // element format by one fp32 addition and integer steps, and its events counted, in one fused
 // step (encode_one). With the avx512 bulk path every step has an AVX-512 kernel (the element
 // kernel specialised by block length; blocks down the columns take per-lane multipliers);
-// otherwise portable loops cloned for x86-64-v4/v3. Stochastic rounding (NVFP4) scales into
-// a buffer and rounds it with the bulk kernels (bulk.hpp).
+// otherwise portable loops cloned for x86-64-v4/v3. Every other element rounding (directed, to
+// odd, stochastic) scales into a buffer and rounds it with the bulk kernels (bulk.hpp).
 // docs/blocks.md defines every step; the tests compare with an oracle written separately
 // (tests/block_oracle.cpp) and, in Python, with a numpy transcription of the definitions.
 // Compiled with -ffp-contract=off: every fp32 step is its own rounding, as the definitions say.
@@ -73,6 +73,25 @@ const SchemeEntry kSchemes[] = {
     {"fp8_block", BlockFamily::fp8_block, saturating(formats::e4m3), 128, false},
     {"fp8_block_2d", BlockFamily::fp8_block, saturating(formats::e4m3), 128, true},
 };
+
+const std::pair<const char*, MxScaleRule> kMxRules[] = {
+    {"floor", MxScaleRule::floor},
+    {"ceil", MxScaleRule::ceil},
+    {"rceil", MxScaleRule::rceil},
+    {"even", MxScaleRule::even},
+};
+
+std::optional<MxScaleRule> parse_mx_scale_rule(std::string_view name) {
+  for (const auto& [n, rule] : kMxRules)
+    if (name == n) return rule;
+  return std::nullopt;
+}
+
+std::string mx_rule_list() {
+  std::string s;
+  for (const auto& [n, rule] : kMxRules) s += (s.empty() ? ":" : " :") + std::string(n);
+  return s;
+}
 
 std::string scheme_list() {
   std::string s;
@@ -280,24 +299,59 @@ HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   return amax;
 }
 
-/// The MX scale of every block, branch-free so that it vectorises: k from amax's exponent
-/// (a subnormal amax through its exact conversion to float), the ceil rule from its fraction.
-HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* __restrict amax, size_t nb, int emax,
-                                         bool ceil, uint32_t max_frac, uint8_t* __restrict codes,
+/// Every MX scale rule (MxScaleRule) as one formula: with v = fp32(amax · mult), whose exact
+/// exponent is ev and significand 1.f (a subnormal v through its exact conversion to float),
+/// k = ev − emax + (f > threshold), where the threshold is on the 23-bit fraction field:
+///   floor  mult 1, emax emax_elem, threshold 2^23 − 1 (never): floor(log2 amax) − emax_elem;
+///   ceil   mult 1, emax emax_elem, threshold 0: ceil(log2 amax) − emax_elem;
+///   even   mult 1, emax emax_elem, threshold 2^23 − 2^(22−m) − 1: amax's significand rounded
+///          to m fraction bits, ties away, carries into the next binade exactly when
+///          f ≥ 2^23 − 2^(22−m);
+///   rceil  mult fp32(1 / elem_max), emax 0, threshold 0: ceil(log2 fp32(amax / elem_max)).
+/// (amax · 1 is amax exactly.) k is then clamped to [−127, 127].
+struct MxRule {
+  float mult = 1.0f;
+  int emax = 0;
+  uint32_t threshold = 0;
+};
+
+MxRule mx_rule(const BlockScheme& s) {
+  MxRule r;
+  r.emax = s.element_emax;
+  switch (s.scale_rule) {
+    case MxScaleRule::floor: r.threshold = 0x7FFFFFu; break;
+    case MxScaleRule::ceil: r.threshold = 0; break;
+    case MxScaleRule::even:
+      r.threshold = 0x800000u - (uint32_t(1) << (22 - s.element.frac_bits)) - 1;
+      break;
+    case MxScaleRule::rceil:
+      // torchao: max_abs * (1.0 / max_pos), the Python double rounded to the fp32 operand;
+      // Transformer Engine: the fp32 constant 1 / max_norm. The same fp32 value for every
+      // element format (1/elem_max is never an fp32 midpoint).
+      r.mult = float(1.0 / double(s.element_max));
+      r.emax = 0;
+      r.threshold = 0;
+      break;
+  }
+  return r;
+}
+
+/// The MX scale of every block, branch-free so that it vectorises (MxRule's formula).
+HALFWAY_BLOCKS_CLONES void mx_scale_loop(const uint32_t* __restrict amax, size_t nb,
+                                         MxRule rule, uint8_t* __restrict codes,
                                          float* __restrict scales, float* __restrict mult,
                                          uint8_t* __restrict special,
                                          uint8_t* __restrict clamped) {
   for (size_t b = 0; b < nb; ++b) {
     const uint32_t a = amax[b];
-    const uint32_t field = a >> 23;
-    const uint32_t sub = f32_bits(float(int32_t(a & 0x7FFFFFu)));  // mant = 1.f · 2^p exactly
+    // NaN and ±inf (a ≥ inf's bits) are decided from amax below, whatever v is.
+    const uint32_t v = f32_bits(bits_f32(a) * rule.mult);
+    const uint32_t field = v >> 23;
+    const uint32_t sub = f32_bits(float(int32_t(v & 0x7FFFFFu)));  // mant = 1.f · 2^p exactly
     const bool is_sub = field == 0;
-    const int ea = is_sub ? int(sub >> 23) - 127 - 149 : int(field) - 127;
-    const uint32_t frac = (is_sub ? sub : a) & 0x7FFFFFu;
-    // floor: 2^(floor(log2 amax) − emax_elem). ceil: the smallest 2^k with
-    // amax ≤ 2^k · elem_max; elem_max = M · 2^emax with M in [1, 2), so k = ea − emax when
-    // amax's significand is ≤ M, else one more.
-    const int k = ea - emax + int(ceil && frac > max_frac);
+    const int ev = is_sub ? int(sub >> 23) - 127 - 149 : int(field) - 127;
+    const uint32_t frac = (is_sub ? sub : v) & 0x7FFFFFu;
+    const int k = ev - rule.emax + int(frac > rule.threshold);
     const bool zero = a == 0, nan = a >= kInfBits;
     clamped[b] = !zero && !nan && (k < -127 || k > 127);
     // An all-zero block gets the smallest scale by definition (not a clamp).
@@ -318,8 +372,8 @@ HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512i splat
 
 /// mx_scale_loop in AVX-512, 16 blocks a step (the last one masked), the same integer steps;
 /// also counts the NaN blocks and the clamped ones.
-HALFWAY_BLOCKS_AVX512_TARGET void mx_scale_avx512(const uint32_t* amax, size_t nb, int emax,
-                                                  bool ceil, uint32_t max_frac, uint8_t* codes,
+HALFWAY_BLOCKS_AVX512_TARGET void mx_scale_avx512(const uint32_t* amax, size_t nb, MxRule rule,
+                                                  uint8_t* codes,
                                                   float* scales, float* mult, uint8_t* special,
                                                   uint8_t* clamped, uint64_t& n_nan,
                                                   uint64_t& n_clamped) {
@@ -327,18 +381,18 @@ HALFWAY_BLOCKS_AVX512_TARGET void mx_scale_avx512(const uint32_t* amax, size_t n
   for (size_t b = 0; b < nb; b += 16) {
     const __mmask16 k = nb - b >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nb - b)) - 1);
     const __m512i a = _mm512_maskz_loadu_epi32(k, amax + b);
-    // A subnormal amax through its exact conversion to float: mant = 1.f · 2^p.
-    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, splat(0x00800000u));
+    const __m512i v = _mm512_castps_si512(
+        _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(rule.mult)));
+    // A subnormal v through its exact conversion to float: mant = 1.f · 2^p.
+    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(v, splat(0x00800000u));
     const __m512i bits = _mm512_mask_mov_epi32(
-        a, is_sub, _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_and_si512(a, mant))));
+        v, is_sub, _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_and_si512(v, mant))));
     const __m512i bias = _mm512_mask_mov_epi32(splat(127), is_sub, splat(127 + 149));
-    const __m512i ea = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), bias);
-    __m512i kv = _mm512_sub_epi32(ea, splat(uint32_t(emax)));
-    if (ceil) {
-      const __mmask16 above =
-          _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, mant), splat(max_frac));
-      kv = _mm512_mask_add_epi32(kv, above, kv, one);
-    }
+    const __m512i ev = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), bias);
+    __m512i kv = _mm512_sub_epi32(ev, splat(uint32_t(rule.emax)));
+    const __mmask16 above =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, mant), splat(rule.threshold));
+    kv = _mm512_mask_add_epi32(kv, above, kv, one);
     const __mmask16 zero = _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512());
     const __mmask16 nan = _mm512_mask_cmpge_epu32_mask(k, a, splat(kInfBits));
     const __mmask16 outside = _mm512_cmpgt_epi32_mask(kv, splat(127)) |
@@ -372,17 +426,17 @@ void mx_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
   const size_t nb = amax.size();
   thread_local std::vector<uint8_t> clamped;
   clamped.resize(nb);
-  const uint32_t max_frac = f32_bits(j.s.element_max) & 0x7FFFFFu;
+  const MxRule rule = mx_rule(j.s);
   uint64_t nan = 0, n_clamped = 0;
 #ifdef HALFWAY_BLOCKS_AVX512
   if (use_avx512()) {
-    mx_scale_avx512(amax.data(), nb, j.s.element_emax, j.s.ceil, max_frac, e.scale_codes.data(),
-                    e.scales.data(), j.mult, j.special, clamped.data(), nan, n_clamped);
+    mx_scale_avx512(amax.data(), nb, rule, e.scale_codes.data(), e.scales.data(), j.mult,
+                    j.special, clamped.data(), nan, n_clamped);
   } else
 #endif
   {
-    mx_scale_loop(amax.data(), nb, j.s.element_emax, j.s.ceil, max_frac, e.scale_codes.data(),
-                  e.scales.data(), j.mult, j.special, clamped.data());
+    mx_scale_loop(amax.data(), nb, rule, e.scale_codes.data(), e.scales.data(), j.mult,
+                  j.special, clamped.data());
     nan = count_of(j.special, nb, kNanScale);  // OCP MX: NaN or ±inf in the block
     n_clamped = count_of(clamped.data(), nb, 1);
   }
@@ -808,22 +862,33 @@ HALFWAY_BLOCKS_AVX512_TARGET void nvfp4_scales_avx512(const uint32_t* amax, size
 }
 #endif
 
-/// Stochastic rounding (NVFP4) goes through the bulk kernels: row r scaled and clamped into
-/// `buf`, counting per block the elements beyond ±6 (the flushed ones come from the codes).
-HALFWAY_BLOCKS_CLONES void scale_row_sr(const Job& j, size_t r, float* buf_, uint32_t* sat) {
+/// Every element rounding but near_even goes through the bulk kernels: row r scaled (x · mult,
+/// or x / mult for fp8_block without pow2) and clamped to ±max into `buf` (saturation, in
+/// every direction), counting per block the elements beyond max (the flushed ones come from
+/// the codes). NVFP4 adds +0 (TE's rule for −0.0). MX: x / 2^k is exact in the definition; a
+/// non-zero x whose product underflows fp32 to zero becomes the smallest fp32 subnormal with
+/// x's sign, which rounds as x / 2^k does in every direction (both lie far below half the
+/// element's smallest subnormal: only the sign decides, and stochastic rounding's fraction has
+/// no bit within its 32 random bits).
+HALFWAY_BLOCKS_CLONES void scale_row_bulk(const Job& j, size_t r, float* buf_, uint32_t* sat) {
   const float* __restrict x = j.x + r * j.cols;
   float* __restrict buf = buf_;
   const size_t base = (r / j.tr) * j.sc, cols = j.cols, tc = j.tc;
   const float* __restrict mult = j.mult + base;
-  const float lim = j.s.element_max;
+  const float lim = j.s.element_max, tiny = std::numeric_limits<float>::denorm_min();
+  const bool nvfp4 = j.s.family == BlockFamily::nvfp4, mx = j.s.family == BlockFamily::mx;
+  const bool divide = j.divide;
   for (size_t c = 0; c < cols; ++c) {
-    const float y = x[c] * mult[tc == 1 ? c : c / tc];
-    sat[base + (tc == 1 ? c : c / tc)] += uint32_t(std::fabs(y) > lim);
-    buf[c] = (y > lim ? lim : (y < -lim ? -lim : y)) + 0.0f;
+    const size_t b = tc == 1 ? c : c / tc;
+    float y = divide ? x[c] / mult[b] : x[c] * mult[b];
+    if (mx && y == 0.0f && x[c] != 0.0f) y = std::copysign(tiny, x[c]);
+    sat[base + b] += uint32_t(std::fabs(y) > lim);
+    y = y > lim ? lim : (y < -lim ? -lim : y);
+    buf[c] = nvfp4 ? y + 0.0f : y;
   }
 }
 
-/// After stochastic rounding of row r (NVFP4): the non-zero inputs whose code is ±0, per block.
+/// After the bulk rounding of row r: the non-zero inputs whose code is ±0, per block.
 void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t* flushed) {
   const float* x = j.x + r * j.cols;
   const size_t base = (r / j.tr) * j.sc;
@@ -876,10 +941,10 @@ void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
   }
 }
 
-/// Stochastic rounding of the elements (NVFP4): whole rows at a time, about 16Ki elements, so
-/// that the bulk kernel is called few times on a buffer in cache.
-void encode_elements_sr(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
-                        std::vector<uint32_t>& flushed) {
+/// The elements by the bulk kernels (every rounding but near_even): whole rows at a time, about
+/// 16Ki elements, so that the bulk kernel is called few times on a buffer in cache.
+void encode_elements_bulk(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
+                          std::vector<uint32_t>& flushed) {
   const size_t chunk_rows = std::max<size_t>(1, (size_t(1) << 14) / std::max<size_t>(1, j.cols));
   thread_local std::vector<float> buf;
   buf.resize(std::min(chunk_rows, std::max<size_t>(j.rows, 1)) * j.cols);
@@ -887,9 +952,11 @@ void encode_elements_sr(const Job& j, BlockEncoding& e, std::vector<uint32_t>& s
   bo.rounding = j.o.rounding;
   bo.seed = j.o.seed;
   bo.subsequence = j.o.subsequence;
+  bo.random_bits = j.o.random_bits;
   for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
     const size_t r1 = std::min(j.rows, r0 + chunk_rows);
-    for (size_t r = r0; r < r1; ++r) scale_row_sr(j, r, buf.data() + (r - r0) * j.cols, sat.data());
+    for (size_t r = r0; r < r1; ++r)
+      scale_row_bulk(j, r, buf.data() + (r - r0) * j.cols, sat.data());
     bo.offset = j.o.offset + r0 * j.cols;  // element (r, c) at stream position offset + r·cols + c
     uint8_t* codes = e.codes.data() + r0 * j.cols;
     round_f32(j.s.element, buf.data(), codes, (r1 - r0) * j.cols, bo);
@@ -918,7 +985,7 @@ void encode_elements(const Job& j, BlockEncoding& e) {
   sat.assign(nb, 0);
   flushed.assign(nb, 0);
   if (!near_even) {
-    encode_elements_sr(j, e, sat, flushed);
+    encode_elements_bulk(j, e, sat, flushed);
   } else {
 #ifdef HALFWAY_BLOCKS_AVX512
     if (use_avx512()) {
@@ -967,15 +1034,23 @@ BlockScheme parse_block_scheme(std::string_view name) {
     s.half_min_subnormal = to_f32(s.element, 1, env) / 2;  // exact: a power of two
     if (colon != std::string_view::npos) {
       const std::string_view opt = name.substr(colon + 1);
-      if (opt != "ceil" || s.family != BlockFamily::mx)
+      const std::optional<MxScaleRule> rule = parse_mx_scale_rule(opt);
+      if (!rule || s.family != BlockFamily::mx)
         throw InputError("unknown option '" + std::string(opt) + "' of block scheme '" +
-                         std::string(base) + "' (only the MX schemes take ':ceil')");
-      s.ceil = true;
+                         std::string(base) + "' (only the MX schemes take a scale rule: " +
+                         mx_rule_list() + ")");
+      s.scale_rule = *rule;
     }
     return s;
   }
   throw InputError("unknown block scheme '" + std::string(name) + "' (" + scheme_list() +
-                   ", the MX ones optionally with ':ceil')");
+                   ", the MX ones optionally with a scale rule: " + mx_rule_list() + ")");
+}
+
+const char* mx_scale_rule_name(MxScaleRule r) {
+  for (const auto& [name, rule] : kMxRules)
+    if (rule == r) return name;
+  return "floor";
 }
 
 const std::vector<std::string>& block_scheme_names() {
@@ -993,6 +1068,12 @@ std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis) {
   return axis == BlockAxis::last ? std::pair<size_t, size_t>{1, k} : std::pair<size_t, size_t>{k, 1};
 }
 
+std::pair<size_t, size_t> padded_shape(const BlockScheme& s, BlockAxis axis, size_t rows,
+                                       size_t cols) {
+  const auto [tr, tc] = block_tile(s, axis);
+  return {(rows + tr - 1) / tr * tr, (cols + tc - 1) / tc * tc};
+}
+
 void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOptions& o) {
   const auto [tr, tc] = block_tile(s, o.axis);
   if (rows % tr != 0 || cols % tc != 0)
@@ -1002,11 +1083,9 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
   if (cols != 0 && rows > (size_t(1) << 40) / cols)
     throw InputError(s.name + ": shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
                      "] has more than 2^40 elements");
-  if (o.rounding != Rounding::near_even &&
-      !(o.rounding == Rounding::stochastic && s.family == BlockFamily::nvfp4))
-    throw InputError(s.name + ": element rounding must be near_even" +
-                     std::string(s.family == BlockFamily::nvfp4 ? " or stochastic" : "") +
-                     ", not " + rounding_name(o.rounding));
+  if (o.rounding == Rounding::stochastic && (o.random_bits < 1 || o.random_bits > 32))
+    throw InputError(s.name + ": random_bits must be in 1..32, not " +
+                     std::to_string(o.random_bits));
   if (o.rht && (s.family != BlockFamily::nvfp4 || s.two_d))
     throw InputError(s.name + ": the random Hadamard transform is an option of nvfp4 (1x16) only");
   if (o.pow2_scales && s.family != BlockFamily::fp8_block)

@@ -17,6 +17,8 @@ max, odd, stochastic (short names rne rna rtz rd ru rto sr). Errors in arguments
 ValueError (unknown format or rounding) or TypeError (wrong dtype). See docs/python.md.
 """
 
+import numpy as _np
+
 from . import _halfway, _args
 from ._halfway import Counts, Format, formats, roundings
 from ._halfway import INEXACT, UNDERFLOW, OVERFLOW, INFINITE, INVALID
@@ -27,8 +29,8 @@ __version__ = "0.1.0"
 __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
-    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "gemm", "dot",
-    "accumulations", "recipes", "analyze", "AnalysisResult",
+    "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "BlockCounts", "gemm",
+    "dot", "accumulations", "recipes", "analyze", "AnalysisResult",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
 
@@ -178,16 +180,24 @@ del _f
 
 
 _BLOCK_OPTIONS = """
-    scheme: mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4 (each optionally with
-        ':ceil', Transformer Engine's scale rule), nvfp4, nvfp4_2d, fp8_block, fp8_block_2d.
-        docs/blocks.md defines each one bit for bit.
+    scheme: mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4 (each optionally with an
+        e8m0 scale rule, torchao's names: ':floor' the default (OCP MX), ':ceil', ':rceil'
+        (cuBLAS, Transformer Engine's MXFP8; the old ':ceil' is now ':rceil'), ':even'),
+        nvfp4, nvfp4_2d, fp8_block, fp8_block_2d. docs/blocks.md defines each one bit for bit.
     axis: -1 (default): 1 x k blocks along each row; 0: k x 1 blocks down each column (the
         operand whose reduction dimension is its first). The 2-D schemes use k x k tiles.
-    rounding: 'near_even', or 'stochastic' for NVFP4 elements (needs seed; element (r, c)
-        uses the random bits of stream position offset + r * cols + c).
+    rounding: the rounding of the elements, any scheme: 'near_even' (default),
+        'near_maxMag' (ties away from zero, microxcaling's 'nearest'), 'minMag', 'min', 'max',
+        'odd', or 'stochastic' (needs seed; element (r, c) uses the random bits of stream
+        position offset + r * cols + c).
+    random_bits: stochastic rounding's random bits per element, 1..32 (default 32).
     rht: nvfp4 only: Transformer Engine's 16-point random Hadamard transform of each block
         first (codes, scales and values are then those of the transformed tensor).
     pow2_scales: fp8_block only: power-of-two scales (TE's force_pow_2_scales).
+    pad: False (default): a shape that does not divide into blocks is refused. True: x is
+        zero-padded at the end of each dimension to whole blocks, as the simulator pads its
+        GEMM operands; encode_blocks returns the padded shape's codes and scales,
+        quantize_blocks x's shape.
     counts: also return a dict: elements, blocks, saturated, flushed, scales_clamped,
         nan_scales, and per-block arrays block_saturated, block_flushed,
         block_scales_clamped shaped like the scales.
@@ -198,8 +208,8 @@ _BLOCK_OPTIONS = """
 """
 
 
-def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset=0, rht=False,
-                  pow2_scales=False, counts=False):
+def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, seed=None,
+                  offset=0, rht=False, pow2_scales=False, pad=False, counts=False):
     """Quantize a 2-D float32 array into block-scaled codes.
 
     Returns (codes, scales, global_scale): codes is uint8 with x's shape (element encodings);
@@ -207,9 +217,12 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset
     e4m3 for NVFP4) or float32 values (fp8_block*); global_scale is NVFP4's fp32 global encode
     scale (a numpy float32) and None otherwise. With counts=True a dict is appended.
     """
-    _block_args("encode_blocks", x, scheme, axis, rounding, seed, offset, rht, pow2_scales, counts)
-    return _halfway.encode_blocks(x, scheme, axis=axis, rounding=rounding, seed=seed,
-                                  offset=offset, rht=rht, pow2_scales=pow2_scales, counts=counts)
+    _block_args("encode_blocks", x, scheme, axis, rounding, random_bits, seed, offset, rht,
+                pow2_scales, pad, counts)
+    r = _halfway.encode_blocks(x, scheme, axis=axis, rounding=rounding,
+                               random_bits=random_bits, seed=seed, offset=offset, rht=rht,
+                               pow2_scales=pow2_scales, pad=pad, counts=counts)
+    return r[:3] + (BlockCounts(r[3]),) if counts else r
 
 
 def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
@@ -225,29 +238,55 @@ def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
     return _halfway.decode_blocks(codes, scales, global_scale, scheme, axis=axis)
 
 
-def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", seed=None, offset=0,
-                    rht=False, pow2_scales=False, counts=False):
+def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, seed=None,
+                    offset=0, rht=False, pow2_scales=False, pad=False, counts=False):
     """encode_blocks then decode_blocks: x's values after block quantization, float32."""
-    _block_args("quantize_blocks", x, scheme, axis, rounding, seed, offset, rht, pow2_scales,
-                counts)
-    return _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding, seed=seed,
-                                    offset=offset, rht=rht, pow2_scales=pow2_scales,
-                                    counts=counts)
+    _block_args("quantize_blocks", x, scheme, axis, rounding, random_bits, seed, offset, rht,
+                pow2_scales, pad, counts)
+    r = _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding,
+                                 random_bits=random_bits, seed=seed, offset=offset, rht=rht,
+                                 pow2_scales=pow2_scales, pad=pad, counts=counts)
+    return (r[0], BlockCounts(r[1])) if counts else r
 
 
-def _block_args(fn, x, scheme, axis, rounding, seed, offset, rht, pow2_scales, counts):
+class BlockCounts(dict):
+    """The event counts of a block quantization (counts=True), a dict: the totals elements,
+    blocks, saturated, flushed, scales_clamped, nan_scales, and the per-block arrays
+    block_saturated, block_flushed, block_scales_clamped shaped like the scales. Printed as one
+    short table: each total with the number of blocks it occurs in, not the arrays."""
+
+    _PER_BLOCK = {"saturated": "block_saturated", "flushed": "block_flushed",
+                  "scales_clamped": "block_scales_clamped", "nan_scales": None}
+
+    def __repr__(self):
+        shape = "x".join(str(n) for n in _np.shape(self["block_saturated"]))
+        lines = [f"{self['elements']} elements in {self['blocks']} blocks ({shape})",
+                 f"{'count':<15}{'total':>10}{'in blocks':>11}"]
+        for name, arr in self._PER_BLOCK.items():
+            # nan_scales counts blocks already
+            where = self[name] if arr is None else int(_np.count_nonzero(self[arr]))
+            lines.append(f"{name:<15}{self[name]:>10}{where:>11}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+
+def _block_args(fn, x, scheme, axis, rounding, random_bits, seed, offset, rht, pow2_scales, pad,
+                counts):
     _args.values(fn, "x", x)
     _args.name(fn, "scheme", scheme)
     _args.integer(fn, "axis", axis, -2, 1)
     _args.name(fn, "rounding", rounding)
+    _args.integer(fn, "random_bits", random_bits, 1, 32)
     _args.integer(fn, "seed", seed, 0, _args.U64, none=True)
     _args.integer(fn, "offset", offset, 0, _args.U64)
-    for arg, v in (("rht", rht), ("pow2_scales", pow2_scales), ("counts", counts)):
+    for arg, v in (("rht", rht), ("pow2_scales", pow2_scales), ("pad", pad), ("counts", counts)):
         _args.flag(fn, arg, v)
 
 
 def block_schemes():
-    """Names of the block quantization schemes (the MX ones also take ':ceil')."""
+    """Names of the block quantization schemes (the MX ones also take a scale rule:
+    ':floor', ':ceil', ':rceil', ':even')."""
     return _halfway.block_schemes()
 
 

@@ -18,6 +18,7 @@ BlockOptions block_options(Runtime& rt, const BlockCopy& c) {
   const BulkOptions b = next_rounding(rt);
   if (c.sr) {
     o.rounding = Rounding::stochastic;
+    o.random_bits = b.random_bits;  // precision.sr_random_bits
     o.seed = b.seed;
     o.subsequence = b.subsequence;
     o.offset = b.offset;
@@ -97,11 +98,8 @@ std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& t
   if (prows < rows || pcols < cols) throw std::logic_error("block_copy: padding below the size");
   const BlockScheme s = parse_block_scheme(c.scheme);
   const BlockOptions o = block_options(rt, c);
-  std::vector<float> xf(prows * pcols, 0.0f);
-  x.visit([&](const auto* v) {
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < cols; ++j) xf[r * pcols + j] = static_cast<float>(v[r * cols + j]);
-  });
+  std::vector<float> xf(prows * pcols);
+  x.visit([&](const auto* v) { pad_blocks(v, rows, cols, xf.data(), prows, pcols); });
   if (s.family != BlockFamily::mx && !all_finite(xf)) {
     // lib refuses NaN and infinity for NVFP4 and fp8_block (TE's kernels define no result):
     // the copy becomes NaN, so the step's gradients are non-finite and a scaler skips it.

@@ -38,7 +38,7 @@ std::optional<BlockRecipe> block_recipe(const std::string& n) {
   if (n == "mxfp8") {
     // MXFP8BlockScaling: fp8_format = E4M3 for every operand, 1×32 blocks, e8m0 scales
     // rounded up (TE's float_to_e8m0).
-    r.input = r.weight = r.grad = "mxfp8_e4m3:ceil";
+    r.input = r.weight = r.grad = "mxfp8_e4m3:rceil";
   } else if (n == "mxfp4") {
     // No TE recipe: OCP MX v1.0's MXFP4 (e2m1, 1×32, e8m0 scales by the spec's floor rule).
     r.input = r.weight = r.grad = "mxfp4";

@@ -432,7 +432,8 @@ nlohmann::json policy_json(const Precision& pr) {
   pol["update"] = update_method_name(p.update.method);
   if (p.update.method == UpdateMethod::kahan)
     pol["compensation"] = p.update.compensation.name();
-  if (pr.rounding == Rounding::stochastic) pol["sr_random_bits"] = pr.sr_random_bits;
+  if (pr.rounding == Rounding::stochastic || (p.blocks && p.blocks->grad_sr))
+    pol["sr_random_bits"] = pr.sr_random_bits;
   if (p.fp8) {
     pol["fp8_forward"] = format_name(p.fp8_config.fwd);
     pol["fp8_backward"] = format_name(p.fp8_config.bwd);

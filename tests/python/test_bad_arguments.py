@@ -60,8 +60,8 @@ def cases():
         "flags": ["None", "bool", "object", "nan", "inf", "huge", "negative", "fraction", "str"]}
     axis = ["bool", "object", "nan", "inf", "huge", "fraction", "str", "empty list"]
     blocks = {"x": VALUES, "scheme": NAME, "axis": axis + ["None"], "rounding": NAME,
-              "seed": SEED, "offset": SEED + ["None"], "rht": FLAG, "pow2_scales": FLAG,
-              "counts": FLAG}
+              "random_bits": SEED + ["None"], "seed": SEED, "offset": SEED + ["None"],
+              "rht": FLAG, "pow2_scales": FLAG, "pad": FLAG, "counts": FLAG}
     for fn in ("encode_blocks", "quantize_blocks"):
         f = getattr(halfway, fn)
         yield fn, (lambda f: lambda **k: f(**{"x": BLOCK, "scheme": "mxfp8_e4m3", **k}))(f), \

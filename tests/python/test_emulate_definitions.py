@@ -125,7 +125,7 @@ def up(n, t):
 def expect_mxfp8(x, w, b, g, fault=None):
     """mxfp8 (sim's linear_blocks): 1×32 blocks along each GEMM's reduction dimension."""
     # Planted fault: OCP's floor rule for the scales instead of TE's rounding up.
-    s = "mxfp8_e4m3" if fault == "rounding" else "mxfp8_e4m3:ceil"
+    s = "mxfp8_e4m3" if fault == "rounding" else "mxfp8_e4m3:rceil"
     M, K = x.shape
     N = w.shape[0]
     Kp, Np, Mp = up(K, 32), up(N, 32), up(M, 32)

@@ -472,7 +472,7 @@ class Bench {
     round_vs_f16c("quantize_f32", "e4m3", Rounding::near_even, small, 0.25, true, true);
     // Block quantization (codes, scales and events) against F16C's fp16 throughput.
     for (const char* scheme : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4",
-                               "mxfp4:ceil", "nvfp4", "nvfp4_2d", "fp8_block", "fp8_block_2d"})
+                               "mxfp4:rceil", "nvfp4", "nvfp4_2d", "fp8_block", "fp8_block_2d"})
       blocks_vs_f16c(scheme, BlockAxis::last, small);
     blocks_vs_f16c("mxfp8_e4m3", BlockAxis::first, small);
     blocks_vs_f16c("nvfp4", BlockAxis::first, small);

@@ -244,9 +244,29 @@ std::string index_row(const nlohmann::json& def, const nlohmann::json& run,
   }
 }
 
+/// A run folder written before the MX scale rule ':ceil' was renamed ':rceil' (docs/blocks.md,
+/// "Renamed") records the old name in its manifest; no policy of this version writes ':ceil',
+/// so such a folder holds results of the old rule under a name that now means another one.
+void refuse_renamed_schemes(const nlohmann::json& m, const std::string& run_dir) {
+  const auto p = m.find("policy");
+  if (p == m.end() || !p->is_object()) return;
+  const auto b = p->find("blocks");
+  if (b == p->end() || !b->is_object()) return;
+  for (const char* role : {"input", "weight", "grad"}) {
+    const auto n = b->find(role);
+    if (n == b->end() || !n->is_string()) continue;
+    const std::string name = n->get<std::string>();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ":ceil") == 0)
+      throw InputError(run_dir + " was written before the MX scale rule ':ceil' was renamed "
+                       "':rceil' (its manifest names " + name + "); remove the folder and "
+                       "resume to rerun it");
+  }
+}
+
 std::string index_row_of(const nlohmann::json& def, const nlohmann::json& run,
                          const std::string& run_dir, const std::string& rel) {
   const nlohmann::json m = nlohmann::json::parse(sim::read_file(run_dir + "/manifest.json"));
+  refuse_renamed_schemes(m, run_dir);
   const nlohmann::json& s = m["summary"];
   std::string r = std::to_string(run["run"].get<int>()) + "," + csv_field(rel);
   if (def.value("has_cases", false)) r += "," + csv_field(run["case"].get<std::string>());

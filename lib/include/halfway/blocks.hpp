@@ -34,20 +34,35 @@ enum class BlockFamily : uint8_t {
   fp8_block,  ///< DeepSeek-V3 style blockwise fp8: fp32 scale amax/448 per block
 };
 
+/// How an MX scheme chooses its e8m0 scale 2^k from a block's amax (docs/blocks.md, "MX"),
+/// named as torchao's ScaleCalculationMode names them.
+enum class MxScaleRule : uint8_t {
+  floor,  ///< OCP MX v1.0 §6.3, microxcaling: k = floor(log2 amax) − emax_elem (the default)
+  ceil,   ///< torchao CEIL: k = ceil(log2 amax) − emax_elem
+  rceil,  ///< torchao RCEIL, cuBLAS, Transformer Engine's MXFP8: 2^k = fp32(amax · fp32(1 /
+          ///< elem_max)) rounded up to a power of two
+  even,   ///< torchao EVEN: k = floor(log2 r) − emax_elem, r = amax rounded to the element's
+          ///< mantissa width, ties away from zero
+};
+
+/// The name of a rule as a scheme suffix takes it ("floor", "ceil", "rceil", "even").
+const char* mx_scale_rule_name(MxScaleRule r);
+
 struct BlockScheme {
-  std::string name;     ///< as parsed, e.g. "mxfp8_e4m3:ceil"
+  std::string name;     ///< as parsed, e.g. "mxfp8_e4m3:rceil"
   BlockFamily family = BlockFamily::mx;
   Format element;       ///< the element format, saturating (e4m3:sat, e5m2:sat, e2m3, e3m2, e2m1)
   int block = 32;       ///< elements per block along the block axis (the tile side for 2-D)
   bool two_d = false;   ///< block×block tiles (nvfp4_2d, fp8_block_2d)
-  bool ceil = false;    ///< MX scale rule ":ceil" (the smallest 2^e ≥ amax / element max)
+  MxScaleRule scale_rule = MxScaleRule::floor;  ///< MX only: the suffix ":floor", ":ceil", ...
   float element_max = 0;  ///< the element format's largest finite value
   int element_emax = 0;   ///< its exponent (MX: emax_elem)
   float half_min_subnormal = 0;  ///< half its smallest subnormal: at most this rounds to ±0
 };
 
 /// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 (each optionally
-/// followed by ":ceil"), nvfp4 nvfp4_2d fp8_block fp8_block_2d. Throws InputError.
+/// followed by a scale rule, ":floor" ":ceil" ":rceil" ":even"), nvfp4 nvfp4_2d fp8_block
+/// fp8_block_2d. The one parser of scheme names. Throws InputError.
 BlockScheme parse_block_scheme(std::string_view name);
 /// The scheme names without options, in the order above.
 const std::vector<std::string>& block_scheme_names();
@@ -59,9 +74,11 @@ enum class BlockAxis : uint8_t {
 
 struct BlockOptions {
   BlockAxis axis = BlockAxis::last;
-  /// near_even, or stochastic for the elements of nvfp4/nvfp4_2d (element (r, c) uses the
-  /// random bits of stream position offset + r·cols + c, see env.hpp).
+  /// The rounding of the elements into the element format, any direction (docs/blocks.md,
+  /// "Element rounding"); stochastic: element (r, c) uses the random bits of stream position
+  /// offset + r·cols + c (env.hpp), `random_bits` of them (1..32).
   Rounding rounding = Rounding::near_even;
+  int random_bits = kSrRandomBits;
   uint64_t seed = 0;
   uint64_t subsequence = 0;  ///< stochastic rounding subsequence (as BulkOptions)
   uint64_t offset = 0;
@@ -123,6 +140,21 @@ struct BlockEncoding {
 
 /// The block shape of `s` for `axis` (rows, cols).
 std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis);
+
+/// The shape of a rows×cols tensor padded to whole blocks of `s` along `axis`: each dimension
+/// rounded up to a multiple of the block's (block_tile).
+std::pair<size_t, size_t> padded_shape(const BlockScheme& s, BlockAxis axis, size_t rows,
+                                       size_t cols);
+
+/// x (rows×cols, row-major) zero-padded at the end of each dimension into out (prows×pcols,
+/// prows ≥ rows, pcols ≥ cols), each value converted to float: how the simulator's
+/// block-scaled GEMMs pad their operands to whole blocks, and what Python's pad=True does.
+template <class T>
+void pad_blocks(const T* x, size_t rows, size_t cols, float* out, size_t prows, size_t pcols) {
+  for (size_t r = 0; r < prows; ++r)
+    for (size_t c = 0; c < pcols; ++c)
+      out[r * pcols + c] = r < rows && c < cols ? static_cast<float>(x[r * cols + c]) : 0.0f;
+}
 
 /// Check a call before any work: the shape divides into blocks, the options fit the scheme.
 /// Throws InputError with a one-line message.

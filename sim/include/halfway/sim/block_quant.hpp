@@ -3,7 +3,7 @@
 /// BlockRecipe, docs/sim.md "Block-scaled policies"): lib's encode_blocks and decode_blocks on
 /// the operand zero-padded to whole blocks, traced as a BlockRecord (blocks.csv).
 ///
-///     const BlockCopy c{"mxfp8_e4m3:ceil", BlockAxis::last, "fprop"};
+///     const BlockCopy c{"mxfp8_e4m3:rceil", BlockAxis::last, "fprop"};
 ///     std::vector<float> xq = block_copy(rt, c, tag, x.data(), M, K, M, pad(K, 32));
 #pragma once
 

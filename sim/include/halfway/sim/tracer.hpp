@@ -72,7 +72,7 @@ struct BlockRecord {
   std::string gemm;  ///< the GEMM that reads this copy: "fprop", "dgrad" or "wgrad"
   std::string op;
   TraceKind kind = TraceKind::activation;
-  std::string scheme;  ///< blocks.hpp's name, e.g. "mxfp8_e4m3:ceil"
+  std::string scheme;  ///< blocks.hpp's name, e.g. "mxfp8_e4m3:rceil"
   BlockAxis axis = BlockAxis::last;
   bool sr = false;   ///< elements rounded stochastically
   bool rht = false;  ///< random Hadamard transform applied
