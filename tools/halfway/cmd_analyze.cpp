@@ -78,8 +78,9 @@ struct Options {
   std::string formats = "fp16,bf16,e4m3,e5m2", scales = "-20..40", out, python;
   bool plot = false, per_block = false;
   int axis = -1;
-  uint64_t max_rows = 10'000'000;
-  size_t block_chunk = sim::AnalyzeOptions{}.block_chunk;
+  // Signed, so that a negative count is refused rather than wrapped around.
+  long long max_rows = 10'000'000;
+  long long block_chunk = (long long)sim::AnalyzeOptions{}.block_chunk;
 };
 
 std::string default_out(const std::string& first_input) {
@@ -251,8 +252,12 @@ int cmd_analyze(int argc, char** argv) {
   std::tie(ao.k_min, ao.k_max) = sim::parse_scale_range(o.scales);
   ao.axis = o.axis;
   ao.per_block = o.per_block;
-  ao.max_detail_rows = o.max_rows;
-  ao.block_chunk = o.block_chunk;
+  if (o.max_rows < 1) throw InputError("--max-rows must be at least 1, got " +
+                                       std::to_string(o.max_rows));
+  if (o.block_chunk < 1) throw InputError("--block-chunk must be at least 1, got " +
+                                          std::to_string(o.block_chunk));
+  ao.max_detail_rows = uint64_t(o.max_rows);
+  ao.block_chunk = size_t(o.block_chunk);
   sim::check_analyze_options(ao);
   if ((o.per_block || app.count("--axis") || app.count("--max-rows") ||
        app.count("--block-chunk")) && formats.blocks.empty())
