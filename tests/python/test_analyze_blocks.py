@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -385,8 +386,53 @@ def main():
             else:
                 raise AssertionError(f"halfway.analyze({kw}) did not raise {exc.__name__}")
         check_figures(os.path.join(tmp, "cli-1"))
+        check_bounded_memory(binary, tmp)
     print("ok")
     return 0
+
+
+# Run in a fresh interpreter: a child's peak RSS counts what it shared with its parent before
+# exec, and this process (numpy, pandas, matplotlib) is larger than the analysis.
+_MEASURE = """import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = p.stderr.read()
+_, status, ru = os.wait4(p.pid, 0)
+print(os.waitstatus_to_exitcode(status), ru.ru_maxrss, err.decode(errors="replace")[:300])
+"""
+
+
+def peak_rss_mib(binary, args):
+    out = subprocess.run([sys.executable, "-c", _MEASURE, binary, "analyze", *args],
+                         capture_output=True, text=True, check=True).stdout.split(" ", 2)
+    check(out[0] == "0", f"{args}: exit {out[0]}: {out[2]!r}")
+    return int(out[1]) / 1024
+
+
+def check_bounded_memory(binary, tmp):
+    """A 64 MiB array (4096 x 4096 float32) quantized by block schemes down its columns: the
+    process grows by far less than the array over the same analysis of a 1 KiB array."""
+    g = np.random.default_rng(1)
+    np.savez(os.path.join(tmp, "big.npz"), big=g.standard_normal((4096, 4096), dtype=F32))
+    np.savez(os.path.join(tmp, "small.npz"), big=g.standard_normal((16, 16), dtype=F32))
+    args = ["--formats", "nvfp4,mxfp4,fp8_block_2d", "--axis", "0"]
+    small = peak_rss_mib(binary, [os.path.join(tmp, "small.npz"), *args, "--out",
+                                  os.path.join(tmp, "smallout")])
+    t0 = time.monotonic()
+    big = peak_rss_mib(binary, [os.path.join(tmp, "big.npz"), *args, "--out",
+                                os.path.join(tmp, "bigout")])
+    seconds = time.monotonic() - t0
+    with open(binary, "rb") as f:
+        asan = b"__asan_init" in f.read()
+    check(asan or big - small < 16, f"peak RSS {big:.0f} MiB for a 64 MiB array, "
+          f"{small:.0f} for 1 KiB")
+    # The negative control: one call for the whole array is seen (some 200 MiB more).
+    whole = peak_rss_mib(binary, [os.path.join(tmp, "big.npz"), *args, "--block-chunk",
+                                  str(4096 * 4096), "--out", os.path.join(tmp, "wholeout")])
+    check(asan or whole - small > 64, f"peak RSS {whole:.0f} MiB in one call: not seen")
+    rows = read_csv(os.path.join(tmp, "bigout", "blocks.csv"))
+    check([int(r["values"]) for r in rows] == [4096 * 4096] * 3, "big: values")
+    print(f"bounded memory: peak RSS {big:.1f} MiB for a 64 MiB array (three schemes, "
+          f"{seconds:.1f} s), {small:.1f} MiB for 1 KiB, {whole:.1f} MiB in one call")
 
 
 def check_figures(folder):
