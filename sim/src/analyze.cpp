@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <unistd.h>
@@ -178,24 +179,32 @@ AnalysisFormats parse_analysis_formats(const std::string& text) {
     const size_t c = text.find(',', p);
     const std::string item = text.substr(p, c == std::string::npos ? std::string::npos : c - p);
     if (item.empty()) throw InputError("empty format name in '" + text + "'");
-    // A block scheme by its name before any option (lib's parser judges the options).
-    const std::string base = item.substr(0, item.find(':'));
+    // An element format, else a block scheme (lib's parser judges the scheme's options, so
+    // new scheme names and options come with it).
     std::string name;
-    if (std::find(schemes.begin(), schemes.end(), base) != schemes.end()) {
-      out.blocks.push_back(parse_block_scheme(item));
-      name = out.blocks.back().name;
+    std::optional<DType> d;
+    std::string dtype_error;
+    try {
+      d = parse_dtype(item);
+    } catch (const InputError& e) {
+      dtype_error = e.what();
+    }
+    if (d) {
+      if (!d->is_low()) throw InputError("format '" + item + "' is not a low-precision format");
+      out.elements.push_back(*d);
+      name = d->name();
     } else {
-      DType d;
       try {
-        d = parse_dtype(item);
-      } catch (const InputError& e) {
+        out.blocks.push_back(parse_block_scheme(item));
+      } catch (const InputError&) {
+        // A scheme's name with a bad option: lib's message; anything else: both kinds named.
+        for (const std::string& n : schemes)
+          if (item.compare(0, n.size(), n) == 0) throw;
         std::string list;
         for (const std::string& n : schemes) list += (list.empty() ? "" : ", ") + n;
-        throw InputError(std::string(e.what()) + " (nor a block scheme: " + list + ")");
+        throw InputError(dtype_error + " (nor a block scheme: " + list + ")");
       }
-      if (!d.is_low()) throw InputError("format '" + item + "' is not a low-precision format");
-      out.elements.push_back(d);
-      name = d.name();
+      name = out.blocks.back().name;
     }
     if (!seen.insert(name).second) throw InputError("format '" + item + "' given twice");
     if (c == std::string::npos) break;
