@@ -373,6 +373,8 @@ AnalysisRun::AnalysisRun(std::string dir, AnalysisFormats formats, AnalyzeOption
       opt_(o),
       tensor_windows_(tensor_windows) {
   if (formats_.empty() && schemes_.empty()) throw InputError("no formats to analyse");
+  if (opt_.per_block && schemes_.empty())
+    throw InputError("per_block: blocks_detail.csv needs a block scheme among the formats");
   check_analyze_options(opt_);
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -373,6 +373,12 @@ def main():
                              str(n_rows - 1), "--out", out])
         check(p.returncode == 2, f"--max-rows {n_rows - 1}: exit {p.returncode}")
 
+        try:
+            halfway.analyze(arrays, "fp16", per_block=True)
+        except ValueError as e:
+            check("per_block" in str(e), f"per_block without a block scheme: {e}")
+        else:
+            raise AssertionError("per_block without a block scheme was accepted")
         for kw, exc in ((dict(axis="x"), TypeError), (dict(axis=True), TypeError),
                         (dict(axis=5), ValueError), (dict(per_block=1), TypeError),
                         (dict(per_block=True, max_rows=0), ValueError),
