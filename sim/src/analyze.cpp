@@ -588,8 +588,9 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
     window_->out() << line;
     if (tensor_windows_) own_rows_[j]->drain(window_->out(), step_field);
   }
-  if (steps_ && !formats_.empty()) {
-    // The counters of halfway train's steps.csv, for the first format.
+  if (steps_) {
+    // The counters of halfway train's steps.csv, for the first format (empty without an
+    // element format: block schemes only).
     line.clear();
     put_field(line, step), line += ',', put_field(line, info.loss), line += ',';
     put_field(line, info.loss_scale), line += ',';
@@ -598,9 +599,13 @@ void AnalysisRun::end_step(int step, const StepInfo& info) {
     if (info.skipped >= 0) put_field(line, info.skipped);
     line += ",,";
     put_field(line, info.next_scale), line += ',';
-    const auto [lo, hi] = safe_window(combined_[0], opt_.flush_tolerance);
-    line += std::to_string(grad_values_) + ',' + std::to_string(grad_flushed_) + ',' +
-            std::to_string(grad_overflow_) + ',' + k_str(lo) + ',' + k_str(hi) + '\n';
+    if (formats_.empty()) {
+      line += ",,,,\n";
+    } else {
+      const auto [lo, hi] = safe_window(combined_[0], opt_.flush_tolerance);
+      line += std::to_string(grad_values_) + ',' + std::to_string(grad_flushed_) + ',' +
+              std::to_string(grad_overflow_) + ',' + k_str(lo) + ',' + k_str(hi) + '\n';
+    }
     steps_->out() << line;
   }
   ++steps_done_;

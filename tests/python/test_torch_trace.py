@@ -396,6 +396,16 @@ def check_block_schemes(d):
             n += 1
         check(want.blocks is not None and len(want.blocks) == len(ref), "AnalysisResult.blocks")
     check(n == 2 * 2 * len(grads[0]), f"{n} rows compared")
+    # Block schemes alone: steps.csv keeps the loss, with empty counters of element formats.
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    only = os.path.join(d, "blocks-only")
+    with halfway.torch.trace(m, opt, formats="nvfp4", every=2, out=only) as tr:
+        train(m, x, y, opt, 3, tr)
+    steps = pd.read_csv(os.path.join(only, "steps.csv"))
+    check(list(steps["step"]) == [0, 2] and steps["loss"].notna().all()
+          and steps["grad_values"].isna().all(), f"steps.csv without element formats: {steps}")
+    check(len(pd.read_csv(os.path.join(only, "blocks.csv"))) > 0, "blocks.csv without rows")
     print(f"ok   block schemes: {n} weight-gradient rows of blocks.csv equal halfway.analyze's")
 
 
