@@ -707,22 +707,31 @@ void bind_analysis_run(py::module_& m) {
   using sim::AnalysisRun;
   py::class_<AnalysisRun>(m, "_AnalysisRun")
       .def(py::init([](const std::string& dir, const std::string& formats, int k_min, int k_max,
-                       double tolerance, bool steps_csv, bool tensor_windows) {
+                       double tolerance, bool steps_csv, bool tensor_windows, int axis,
+                       bool per_block, uint64_t max_rows, size_t block_chunk) {
              sim::AnalyzeOptions o;
              std::tie(o.k_min, o.k_max) =
                  sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
              o.flush_tolerance = tolerance;
-             return std::make_unique<AnalysisRun>(dir, sim::parse_format_list(formats), o,
+             o.axis = axis;
+             o.per_block = per_block;
+             o.max_detail_rows = max_rows;
+             o.block_chunk = block_chunk;
+             return std::make_unique<AnalysisRun>(dir, sim::parse_analysis_formats(formats), o,
                                                   steps_csv, tensor_windows);
            }),
            py::arg("dir"), py::arg("formats"), py::arg("k_min"), py::arg("k_max"),
-           py::arg("tolerance"), py::arg("steps_csv"), py::arg("tensor_windows") = true)
+           py::arg("tolerance"), py::arg("steps_csv"), py::arg("tensor_windows") = true,
+           py::arg("axis") = -1, py::arg("per_block") = false,
+           py::arg("max_rows") = sim::AnalyzeOptions{}.max_detail_rows,
+           py::arg("block_chunk") = sim::AnalyzeOptions{}.block_chunk)
       .def("tensor",
            [](AnalysisRun& r, const std::string& name, const std::string& kind,
-              const std::string& op, double loss_scale) {
-             return r.tensor(name, kind_from_name(kind), op, loss_scale);
+              const std::string& op, double loss_scale, const std::vector<uint64_t>& shape) {
+             return r.tensor(name, kind_from_name(kind), op, loss_scale, shape);
            },
-           py::arg("name"), py::arg("kind"), py::arg("op"), py::arg("loss_scale") = 1.0)
+           py::arg("name"), py::arg("kind"), py::arg("op"), py::arg("loss_scale") = 1.0,
+           py::arg("shape") = std::vector<uint64_t>{})
       .def("add",
            [](AnalysisRun& r, size_t id, py::array_t<float, py::array::c_style> a) {
              const float* p = a.data();
@@ -756,7 +765,7 @@ void bind_analysis_run(py::module_& m) {
   // halfway.torch.trace checks its arguments when it is made and opens its folder on entry.
   m.def("_check_analysis_options",
         [](const std::string& formats, int k_min, int k_max) {
-          (void)sim::parse_format_list(formats);
+          (void)sim::parse_analysis_formats(formats);
           (void)sim::parse_scale_range(std::to_string(k_min) + ".." + std::to_string(k_max));
         },
         py::arg("formats"), py::arg("k_min"), py::arg("k_max"));

@@ -216,3 +216,216 @@ TEST_CASE("format lists and scale ranges: bad input is refused", "[sim][analyze]
   REQUIRE_THROWS_AS(parse_scale_range("1..x"), InputError);
   REQUIRE_THROWS_AS(parse_scale_range("-1000..0"), InputError);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Block schemes (analyze_blocks.hpp).
+
+namespace {
+
+/// Normal values of mixed magnitude, 2^lo .. 2^hi, random signs; some zeros.
+std::vector<float> mixed_values(size_t n, uint32_t seed, int lo, int hi) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const double e = lo + (hi - lo) * u(g);
+    x = float(std::exp2(e) * (g() & 1 ? -1 : 1));
+    if (g() % 23 == 0) x = 0;
+  }
+  return v;
+}
+
+ValueReader reader(const std::vector<float>& v) {
+  return [&v](uint64_t at, float* out, size_t n) {
+    REQUIRE(at + n <= v.size());
+    std::copy(v.begin() + long(at), v.begin() + long(at + n), out);
+  };
+}
+
+struct Detailed {
+  BlockAnalysis a;
+  std::vector<std::string> rows;
+};
+
+Detailed run_blocks(const std::string& scheme, const BlockView& v, const std::vector<float>& x,
+                    size_t chunk) {
+  Detailed d;
+  d.a = analyze_blocks(parse_block_scheme(scheme), v, reader(x), chunk, [&](const BlockDetail& b) {
+    std::string line;
+    append_block_detail_columns(line, 0, "t", scheme, b);
+    d.rows.push_back(line);
+  });
+  return d;
+}
+
+void require_same(const BlockAnalysis& a, const BlockAnalysis& b) {
+  REQUIRE(a.record.events == b.record.events);
+  REQUIRE(std::memcmp(&a.record.signal, &b.record.signal, sizeof(double)) == 0);
+  REQUIRE(std::memcmp(&a.record.noise, &b.record.noise, sizeof(double)) == 0);
+  REQUIRE(a.record.zero_scales == b.record.zero_scales);
+  REQUIRE(a.record.scale_hist == b.record.scale_hist);
+  REQUIRE(a.clamped_harmless == b.clamped_harmless);
+  REQUIRE(a.clamped_real == b.clamped_real);
+  REQUIRE(a.clipped_blocks == b.clipped_blocks);
+}
+
+/// The whole tensor (a matrix that divides into blocks) in one call of lib's encode_blocks:
+/// the numbers analyze_blocks must give, counted here from the encoding directly.
+BlockAnalysis whole_tensor(const std::string& scheme, const std::vector<float>& x, size_t rows,
+                           size_t cols, BlockAxis axis) {
+  const BlockScheme s = parse_block_scheme(scheme);
+  BlockOptions o;
+  o.axis = axis;
+  o.per_block_events = true;
+  const BlockEncoding e = encode_blocks(s, x.data(), rows, cols, o);
+  std::vector<float> q(x.size());
+  decode_blocks(s, e, q.data());
+  BlockAnalysis a;
+  a.record.events = e.events;
+  const size_t sc = e.scale_cols();
+  for (size_t br = 0; br < e.scale_rows(); ++br)
+    for (size_t bc = 0; bc < sc; ++bc) {
+      const BlockEvents& be = e.block_events[br * sc + bc];
+      const float scale = e.scales[br * sc + bc];
+      if (scale == 0) ++a.record.zero_scales;
+      else if (std::isfinite(scale)) ++a.record.scale_hist[int(std::floor(std::log2(scale)))];
+      for (size_t i = br * e.tile_rows; i < (br + 1) * e.tile_rows; ++i)
+        for (size_t j = bc * e.tile_cols; j < (bc + 1) * e.tile_cols; ++j) {
+          const double xv = x[i * cols + j], d = xv - q[i * cols + j];
+          a.record.signal += xv * xv;
+          a.record.noise += d * d;
+        }
+      const bool top = s.family == BlockFamily::nvfp4 && scale == 448.0f;
+      (top ? a.clamped_harmless : a.clamped_real) += be.scales_clamped;
+      a.clipped_blocks += be.saturated > 0;
+    }
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("block views: the axis the blocks run along", "[sim][analyze][blocks]") {
+  BlockView v = block_view({4, 5, 6}, -1);
+  CHECK((v.count == 1 && v.rows == 20 && v.cols == 6 && v.axis == BlockAxis::last));
+  v = block_view({4, 5, 6}, 1);
+  CHECK((v.count == 4 && v.rows == 5 && v.cols == 6 && v.axis == BlockAxis::first));
+  CHECK(v.tensor_axis == 1);
+  v = block_view({4, 5, 6}, 0);
+  CHECK((v.count == 1 && v.rows == 4 && v.cols == 30 && v.axis == BlockAxis::first));
+  v = block_view({}, -1);  // 0-d: one value
+  CHECK((v.count == 1 && v.rows == 1 && v.cols == 1));
+  CHECK(block_view({7}, 0).axis == BlockAxis::last);
+  CHECK_THROWS_WITH(block_view({4, 5}, 2), Catch::Contains("axis 2 is out of range"));
+  CHECK_THROWS_WITH(block_view({4, 5}, -3), Catch::Contains("axis -3 is out of range"));
+  CHECK(block_count(parse_block_scheme("mxfp4"), block_view({3, 33}, -1)) == 3 * 2);
+  CHECK(block_count(parse_block_scheme("nvfp4_2d"), block_view({17, 33}, 0)) == 2 * 3);
+}
+
+TEST_CASE("analyze_blocks equals one call of encode_blocks on the whole tensor",
+          "[sim][analyze][blocks]") {
+  // 256×256 values of 2^-6..2^0 times a scale per row of 2^-40..2^10 (NVFP4 gives the rows
+  // far below the amax zero scales, and clamps the top block at 448), every scheme, both
+  // axes, in chunks of one block (one tile), a few blocks and the whole tensor.
+  const size_t rows = 256, cols = 256;
+  std::vector<float> x = mixed_values(rows * cols, 5, -6, 0);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) x[r * cols + c] *= std::exp2(-40.0 + 50.0 * r / rows);
+  bool saw_harmless = false, saw_real = false;
+  for (const std::string& scheme : block_scheme_names())
+    for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+      INFO(scheme << (axis == BlockAxis::first ? " axis 0" : " axis -1"));
+      const BlockAnalysis want = whole_tensor(scheme, x, rows, cols, axis);
+      const BlockView v = block_view({rows, cols}, axis == BlockAxis::first ? 0 : -1);
+      for (size_t chunk : {size_t(1), size_t(3000), size_t(1) << 20}) {
+        INFO("chunk " << chunk);
+        require_same(run_blocks(scheme, v, x, chunk).a, want);
+      }
+      saw_harmless |= want.clamped_harmless > 0;
+      saw_real |= want.clamped_real > 0;
+    }
+  CHECK(saw_harmless);  // the cases reach both kinds of clamp
+  CHECK(saw_real);
+}
+
+TEST_CASE("analyze_blocks does not depend on the chunk size, padding and 3-d views included",
+          "[sim][analyze][blocks]") {
+  std::mt19937 g(11);
+  const std::vector<std::vector<uint64_t>> shapes = {{37, 70}, {3, 20, 33}, {200}, {130, 5}};
+  for (const std::string& scheme : block_scheme_names())
+    for (const std::vector<uint64_t>& shape : shapes)
+      for (int axis : {-1, 0, 1}) {
+        if (axis >= int(shape.size())) continue;
+        INFO(scheme << " axis " << axis << " shape[0] " << shape[0]);
+        uint64_t n = 1;
+        for (uint64_t d : shape) n *= d;
+        const std::vector<float> x = mixed_values(size_t(n), g(), -40, 12);
+        const BlockView v = block_view(shape, axis);
+        const Detailed whole = run_blocks(scheme, v, x, size_t(1) << 22);
+        REQUIRE(whole.a.record.events.blocks == block_count(parse_block_scheme(scheme), v));
+        REQUIRE(whole.rows.size() == whole.a.record.events.blocks);
+        REQUIRE(whole.a.values == n);
+        for (size_t chunk : {size_t(1), size_t(17), size_t(500), size_t(4096)}) {
+          const Detailed part = run_blocks(scheme, v, x, chunk);
+          require_same(part.a, whole.a);
+          REQUIRE(part.rows == whole.rows);
+        }
+      }
+}
+
+TEST_CASE("analyze_blocks: NVFP4's per-tensor scale is the whole tensor's (negative control)",
+          "[sim][analyze][blocks]") {
+  // Quantizing the two halves of a tensor by separate calls gives each half its own global
+  // scale: different numbers than the whole tensor's. analyze_blocks' chunks must not.
+  const size_t rows = 64, cols = 64;
+  std::vector<float> x = mixed_values(rows * cols, 9, -12, 0);
+  x[0] = 1000;  // the amax lies in the first half
+  const BlockAnalysis whole = whole_tensor("nvfp4", x, rows, cols, BlockAxis::last);
+  const std::vector<float> top(x.begin(), x.begin() + long(rows * cols / 2)),
+      bottom(x.begin() + long(rows * cols / 2), x.end());
+  BlockAnalysis halves = whole_tensor("nvfp4", top, rows / 2, cols, BlockAxis::last);
+  const BlockAnalysis b = whole_tensor("nvfp4", bottom, rows / 2, cols, BlockAxis::last);
+  halves.record.merge(b.record);
+  CHECK(halves.record.noise != whole.record.noise);
+  require_same(run_blocks("nvfp4", block_view({rows, cols}, -1), x, cols * 8).a, whole);
+}
+
+TEST_CASE("analyze_blocks: NaN and infinity, scale exponents by hand", "[sim][analyze][blocks]") {
+  std::vector<float> x(64, 1.0f);
+  x[40] = std::numeric_limits<float>::infinity();
+  const BlockView v = block_view({64}, -1);
+  // MX: the block that holds it gets the NaN scale, the other is 1 (2^0 · e2m1 1.0 for the
+  // floor rule: amax 1 = 2^0, k = 0 - 2 = -2: scale 2^-2).
+  const BlockAnalysis mx = run_blocks("mxfp4", v, x, 1).a;
+  CHECK(mx.record.events.nan_scales == 1);
+  CHECK(mx.record.scale_hist == std::map<int, uint64_t>{{-2, 1}});
+  CHECK(mx.scale_exp_mean() == -2);
+  CHECK(mx.scale_exp_std() == 0);
+  // NVFP4 and fp8_block define no result: every block is a NaN scale, as the tracer records.
+  for (const char* s : {"nvfp4", "fp8_block"}) {
+    const Detailed d = run_blocks(s, v, x, 1);
+    CHECK(d.a.record.events.nan_scales == d.a.record.events.blocks);
+    CHECK(std::isnan(d.a.record.signal));
+    CHECK(std::isnan(d.a.scale_exp_mean()));
+    CHECK(d.rows.empty());
+  }
+  // Scale exponents -2 (two blocks) and 1 (one): mean -1, standard deviation sqrt(2).
+  std::vector<float> y(96, 1.0f);
+  for (size_t i = 64; i < 96; ++i) y[i] = 8.0f;
+  const BlockAnalysis m = run_blocks("mxfp4", block_view({96}, -1), y, 1).a;
+  CHECK(m.record.scale_hist == std::map<int, uint64_t>{{-2, 2}, {1, 1}});
+  CHECK(m.scale_exp_mean() == -1);
+  CHECK(m.scale_exp_std() == Approx(std::sqrt(2.0)).epsilon(1e-15));
+  CHECK(m.clipped_fraction() == 0);
+}
+
+TEST_CASE("analysis format lists take block schemes", "[sim][analyze][blocks]") {
+  const AnalysisFormats f = parse_analysis_formats("bf16,mxfp8_e4m3,mxfp4,nvfp4,fp8_block,e4m3");
+  REQUIRE(f.elements.size() == 2);
+  REQUIRE(f.blocks.size() == 4);
+  CHECK(f.blocks[2].name == "nvfp4");
+  CHECK_THROWS_WITH(parse_analysis_formats("mxfp4,mxfp4"), Catch::Contains("given twice"));
+  CHECK_THROWS_WITH(parse_analysis_formats("mxfp5"), Catch::Contains("nor a block scheme"));
+  CHECK_THROWS_WITH(parse_analysis_formats("fp16,"), Catch::Contains("empty format name"));
+  CHECK_THROWS(parse_analysis_formats("mxfp4:bogus"));
+  CHECK_THROWS(parse_analysis_formats("fp32"));
+}

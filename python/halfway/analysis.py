@@ -19,11 +19,15 @@ CHUNK = 1 << 20  # values fed to C++ at a time
 
 class AnalysisResult:
     """The result files of an analysis as pandas DataFrames: trace (one row per step, tensor and
-    format: trace.csv), scale_window (scale_window.csv), steps (steps.csv, or None), manifest
+    format: trace.csv), scale_window (scale_window.csv), steps (steps.csv, or None), blocks
+    (one row per step, tensor and block scheme: blocks.csv, or None without block schemes),
+    blocks_detail (one row per block: blocks_detail.csv, or None without per_block), manifest
     (a dict), and out_dir (None when they were written to a temporary folder)."""
 
-    def __init__(self, trace, scale_window, steps, manifest, out_dir):
+    def __init__(self, trace, scale_window, steps, manifest, out_dir, blocks=None,
+                 blocks_detail=None):
         self.trace, self.scale_window, self.steps = trace, scale_window, steps
+        self.blocks, self.blocks_detail = blocks, blocks_detail
         self.manifest, self.out_dir = manifest, out_dir
 
     def __repr__(self):
@@ -90,6 +94,26 @@ def check_flush_tolerance(value):
     return v
 
 
+def check_block_options(axis, per_block, max_rows, block_chunk):
+    """The block schemes' options, as `halfway analyze`'s --axis, --per-block, --max-rows and
+    --block-chunk: a ValueError or TypeError naming the argument."""
+    def integer(arg, v, lo):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{arg} must be an integer, not {type(v).__name__}")
+        if int(v) < lo or int(v) >= 2**63:
+            raise ValueError(f"{arg} must be at least {lo}, got {v!r}")
+        return int(v)
+
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an integer, not {type(axis).__name__}")
+    if not -64 <= int(axis) < 64:
+        raise ValueError(f"axis {axis!r} is out of range")
+    if not isinstance(per_block, bool):
+        raise TypeError(f"per_block must be True or False, not {type(per_block).__name__}")
+    return int(axis), per_block, integer("max_rows", max_rows, 1), \
+        integer("block_chunk", block_chunk, 1)
+
+
 def float32_chunks(name, a, chunk=CHUNK):
     """The values of numpy array `a` as contiguous float32 chunks, in C order. float16 and
     uint16 (bfloat16 bit patterns) widen exactly, float64 rounds to nearest even (as
@@ -123,26 +147,34 @@ def read_result(directory, keep):
             na_values={"snr_db": [""], "flushed_l2_fraction": [""], "min_exp": [""],
                        "max_exp": [""], "loss": [""], "k_low": [""], "k_high": [""],
                        "found_inf": [""], "skipped": [""], "growth_tracker": [""],
-                       "next_scale": [""]}))
+                       "next_scale": [""], "clipped_fraction": [""], "scale_exp_mean": [""],
+                       "scale_exp_std": [""], "scale_min_exp": [""], "scale_max_exp": [""],
+                       "scale_hist": [""]}))
 
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
     return AnalysisResult(read("trace.csv"), read("scale_window.csv"), read("steps.csv"),
-                          manifest, directory if keep else None)
+                          manifest, directory if keep else None, read("blocks.csv"),
+                          read("blocks_detail.csv"))
 
 
 def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=None,
-            flush_tolerance=0.0):
+            flush_tolerance=0.0, axis=-1, per_block=False, max_rows=10_000_000,
+            block_chunk=1 << 18):
     """What rounding each array into each format would do: the same numbers and columns as
     `halfway analyze` on an .npz holding the same arrays.
 
     arrays: a dict {name: numpy array} of float32, float16, float64 or uint16 (bfloat16 bit
         patterns) values; names must be unique and hold no comma, quote or line break.
     formats: format names (a list, or 'fp16,bf16,e4m3,e5m2'), each a low-precision format
-        halfway knows.
+        halfway knows or a block scheme ('mxfp8_e4m3', 'mxfp4', 'nvfp4', 'fp8_block', ...).
     scales: (k_min, k_max), the loss scales 2^k of the safe window (or 'K_MIN..K_MAX').
     out_dir: also keep the files (trace.csv, scale_window.csv, manifest.json) there.
     flush_tolerance: a scale is safe when at most this fraction of the values underflow.
+    axis: block schemes: the axis the blocks run along, as a GEMM reduces it (-1: the last).
+    per_block: block schemes: also write blocks_detail.csv, one row per block, refused beyond
+        max_rows rows.
+    block_chunk: block schemes: values quantized in one call (no result depends on it).
 
     Returns a halfway.AnalysisResult (trace, scale_window, manifest, out_dir). Bad input (an
     unknown format, an unsupported dtype, a bad name) raises ValueError.
@@ -155,6 +187,8 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
         _args.name("analyze", "an array's name", name)
     k_min, k_max = scale_range(scales)
     flush_tolerance = check_flush_tolerance(flush_tolerance)
+    axis, per_block, max_rows, block_chunk = check_block_options(axis, per_block, max_rows,
+                                                                 block_chunk)
     tmp = None
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="halfway-analyze-")
@@ -164,12 +198,13 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
     try:
         # As bytes: a path may hold any bytes (os.fsencode), which a str of C++ cannot.
         run = _halfway._AnalysisRun(os.fsencode(directory), format_list(formats), k_min, k_max,
-                                    flush_tolerance, False)
+                                    flush_tolerance, False, True, axis, per_block, max_rows,
+                                    block_chunk)
         tensors = []
         for name, a in arrays.items():
             a = np.asarray(a)
             chunks = float32_chunks(name, a)  # checks the dtype before the tensor is begun
-            tid = run.tensor(name, "tensor", "analyze")
+            tid = run.tensor(name, "tensor", "analyze", 1.0, list(a.shape) or [1])
             for c in chunks:
                 run.add(tid, c)
             tensors.append({"name": name, "dtype": a.dtype.str[1:], "shape": list(a.shape)})

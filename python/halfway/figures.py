@@ -11,6 +11,13 @@ each figure's title names:
                       "no safe scale"; gradients (a loss scale) and the other tensors (a
                       per-tensor scale factor) in panels of their own; the title names the step
 
+and, when the folder has block schemes (blocks.csv):
+
+  block_snr.png       heatmap tensors x block schemes, coloured and labelled by snr_db
+                      (one decimal; "inf" when exact, "-" when not defined)
+  block_scales.png    per scheme, the histogram of floor(log2 scale) over the step's
+                      tensors (scale_hist, summed), with the mean exponent marked
+
     python3 -m halfway.figures DIR [--step N]
 """
 import os
@@ -211,16 +218,99 @@ def safe_windows(t, out, step, steps=None):
     return drawn
 
 
+def snr_text(v):
+    """snr_db as a cell label: one decimal, 'inf', or '-' (not defined)."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "-"
+    if np.isinf(v):
+        return "inf"
+    return f"{v:.1f}"
+
+
+def block_snr(b, out, step, steps=None):
+    """Heatmap tensors x schemes of snr_db; returns what it drew: names, schemes and the
+    label of every cell."""
+    names, schemes = ordered(b["name"]), ordered(b["scheme"])
+    grid = np.full((len(names), len(schemes)), np.nan)
+    labels = {}
+    for name, scheme, v in zip(b["name"], b["scheme"], b["snr_db"]):
+        v = float(v)
+        grid[names.index(name), schemes.index(scheme)] = v if np.isfinite(v) else np.nan
+        labels[(name, scheme)] = snr_text(v)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(schemes), 1.2 + 0.3 * len(names)))
+    finite = grid[np.isfinite(grid)]
+    im = ax.imshow(grid, aspect="auto", cmap="viridis",
+                   vmin=finite.min() if finite.size else 0,
+                   vmax=finite.max() if finite.size else 1)
+    ax.set_xticks(range(len(schemes)))
+    ax.set_xticklabels(schemes, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=7)
+    for (name, scheme), text in labels.items():
+        ax.text(schemes.index(scheme), names.index(name), text, ha="center", va="center",
+                color="white", fontsize=7)
+    fig.colorbar(im, ax=ax, label="SNR (dB)")
+    ax.set_title("block-scaled quantization: SNR per tensor and scheme\n" +
+                 step_text(step, steps), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return {"names": names, "schemes": schemes, "labels": labels}
+
+
+def block_scales(b, out, step, steps=None):
+    """Per scheme, the scale exponents of the step's tensors together; returns what it drew:
+    per panel the scheme, the bars {exponent: blocks} and the mean marked."""
+    schemes = ordered(b["scheme"])
+    fig, axes = plt.subplots(len(schemes), 1, figsize=(7, 1.2 + 1.4 * len(schemes)),
+                             squeeze=False)
+    panels = []
+    for ax, scheme in zip(axes[:, 0], schemes):
+        hist = {}
+        for text in b[b["scheme"] == scheme]["scale_hist"]:
+            for e, c in parse_hist(text).items():
+                hist[e] = hist.get(e, 0) + c
+        n = sum(hist.values())
+        mean = sum(e * c for e, c in hist.items()) / n if n else None
+        ax.bar(list(hist), list(hist.values()), width=0.9, color=PALETTE[0])
+        if mean is not None:
+            ax.axvline(mean, color=PALETTE[3], lw=1)
+        ax.set_ylabel("blocks", fontsize=8)
+        ax.set_title(f"{scheme}: {n} blocks with a finite non-zero scale" +
+                     ("" if mean is None else f", mean exponent {mean:.2f}"), fontsize=8)
+        panels.append({"scheme": scheme, "bars": hist,
+                       "mean": None if mean is None else f"{mean:.2f}", "blocks": n})
+    axes[-1, 0].set_xlabel("floor(log2 block scale)")
+    fig.suptitle("block scales, all tensors\n" + step_text(step, steps), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return {"panels": panels}
+
+
 def draw(directory, step=None):
-    """Draw the three figures into `directory`; return their paths."""
+    """Draw the figures into `directory`: the three of trace.csv when it has rows, the two of
+    blocks.csv when it has; return their paths."""
     r = read_result(directory, True)
-    t, step = step_rows(r.trace, step)
-    steps = sorted(int(x) for x in r.trace["step"].unique())
-    paths = [os.path.join(directory, n) for n in
-             ("fraction_lost.png", "histograms.png", "safe_window.png")]
-    heatmap(t, paths[0], step, steps)
-    histograms(t, paths[1], step, steps)
-    safe_windows(t, paths[2], step, steps)
+    paths = []
+    if len(r.trace):
+        t, tstep = step_rows(r.trace, step)
+        steps = sorted(int(x) for x in r.trace["step"].unique())
+        names = [os.path.join(directory, n) for n in
+                 ("fraction_lost.png", "histograms.png", "safe_window.png")]
+        heatmap(t, names[0], tstep, steps)
+        histograms(t, names[1], tstep, steps)
+        safe_windows(t, names[2], tstep, steps)
+        paths += names
+    if r.blocks is not None and len(r.blocks):
+        b, bstep = step_rows(r.blocks, step)
+        steps = sorted(int(x) for x in r.blocks["step"].unique())
+        names = [os.path.join(directory, n) for n in ("block_snr.png", "block_scales.png")]
+        block_snr(b, names[0], bstep, steps)
+        block_scales(b, names[1], bstep, steps)
+        paths += names
+    if not paths:
+        raise ValueError("the folder holds no rows to draw")
     return paths
 
 

@@ -126,7 +126,7 @@ class trace:
         if n > 1:
             name = f"{name}#{n}"
         self._open = True
-        tid = self._run.tensor(name, kind, op, loss_scale)
+        tid = self._run.tensor(name, kind, op, loss_scale, list(t.shape) or [1])
         # Any view (expanded, stride 0, transposed, sliced with steps, channels-last) is copied
         # chunk by chunk into a contiguous float32 chunk on the host.
         flat = t.detach().reshape(-1)

@@ -57,15 +57,7 @@ BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEnco
   BlockRecord r = empty_record(c, tag);
   r.events = e.events;
   reference_values(c, x, e.rows, e.cols);
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = double(x[i]) - double(q[i]);
-    r.signal += double(x[i]) * double(x[i]);
-    r.noise += d * d;
-  }
-  for (float s : e.scales) {
-    if (s == 0.0f) ++r.zero_scales;
-    else if (std::isfinite(s)) ++r.scale_hist[std::ilogb(s)];
-  }
+  add_block_errors(r, e, x.data(), q.data(), e.scale_rows());
   return r;
 }
 
@@ -80,13 +72,40 @@ BlockRecord nonfinite_record(const BlockCopy& c, const TraceTag& tag, const Bloc
                              size_t rows, size_t cols) {
   BlockRecord r = empty_record(c, tag);
   const auto [tr, tc] = block_tile(s, c.axis);
-  r.events.elements = rows * cols;
-  r.events.blocks = r.events.nan_scales = (rows / tr) * (cols / tc);
-  r.signal = r.noise = std::numeric_limits<double>::quiet_NaN();
+  mark_nonfinite(r, rows * cols, (rows / tr) * (cols / tc));
   return r;
 }
 
 }  // namespace
+
+void add_block_errors(BlockRecord& r, const BlockEncoding& e, const float* x, const float* q,
+                      size_t block_rows, const std::function<void(const BlockStat&)>& each) {
+  const size_t sc = e.scale_cols();
+  for (size_t br = 0; br < block_rows; ++br)
+    for (size_t bc = 0; bc < sc; ++bc) {
+      BlockStat b{br, bc, e.scales[br * sc + bc], 0.0f, 0.0, 0.0};
+      for (size_t i = br * e.tile_rows; i < (br + 1) * e.tile_rows; ++i)
+        for (size_t j = bc * e.tile_cols; j < (bc + 1) * e.tile_cols; ++j) {
+          const size_t at = i * e.cols + j;
+          const double v = x[at], d = v - double(q[at]);
+          r.signal += v * v;
+          r.noise += d * d;
+          b.signal += v * v;
+          b.noise += d * d;
+          const float a = std::fabs(x[at]);
+          if (std::isnan(a) || a > b.amax) b.amax = a;  // a NaN sticks
+        }
+      if (b.scale == 0.0f) ++r.zero_scales;
+      else if (std::isfinite(b.scale)) ++r.scale_hist[std::ilogb(b.scale)];
+      if (each) each(b);
+    }
+}
+
+void mark_nonfinite(BlockRecord& r, uint64_t elements, uint64_t blocks) {
+  r.events.elements = elements;
+  r.events.blocks = r.events.nan_scales = blocks;
+  r.signal = r.noise = std::numeric_limits<double>::quiet_NaN();
+}
 
 std::pair<size_t, size_t> copy_tile(const BlockCopy& c) {
   return block_tile(parse_block_scheme(c.scheme), c.axis);

@@ -81,7 +81,13 @@ def cases():
             "scales": ["None", "bool", "object", "nan", "inf", "huge", "fraction", "str",
                        "empty list"],
             "flush_tolerance": ["None", "bool", "object", "nan", "inf", "-inf", "huge",
-                                "negative", "fraction", "str"]}
+                                "negative", "fraction", "str"],
+            "axis": ["None", "bool", "object", "nan", "inf", "huge", "fraction", "str"],
+            "per_block": ["None", "object", "nan", "huge", "str"],
+            "max_rows": ["None", "bool", "object", "nan", "inf", "huge", "negative", "fraction",
+                         "str"],
+            "block_chunk": ["None", "bool", "object", "nan", "inf", "huge", "negative",
+                            "fraction", "str"]}
     if hasattr(halfway._halfway, "_train_to_dir"):
         yield "train", lambda **k: halfway.train(**{"config": {}, **k}), {
             "config": ["None", "bool", "object", "nan", "empty list"],

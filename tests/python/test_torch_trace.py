@@ -363,8 +363,55 @@ def check_rerun_full_disk(d):
           "the folder says it holds a complete trace")
 
 
+def check_block_schemes(d):
+    """Block schemes in a trace: each weight gradient's blocks.csv row (blocks along the last
+    axis of its shape) equals halfway.analyze's row for the same gradient, taken from an
+    unhooked replay of the loop."""
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    out = os.path.join(d, "blocks")
+    with halfway.torch.trace(m, opt, formats=["bf16", "nvfp4", "mxfp4"], every=2,
+                             out=out) as tr:
+        train(m, x, y, opt, 3, tr)
+    m2, _, _ = model_and_data()
+    grads = []
+    train(m2, x, y, torch.optim.SGD(m2.parameters(), lr=0.1), 3, grads=grads)
+    b = pd.read_csv(os.path.join(out, "blocks.csv"), dtype=str, keep_default_na=False)
+    check(sorted(set(b["step"])) == ["0", "2"], f"blocks.csv steps {sorted(set(b['step']))}")
+    tail = list(b.columns[b.columns.get_loc("elements"):])
+    n = 0
+    for step in (0, 2):
+        want = halfway.analyze({k + ".grad": g.numpy() for k, g in grads[step].items()},
+                               "nvfp4,mxfp4", out_dir=os.path.join(d, f"blocks-ref{step}"))
+        ref = pd.read_csv(os.path.join(d, f"blocks-ref{step}", "blocks.csv"), dtype=str,
+                          keep_default_na=False)
+        for _, r in ref.iterrows():
+            got = b[(b["step"] == str(step)) & (b["name"] == r["name"]) &
+                    (b["scheme"] == r["scheme"])]
+            check(len(got) == 1 and got.iloc[0]["kind"] == "weight_grad",
+                  f"step {step} {r['name']} {r['scheme']}: {len(got)} rows")
+            check(list(got.iloc[0][tail]) == list(r[tail]),
+                  f"step {step} {r['name']} {r['scheme']}: {list(got.iloc[0][tail])} != "
+                  f"{list(r[tail])}")
+            n += 1
+        check(want.blocks is not None and len(want.blocks) == len(ref), "AnalysisResult.blocks")
+    check(n == 2 * 2 * len(grads[0]), f"{n} rows compared")
+    # Block schemes alone: steps.csv keeps the loss, with empty counters of element formats.
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    only = os.path.join(d, "blocks-only")
+    with halfway.torch.trace(m, opt, formats="nvfp4", every=2, out=only) as tr:
+        train(m, x, y, opt, 3, tr)
+    steps = pd.read_csv(os.path.join(only, "steps.csv"))
+    check(list(steps["step"]) == [0, 2] and steps["loss"].notna().all()
+          and steps["grad_values"].isna().all(), f"steps.csv without element formats: {steps}")
+    check(len(pd.read_csv(os.path.join(only, "blocks.csv"))) > 0, "blocks.csv without rows")
+    print(f"ok   block schemes: {n} weight-gradient rows of blocks.csv equal halfway.analyze's")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
+        check_block_schemes(d)
         check_tensor_kinds(d)
         check_nesting(d)
         check_signals(d)

@@ -76,7 +76,11 @@ void to_f32(const std::string& dtype, const unsigned char* raw, size_t n, float*
 struct Options {
   std::vector<std::string> inputs;
   std::string formats = "fp16,bf16,e4m3,e5m2", scales = "-20..40", out, python;
-  bool plot = false;
+  bool plot = false, per_block = false;
+  int axis = -1;
+  // Signed, so that a negative count is refused rather than wrapped around.
+  long long max_rows = 10'000'000;
+  long long block_chunk = (long long)sim::AnalyzeOptions{}.block_chunk;
 };
 
 std::string default_out(const std::string& first_input) {
@@ -134,9 +138,11 @@ struct MemoryBudget {
 /// The working set: the analysis of one array (AnalysisRun::working_set_bytes), the chunk
 /// buffers (stream_npz's 64 Ki items of up to 8 bytes, their binary32 values, float16 bits),
 /// and 1 MiB for the archive reader and the rows being written.
-uint64_t analyze_working_set(size_t formats, int scales) {
-  return sim::AnalysisRun::working_set_bytes(formats, scales) + (uint64_t(1) << 16) * 14 +
-         (uint64_t(1) << 20);
+uint64_t analyze_working_set(const sim::AnalysisFormats& f, int scales,
+                             const sim::AnalyzeOptions& o) {
+  return sim::AnalysisRun::working_set_bytes(f.elements.size(), scales) +
+         (f.blocks.empty() ? 0 : sim::block_working_set_bytes(o.block_chunk)) +
+         (uint64_t(1) << 16) * 14 + (uint64_t(1) << 20);
 }
 
 /// One array's entry of manifest.json, written when its last value is read.
@@ -154,7 +160,7 @@ struct ArrayEntry {
 /// Analyse the arrays of `files` into the folder `out`; the number of arrays. Throws
 /// sim::Stopped on a stop request (SIGINT, ...), with nothing changed in `out`.
 size_t analyze_files(const std::vector<std::string>& files,
-                     const std::vector<sim::DType>& formats, const sim::AnalyzeOptions& ao,
+                     const sim::AnalysisFormats& formats, const sim::AnalyzeOptions& ao,
                      const std::string& out, MemoryBudget& budget) {
   auto check_stop = [] {
     if (const int sig = sim::stop_signal()) throw sim::Stopped(sig);
@@ -182,8 +188,9 @@ size_t analyze_files(const std::vector<std::string>& files,
                          files[it->second] + "' and '" + file + "'");
       budget.add_array(key, file);
       end_array();
-      const size_t id = run.tensor(key, sim::TraceKind::tensor, "analyze");
       cur = {key, file, h.dtype, std::vector<uint64_t>(h.shape.begin(), h.shape.end()), 0};
+      const size_t id = run.tensor(key, sim::TraceKind::tensor, "analyze", 1.0,
+                                   cur.shape.empty() ? std::vector<uint64_t>{1} : cur.shape);
       return [&run, &buf, &cur, &check_stop, id, dtype = h.dtype](const unsigned char* raw,
                                                                   size_t n) {
         check_stop();
@@ -210,7 +217,17 @@ int cmd_analyze(int argc, char** argv) {
   app.add_option("inputs", o.inputs, ".npz files or folders of them (float32, float16, float64, "
                                      "or uint16 holding bfloat16 bit patterns)")
       ->required();
-  app.add_option("--formats", o.formats, "comma-separated formats (default fp16,bf16,e4m3,e5m2)");
+  app.add_option("--formats", o.formats, "comma-separated element formats and block schemes "
+                                         "(mxfp8_e4m3, mxfp4, nvfp4, fp8_block, ...; default "
+                                         "fp16,bf16,e4m3,e5m2)");
+  app.add_option("--axis", o.axis, "block schemes: the axis the blocks run along, as a GEMM "
+                                   "reduces it (default -1, the last)");
+  app.add_flag("--per-block", o.per_block, "block schemes: also write blocks_detail.csv, one row "
+                                           "per block");
+  app.add_option("--max-rows", o.max_rows, "refuse a blocks_detail.csv of more rows (default "
+                                           "10000000)");
+  app.add_option("--block-chunk", o.block_chunk, "block schemes: values quantized in one call "
+                                                 "(default 262144; no result depends on it)");
   app.add_option("--scales", o.scales, "loss scales 2^K of the safe window, K_MIN..K_MAX "
                                        "(default -20..40)");
   app.add_option("--out", o.out, "output folder (default: the first input's name + -analysis)");
@@ -230,12 +247,27 @@ int cmd_analyze(int argc, char** argv) {
     std::replace(msg.begin(), msg.end(), '\n', ' ');
     throw InputError(msg);
   }
-  const std::vector<sim::DType> formats = sim::parse_format_list(o.formats);
+  const sim::AnalysisFormats formats = sim::parse_analysis_formats(o.formats);
   sim::AnalyzeOptions ao;
   std::tie(ao.k_min, ao.k_max) = sim::parse_scale_range(o.scales);
+  ao.axis = o.axis;
+  ao.per_block = o.per_block;
+  if (o.max_rows < 1) throw InputError("--max-rows must be at least 1, got " +
+                                       std::to_string(o.max_rows));
+  if (o.block_chunk < 1) throw InputError("--block-chunk must be at least 1, got " +
+                                          std::to_string(o.block_chunk));
+  ao.max_detail_rows = uint64_t(o.max_rows);
+  ao.block_chunk = size_t(o.block_chunk);
+  sim::check_analyze_options(ao);
+  if ((o.per_block || app.count("--axis") || app.count("--max-rows") ||
+       app.count("--block-chunk")) && formats.blocks.empty())
+    throw InputError("--axis, --per-block, --max-rows and --block-chunk apply to block schemes, "
+                     "and --formats names none");
+  if (app.count("--max-rows") && !o.per_block)
+    throw InputError("--max-rows limits --per-block's blocks_detail.csv; give --per-block");
   const uint64_t limit = max_memory.bytes();
   MemoryBudget budget{limit ? limit : sim::default_memory_limit(),
-                      analyze_working_set(formats.size(), ao.k_max - ao.k_min + 1)};
+                      analyze_working_set(formats, ao.k_max - ao.k_min + 1, ao)};
   if (budget.working_set > budget.limit)
     throw InputError("the analysis needs " + sim::format_bytes(double(budget.working_set)) +
                      " of working set, more than the memory limit of " +
@@ -255,8 +287,8 @@ int cmd_analyze(int argc, char** argv) {
                  e.what(), o.out.c_str());
     return 128 + e.signal_number;
   }
-  std::printf("halfway analyze: %zu arrays x %zu formats -> %s\n", arrays, formats.size(),
-              o.out.c_str());
+  std::printf("halfway analyze: %zu arrays x %zu formats -> %s\n", arrays,
+              formats.elements.size() + formats.blocks.size(), o.out.c_str());
   return o.plot ? plot(o.python, o.out) : 0;
 }
 

@@ -21,6 +21,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "halfway/blocks.hpp"
+#include "halfway/sim/analyze_blocks.hpp"
 #include "halfway/sim/dtype.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/tracer.hpp"
@@ -46,9 +48,16 @@ class SquareSum {
 struct AnalyzeOptions {
   int k_min = -20, k_max = 40;       ///< the loss scales 2^k of the window
   double flush_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
+  /// Block schemes: the tensor axis the blocks run along (negative: from the end), the
+  /// values of one encode_blocks call (analyze_blocks' chunk), and blocks_detail.csv (one row
+  /// per block, refused beyond max_detail_rows rows).
+  int axis = -1;
+  size_t block_chunk = size_t(1) << 18;
+  bool per_block = false;
+  uint64_t max_detail_rows = 10'000'000;
 };
 /// Throws InputError unless -300 <= k_min <= k_max <= 300 and flush_tolerance is in [0, 1]
-/// (NaN refused), as the config's keys are.
+/// (NaN refused), as the config's keys are, and block_chunk and max_detail_rows are positive.
 void check_analyze_options(const AnalyzeOptions& o);
 
 /// One tensor rounded into one format.
@@ -106,6 +115,15 @@ class TensorAnalyzer {
 /// The formats of a comma-separated list ("fp16,bf16,e4m3"), each a low-precision format
 /// halfway knows. Throws InputError naming the first unknown one, a repeated one, fp32 or fp64.
 std::vector<DType> parse_format_list(const std::string& text);
+/// What an analysis rounds into: element formats, value by value, and block schemes.
+struct AnalysisFormats {
+  std::vector<DType> elements;
+  std::vector<BlockScheme> blocks;
+};
+/// A comma-separated list of element formats (as parse_format_list) and block schemes
+/// (parse_block_scheme: "mxfp4", "nvfp4", "fp8_block", ...), in any order. Throws InputError
+/// naming the first unknown, repeated or high-precision one.
+AnalysisFormats parse_analysis_formats(const std::string& text);
 /// "K_MIN..K_MAX" → {k_min, k_max}, each in [-300, 300], k_min <= k_max. Throws InputError.
 std::pair<int, int> parse_scale_range(const std::string& text);
 
@@ -155,11 +173,20 @@ class AnalysisRun {
   /// Throws InputError when `o` is out of range (check_analyze_options).
   AnalysisRun(std::string dir, std::vector<DType> formats, AnalyzeOptions o, bool steps_csv,
               bool tensor_windows = true);
+  /// With block schemes too: blocks.csv (kBlocksCsvHeader's columns, then
+  /// kAnalyzeBlockColumns: one row per step, tensor and scheme) and, with o.per_block,
+  /// blocks_detail.csv. A tensor's values then wait in an unlinked scratch file on the
+  /// output's file system until it is finished (analyze_blocks reads them from there).
+  AnalysisRun(std::string dir, AnalysisFormats formats, AnalyzeOptions o, bool steps_csv,
+              bool tensor_windows = true);
   ~AnalysisRun();
   /// Begin tensor `name` of the current step, taken at `loss_scale`, and finish the one
-  /// before. Throws InputError when the step has it already (a name collision).
+  /// before. Throws InputError when the step has it already (a name collision). `shape`
+  /// (C order) places the values for the block schemes; empty: one axis of all the values
+  /// added. Throws InputError when the blocks' axis is out of range for it or blocks_detail.csv
+  /// would pass its limit.
   size_t tensor(const std::string& name, TraceKind kind, const std::string& op,
-                double loss_scale = 1.0);
+                double loss_scale = 1.0, const std::vector<uint64_t>& shape = {});
   /// Values of the tensor begun last (InputError for any other id).
   void add(size_t id, const float* x, size_t n);
   /// Write the step's rows and forget its tensors.
@@ -180,17 +207,28 @@ class AnalysisRun {
 
  private:
   class Scratch;
+  class Spool;
   std::vector<std::string> stale_outputs() const;
+  void finish_blocks(const std::string& name, TraceKind kind, const std::string& op);
+  void count_detail_rows(const std::string& name, const std::vector<uint64_t>& shape);
   void finish_tensor();  ///< write the rows of the tensor begun last, and free its analyser
   void begin_step();
   std::string dir_;
   std::vector<DType> formats_;
+  std::vector<BlockScheme> schemes_;
   AnalyzeOptions opt_;
   bool tensor_windows_;
+  std::unique_ptr<AtomicFile> blocks_, detail_;
+  std::unique_ptr<Scratch> block_rows_, detail_rows_;  ///< the step's rows of both
+  std::unique_ptr<Spool> spool_;  ///< the values of the tensor being fed (block schemes)
+  std::vector<uint64_t> shape_;   ///< its shape (empty: not given)
+  uint64_t detail_rows_count_ = 0;
   std::unique_ptr<AtomicFile> trace_, window_, steps_;
   struct Open {
     TensorAnalyzer analyzer;
     double loss_scale;
+    TraceKind kind;
+    std::string op;
   };
   std::unique_ptr<Open> open_;       ///< the tensor being fed (an analyser: some 40 KB a format)
   size_t tensors_in_step_ = 0;       ///< ids handed out in this step

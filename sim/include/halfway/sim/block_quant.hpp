@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "halfway/blocks.hpp"
 #include "halfway/sim/context.hpp"
+#include "halfway/sim/tracer.hpp"
 
 namespace halfway::sim {
 
@@ -37,5 +39,28 @@ std::pair<size_t, size_t> copy_tile(const BlockCopy& c);
 std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
                               const Values& x, size_t rows, size_t cols, size_t prows,
                               size_t pcols);
+
+/// One block of an encoding, as add_block_errors visits it.
+struct BlockStat {
+  size_t row = 0, col = 0;  ///< the block's place in the encoding's grid of blocks
+  float scale = 0;          ///< the encoding's scale (BlockEncoding::scales)
+  float amax = 0;           ///< the largest |x| of the block (NaN when it holds a NaN)
+  double signal = 0, noise = 0;  ///< Σ x², Σ (x − q)² of the block alone, binary64
+};
+
+/// Add the first `block_rows` rows of blocks of `e` to `r`: the signal Σ x² and the noise
+/// Σ (x − q)² (binary64 sums running block by block in row-major order of the blocks, each
+/// block's elements in row-major order, so that cutting a tensor into chunks of whole blocks
+/// visited in that order gives the same bits), the zero scales and the histogram of
+/// floor(log2 scale). `x` are the values quantized and `q` the decoded ones, both with e's
+/// shape. Events are not added (the caller knows which). `each` (optional) sees every block.
+void add_block_errors(BlockRecord& r, const BlockEncoding& e, const float* x, const float* q,
+                      size_t block_rows,
+                      const std::function<void(const BlockStat&)>& each = nullptr);
+
+/// A copy that could not be quantized (NaN or infinity given to NVFP4 or fp8_block, which
+/// define no result for them): `elements` values in `blocks` blocks, every block counted as a
+/// NaN scale, signal and noise NaN.
+void mark_nonfinite(BlockRecord& r, uint64_t elements, uint64_t blocks);
 
 }  // namespace halfway::sim
