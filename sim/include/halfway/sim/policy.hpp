@@ -105,6 +105,10 @@ struct Policy {
   /// Rounding direction of each role; unset: the run's `rounding`.
   std::array<std::optional<Rounding>, kRoleCount> role_rounding{};
   WeightUpdate update{};
+  /// `halfway bisect`'s role promotion: a set role's roundings into a low-precision dtype
+  /// round into binary32 instead (the tensors keep their dtype; fp8 casts keep their scale).
+  /// Default: none.
+  std::array<bool, kRoleCount> promoted_roles{};
 
   CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }
   Rounding rounding(Role r, Rounding run_default) const {
