@@ -61,7 +61,7 @@ kind = "cross_entropy"
 # name: (config text, expected culprit, budget, extra arguments)
 PLANTED = {
     # Adam's second moment in fp16: (1 - beta2) g^2 flushes to zero for small gradients and the
-    # update becomes m / eps. The matmul family in bf16 is a decoy.
+    # update becomes m / eps. The matmul family in bf16 is a decoy. Two seeds, averaged.
     "exp_avg_sq": (MLP + """[optimizer]
 kind = "adam"
 lr = 0.01
@@ -70,7 +70,7 @@ exp_avg_sq_dtype = "fp16"
 policy = "torch-cuda-bf16"
 [run]
 steps = 40
-""", ["optimizer state exp_avg_sq"], 8, []),
+""", ["optimizer state exp_avg_sq"], 12, ["--seeds", "0,1"]),
     # Pure bf16 weights with a small learning rate and nearest rounding: most updates vanish.
     # The ops computing in bf16 and the input cast are decoys.
     "vanishing_update": (MLP + """[optimizer]
@@ -236,6 +236,23 @@ def resume_and_jobs(tmp):
     check(all(m3[k] == v for k, v in m1.items() if k in m3), "jobs: metrics differ")
 
 
+def budget_runs_out(tmp):
+    """A budget that pays for the reference, the original and the full set only: the answer is
+    the smallest set found (all parts), marked unfinished, exit code 1."""
+    text = PLANTED["vanishing_update"][0]
+    cfg = os.path.join(tmp, "short.toml")
+    with open(cfg, "w") as f:
+        f.write(text)
+    out = os.path.join(tmp, "short.bisect")
+    rc, so, se = run([cfg, "--budget", "3", "--out", out])
+    check(rc == 1, f"budget: exit {rc}: {se}")
+    with open(os.path.join(out, "bisect.json")) as f:
+        j = json.load(f)
+    check(not j["finished"] and j["runs_used"] == 3, f"budget: {j['finished']}, {j['runs_used']}")
+    check(len(j["culprit"]) == len(j["parts"]), f"budget: culprit {j['culprit']}")
+    check("the budget ran out" in so, f"budget: paragraph does not say so: {so}")
+
+
 def bad_input(tmp):
     text = PLANTED["exp_avg_sq"][0]
     cfg = os.path.join(tmp, "bad.toml")
@@ -272,6 +289,7 @@ def main():
         bad_input(tmp)
         planted(tmp)
         resume_and_jobs(tmp)
+        budget_runs_out(tmp)
     if failures:
         print(f"{failures} failure(s)")
         return 1
