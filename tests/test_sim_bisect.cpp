@@ -66,7 +66,25 @@ TEST_CASE("bisect: the parts of a config's precision") {
   CHECK(t[0].setting == "[precision.ops] softmax = \"fp32\", log_softmax = \"fp32\"");
   CHECK(names(precision_parts(config("policy = \"torch-cpu-bf16\"\n"), Granularity::op)) ==
         V{"matmul/linear", "accumulation torch-cpu"});
-  CHECK_THROWS_AS(parse_granularity("layer"), InputError);
+  CHECK_THROWS_AS(parse_granularity("tensor"), InputError);
+  // Layers: every module scope and the loss, then the parts that belong to no layer.
+  CHECK(names(precision_parts(config("policy = \"torch-cuda-bf16\"\n",
+                                     "exp_avg_sq_dtype = \"fp16\"\n"),
+                              Granularity::layer)) ==
+        V{"layer 0", "layer 1", "layer 2", "layer loss", "optimizer state exp_avg_sq"});
+}
+
+TEST_CASE("bisect: a promoted layer covers its scope and the names below it") {
+  Policy p = preset_policy("torch-cuda-fp16");
+  p.fp32_scopes = {"blocks.0", "2"};
+  CHECK(p.rule_in(OpKind::linear, "blocks.0") == CastRule::fp32);
+  CHECK(p.rule_in(OpKind::linear, "blocks.0.attn.q") == CastRule::fp32);
+  CHECK(p.rule_in(OpKind::linear, "blocks.01") == CastRule::lower);
+  CHECK(p.rule_in(OpKind::linear, "blocks.1.attn.q") == CastRule::lower);
+  CHECK(p.rule_in(OpKind::linear, "2") == CastRule::fp32);
+  CHECK(p.rule_in(OpKind::linear, "20") == CastRule::lower);
+  CHECK(p.rule_in(OpKind::linear, "") == CastRule::lower);
+  CHECK(p.rule_in(OpKind::add, "head") == CastRule::input);
 }
 
 TEST_CASE("bisect: promoting a part changes only that part") {

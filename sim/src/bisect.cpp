@@ -66,6 +66,24 @@ bool rounding_is_default(const Precision& pr) {
   return true;
 }
 
+/// The model's module scopes (model.cpp's names) and the loss.
+std::vector<std::string> layer_scopes(const TrainConfig& c) {
+  std::vector<std::string> s;
+  if (c.model_kind == "mlp") {
+    for (size_t i = 0; i + 1 < c.mlp.layers.size(); ++i) {
+      s.push_back(std::to_string(2 * i));
+      if (i + 2 < c.mlp.layers.size()) s.push_back(std::to_string(2 * i + 1));
+    }
+  } else {
+    s = {"tok_emb", "pos_emb", "embed"};
+    for (int b = 0; b < c.transformer.blocks; ++b) s.push_back("blocks." + std::to_string(b));
+    s.push_back("ln_f");
+    s.push_back("head");
+  }
+  s.push_back("loss");
+  return s;
+}
+
 PrecisionPart weights_part() {
   PrecisionPart w;
   w.name = "weights";
@@ -79,10 +97,14 @@ PrecisionPart weights_part() {
 Granularity parse_granularity(std::string_view name) {
   if (name == "role") return Granularity::role;
   if (name == "op") return Granularity::op;
-  throw InputError("unknown granularity '" + std::string(name) + "' (granularities: role op)");
+  if (name == "layer") return Granularity::layer;
+  throw InputError("unknown granularity '" + std::string(name) +
+                   "' (granularities: role op layer)");
 }
 
-const char* granularity_name(Granularity g) { return g == Granularity::role ? "role" : "op"; }
+const char* granularity_name(Granularity g) {
+  return g == Granularity::role ? "role" : g == Granularity::op ? "op" : "layer";
+}
 
 std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) {
   const Precision& pr = c.precision;
@@ -111,7 +133,16 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
     }
     return parts;
   }
-  for (const OpGroup& grp : op_groups()) {
+  if (g == Granularity::layer && (has_low_ops(p) || pure(p))) {
+    for (const std::string& s : layer_scopes(c)) {
+      PrecisionPart part;
+      part.name = "layer " + s;
+      part.setting = "every op of " + s + " under the fp32 rule";
+      part.scopes = {s};
+      parts.push_back(part);
+    }
+  }
+  for (const OpGroup& grp : g == Granularity::op ? op_groups() : std::vector<OpGroup>{}) {
     // An MLP has no softmax (cross_entropy is one op) and no layer norm.
     const bool used = c.model_kind != "mlp" || (std::string(grp.name) != "softmax" &&
                                                 std::string(grp.name) != "layer_norm");
@@ -182,6 +213,7 @@ TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& part
     }
     if (q.accumulation) pr.accumulation = &default_accumulation();
     for (Role role : q.roles) p.promoted_roles[size_t(role)] = true;
+    for (const std::string& s : q.scopes) p.fp32_scopes.push_back(s);
   }
   return r;
 }

@@ -438,6 +438,7 @@ nlohmann::json policy_json(const Precision& pr) {
       if (p.promoted_roles[size_t(r)]) roles.push_back(role_name(Role(r)));
     pol["promoted_roles"] = roles;
   }
+  if (!p.fp32_scopes.empty()) pol["fp32_scopes"] = p.fp32_scopes;
   pol["update"] = update_method_name(p.update.method);
   if (p.update.method == UpdateMethod::kahan)
     pol["compensation"] = p.update.compensation.name();

@@ -94,6 +94,8 @@ softmax = "lower"
 [run]
 steps = 30
 """, ["softmax"], 8, ["--metric", "drift"]),
+    # The same, cut into layers: the softmax lives in the one transformer block.
+    "softmax_layer": (None, ["layer blocks.0"], 16, ["--metric", "drift", "--granularity", "layer"]),
     # Two causes, each enough to stop learning: a static loss scale of 2^-24 flushes every
     # fp16 gradient, and fp16 weights with a small learning rate lose their updates. Only
     # promoting the backward pass and the update together closes the gap.
@@ -112,6 +114,9 @@ steps = 300
 
 # The tensors whose trace.csv rows the paragraph's flushed count sums.
 EVIDENCE = {"exp_avg_sq": ".exp_avg_sq", "vanishing_update": ".update"}
+
+
+PLANTED["softmax_layer"] = (PLANTED["softmax"][0],) + PLANTED["softmax_layer"][1:]
 
 
 def read_csv(path):
@@ -241,7 +246,7 @@ def interrupted(tmp):
     finishes with the same bisect.csv as one that was never stopped."""
     import signal
     import time
-    text = PLANTED["pair"][0].replace("steps = 300", "steps = 900")
+    text = PLANTED["pair"][0].replace("steps = 300", "steps = 2000")
     cfg = os.path.join(tmp, "stop.toml")
     with open(cfg, "w") as f:
         f.write(text)
@@ -252,7 +257,13 @@ def interrupted(tmp):
     out = os.path.join(tmp, "stop.bisect")
     p = subprocess.Popen([HALFWAY, "bisect", cfg, "--out", out] + args,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    # Stop once two runs are kept (the reference and the original), in the search.
+    runs = os.path.join(out, "runs")
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        if os.path.isdir(runs) and len([f for f in os.listdir(runs) if f.endswith(".json")]) >= 2:
+            break
+        time.sleep(0.01)
     p.send_signal(signal.SIGINT)
     so, se = p.communicate(timeout=120)
     if p.returncode == 0:

@@ -1,5 +1,5 @@
 // `halfway bisect CONFIG.toml [--against fp32] [--metric final_loss|val_loss|drift]
-// [--granularity op|role] [--budget N] [--out DIR] [--jobs N] [--seeds S,...]`: which part
+// [--granularity op|role|layer] [--budget N] [--out DIR] [--jobs N] [--seeds S,...]`: which part
 // of a precision policy explains its gap to the fp32 reference. Promotes parts of the policy to
 // fp32 and reruns, by an adaptive group search (delta debugging, sim/bisect.hpp), and reports
 // the smallest set that closes at least 90% of the gap, with each member's share alone and the
@@ -356,6 +356,9 @@ bool covers(const sim::PrecisionPart& q, const std::string& name, const TensorTo
   for (sim::Role r : q.roles)
     if (t.role == sim::role_name(r)) return true;
   if (!q.roles.empty()) return false;
+  for (const std::string& s : q.scopes)
+    if (name.compare(0, s.size() + 1, s + ".") == 0) return true;
+  if (!q.scopes.empty()) return false;
   const auto ends = [&](const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
@@ -469,7 +472,8 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   app.add_option("--against", o.against, "the reference: fp32 (the default)");
   app.add_option("--metric", o.metric, "final_loss (default), val_loss (text data), drift");
   app.add_option("--granularity", o.granularity, "op (default: op kinds, optimizer states, "
-                                                 "weights) or role (forward, backward, update)");
+                                                 "weights), role (forward, backward, update) or "
+                                                 "layer (the model's modules by name)");
   app.add_option("--budget", o.budget, "the most training runs to use (default 64, at least 2)");
   app.add_option("--out", o.out, "output folder (default: the config's name + '.bisect')");
   app.add_option("--jobs,-j", o.jobs, "runs in parallel (the answer does not depend on it)")

@@ -31,7 +31,7 @@ const char* kUsage =
     "  sweep SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]  resumable sweep over config keys\n"
     "  merge DIR... [--out FILE]             one sweep.csv from the shards of a sweep\n"
     "  run EXPERIMENT_DIR... | --all         run experiments and draw their figures\n"
-    "  bisect CONFIG.toml [--metric M] [--granularity op|role] [--budget N]  which rounding "
+    "  bisect CONFIG.toml [--metric M] [--granularity G] [--budget N]  which rounding "
     "costs the loss\n"
     "\n"
     "Run 'halfway COMMAND --help' for a command's options.\n";

@@ -20,8 +20,9 @@
 namespace halfway::sim {
 
 /// How finely `halfway bisect` cuts a policy into parts: the three roles (forward, backward,
-/// update) or the op kinds and optimizer states.
-enum class Granularity : uint8_t { role, op };
+/// update), the op kinds and optimizer states, or the model's layers (with the optimizer
+/// states and the other parts that belong to no layer).
+enum class Granularity : uint8_t { role, op, layer };
 /// Throws InputError naming the granularities for an unknown name.
 Granularity parse_granularity(std::string_view name);
 const char* granularity_name(Granularity g);
@@ -39,6 +40,8 @@ struct PrecisionPart {
   /// Roles whose roundings into low-precision dtypes round into binary32 instead
   /// (Policy::promoted_roles; the tensors keep their dtype).
   std::vector<Role> roles;
+  /// Layers (name scopes) whose ops all run under the fp32 rule (Policy::fp32_scopes).
+  std::vector<std::string> scopes;
 };
 
 /// The parts of `c`'s precision that differ from the fp32 reference at granularity `g`, in
@@ -46,7 +49,9 @@ struct PrecisionPart {
 /// (cross_entropy, mse), elementwise (every other op); then each optimizer state kept in low
 /// precision, the low-precision weights, the input cast, a non-default rounding or
 /// accumulation. Roles: forward, backward, update (weights, optimizer state and the update
-/// rounding). Empty for an fp32 config.
+/// rounding). Layers: every module scope of the model (an MLP's "0", "1", ...; a
+/// transformer's tok_emb, pos_emb, embed, blocks.N, ln_f, head) and the loss, then the op
+/// granularity's parts that are not op groups. Empty for an fp32 config.
 std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g);
 
 /// `c` with every part of `parts` promoted to fp32 (the order of `parts` does not matter).
