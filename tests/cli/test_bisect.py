@@ -96,6 +96,31 @@ steps = 30
 """, ["softmax"], 8, ["--metric", "drift"]),
     # The same, cut into layers: the softmax lives in the one transformer block.
     "softmax_layer": (None, ["layer blocks.0"], 16, ["--metric", "drift", "--granularity", "layer"]),
+    # fp16 exp_avg_sq in a byte-level language model, measured by the validation loss.
+    "val_loss": ("""[model]
+kind = "transformer"
+vocab = 256
+seq_len = 16
+d_model = 16
+heads = 2
+blocks = 1
+causal = true
+[data]
+text = "corpus.txt"
+batch_size = 8
+val_every = 10
+val_windows = 16
+[loss]
+kind = "cross_entropy"
+[optimizer]
+kind = "adam"
+lr = 0.01
+exp_avg_sq_dtype = "fp16"
+[precision]
+policy = "torch-cuda-bf16"
+[run]
+steps = 30
+""", ["optimizer state exp_avg_sq"], 10, ["--metric", "val_loss"]),
     # Two causes, each enough to stop learning: a static loss scale of 2^-24 flushes every
     # fp16 gradient, and fp16 weights with a small learning rate lose their updates. Only
     # promoting the backward pass and the update together closes the gap.
@@ -196,6 +221,9 @@ def check_evidence(name, tmp, text, want_suffix, stdout):
 
 
 def planted(tmp):
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"]
+    with open(os.path.join(tmp, "corpus.txt"), "w") as f:  # a deterministic text for val_loss
+        f.write(" ".join(words[(i * 7 + i // 3) % len(words)] for i in range(3000)))
     for name, (text, want, budget, extra) in PLANTED.items():
         cfg = os.path.join(tmp, name + ".toml")
         with open(cfg, "w") as f:
