@@ -120,6 +120,11 @@ TEST_CASE("bisect: fp32 master weights keep the ops in the low dtype") {
     CHECK(x.precision.policy.rule(OpKind::linear) == CastRule::lower);
   }
   const auto roles = precision_parts(c, Granularity::role);
+  CHECK(part(roles, "update").setting == "an fp32 master copy of the weights");
+  const auto states = precision_parts(
+      config("policy = \"torch-cuda-bf16\"\n", "exp_avg_sq_dtype = \"fp16\"\n"), Granularity::role);
+  CHECK(part(states, "update").setting == "optimizer.exp_avg_sq_dtype = \"fp32\"");
+  CHECK_FALSE(part(states, "update").weights);
   const TrainConfig f = promote(c, {part(roles, "forward")});
   CHECK(f.precision.policy.promoted_roles == std::array<bool, kRoleCount>{true, false, false});
   CHECK(f.precision.policy.param_dtype == DType::low(formats::bf16));

@@ -87,7 +87,7 @@ std::vector<std::string> layer_scopes(const TrainConfig& c) {
 PrecisionPart weights_part() {
   PrecisionPart w;
   w.name = "weights";
-  w.setting = "precision.params = \"fp32\" (an fp32 master copy, ops still in the low dtype)";
+  w.setting = "precision.params = \"fp32\": an fp32 master copy, the ops still in the low dtype";
   w.weights = true;
   return w;
 }
@@ -126,8 +126,10 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
     if (p.param_dtype.is_low() || !low_states.empty()) {
       PrecisionPart u = p.param_dtype.is_low() ? weights_part() : PrecisionPart{};
       u.name = "update";
-      u.setting = "fp32 weights" + std::string(p.param_dtype.is_low() ? " (master copy)" : "") +
-                  " and optimizer state";
+      std::string what = p.param_dtype.is_low() ? "an fp32 master copy of the weights" : "";
+      for (const std::string& st : low_states)
+        what += (what.empty() ? "optimizer." : ", optimizer.") + st + "_dtype = \"fp32\"";
+      u.setting = what;
       u.states = low_states;
       parts.push_back(u);
     }
