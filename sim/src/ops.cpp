@@ -148,7 +148,7 @@ Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string
 /// lowered op gets scaled fp8 casts of its inputs and computes in fp32.
 DType prepare(OpKind op, std::vector<Tensor>& ts, std::initializer_list<const char*> roles) {
   const Policy* pol = context().policy;
-  const CastRule r = pol ? pol->rule(op) : CastRule::input;
+  const CastRule r = pol ? pol->rule_in(op, context().scope) : CastRule::input;
   if (r == CastRule::lower && pol->fp8) {
     size_t i = 0;
     for (const char* role : roles) {
@@ -526,7 +526,7 @@ Fp8State& fp8_state(Runtime& rt) {
 
 bool fp8_lowers(OpKind op) {
   const Policy* pol = context().policy;
-  return pol && pol->fp8 && pol->rule(op) == CastRule::lower;
+  return pol && pol->fp8 && pol->rule_in(op, context().scope) == CastRule::lower;
 }
 
 /// x quantized into f with the per-tensor scale kept under `key` (also its trace name).
@@ -711,7 +711,7 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
 
 bool blocks_lower_linear() {
   const Policy* pol = context().policy;
-  return pol && pol->blocks && pol->rule(OpKind::linear) == CastRule::lower;
+  return pol && pol->blocks && pol->rule_in(OpKind::linear, context().scope) == CastRule::lower;
 }
 Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b);
 

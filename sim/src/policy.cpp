@@ -106,6 +106,13 @@ const char* update_method_name(UpdateMethod m) {
   return m == UpdateMethod::kahan ? "kahan" : "plain";
 }
 
+CastRule Policy::rule_in(OpKind k, const std::string& scope) const {
+  for (const std::string& s : fp32_scopes)
+    if (scope.compare(0, s.size(), s) == 0 && (scope.size() == s.size() || scope[s.size()] == '.'))
+      return CastRule::fp32;
+  return rule(k);
+}
+
 bool Policy::master_weights() const {
   if (param_dtype != DType::f32()) return false;
   if (fp8 || blocks) return true;

@@ -18,4 +18,9 @@ void apply_precision(Runtime& rt, const Precision& p, uint64_t seed) {
   rt.accumulator = p.accumulation;
 }
 
+void enter_role(Runtime& rt, const Precision& p, Role r) {
+  rt.rounding.rounding = p.rounding_of(r);
+  rt.promote_low = p.policy.promoted_roles[static_cast<size_t>(r)];
+}
+
 }  // namespace halfway::sim

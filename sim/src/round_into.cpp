@@ -46,7 +46,7 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
     if (static_cast<const void*>(src) != static_cast<const void*>(dst)) std::copy(src, src + n, dst);
     return;
   }
-  if (!dt.is_low()) {
+  if (!dt.is_low() || rt.promote_low) {
     for (size_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<float>(src[i]));
     observe(rt, tag, dt, dst, n);
     return;

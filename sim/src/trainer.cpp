@@ -141,7 +141,7 @@ double validation_loss(Model& model, const Dataset& val, const TrainConfig& c,
   Runtime vr = rt;
   vr.tracer = nullptr;
   vr.on_round = nullptr;
-  vr.rounding.rounding = c.precision.rounding_of(Role::forward);
+  enter_role(vr, c.precision, Role::forward);
   std::optional<Fp8State> fp8;
   if (rt.fp8) vr.fp8 = &fp8.emplace(*rt.fp8);
   Loader ld(val, c.batch_size, false, 0);
@@ -187,7 +187,8 @@ std::unique_ptr<Model> make_model(const TrainConfig& c, uint64_t npz_bytes) {
   return model;
 }
 
-/// The fp32 run a config's `run.reference = "fp32"` trains alongside it.
+}  // namespace
+
 TrainConfig reference_config(const TrainConfig& c) {
   TrainConfig r = c;
   r.precision = preset_precision("fp32");
@@ -199,6 +200,8 @@ TrainConfig reference_config(const TrainConfig& c) {
   r.reference.clear();
   return r;
 }
+
+namespace {
 
 /// One run's state: model, data loader, optimizer, scaler, tracer and runtime.
 struct Trainee {
@@ -244,7 +247,7 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
   for (Param& p : params) p.t.impl()->grad.clear();
   Batch b = loader.next();
   Tensor loss;
-  rt.rounding.rounding = c.precision.rounding_of(Role::forward);
+  enter_role(rt, c.precision, Role::forward);
   const DType in = c.precision.policy.input_dtype;
   {
     ContextGuard g(&c.precision.policy, &rt);
@@ -265,7 +268,7 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
   }
   const double loss_value = loss.item();
   if (memory) *memory = account_memory(loss, params, c.precision.policy, opt.state_dtypes());
-  rt.rounding.rounding = c.precision.rounding_of(Role::backward);
+  enter_role(rt, c.precision, Role::backward);
   {
     // scaler.scale(loss).backward() runs outside autocast: plain type promotion.
     ContextGuard g(nullptr, &rt);
@@ -295,7 +298,7 @@ StepRow Trainee::step(int64_t step, bool traced, std::vector<std::vector<float>>
     row.found_inf = scaler.unscale(grads);
     row.skipped = row.found_inf;
   }
-  rt.rounding.rounding = c.precision.rounding_of(Role::update);
+  enter_role(rt, c.precision, Role::update);
   if (!row.skipped) opt.step(grads, rt);
   if (!c.scaler.mistake) scaler.update(row.found_inf);
   row.growth_tracker = scaler.growth_tracker();
@@ -429,6 +432,13 @@ nlohmann::json policy_json(const Precision& pr) {
       roles[role_name(Role(r))] = rounding_name(pr.rounding_of(Role(r)));
     pol["role_rounding"] = roles;
   }
+  if (p.promoted_roles != decltype(p.promoted_roles){}) {
+    nlohmann::json roles = nlohmann::json::array();
+    for (int r = 0; r < kRoleCount; ++r)
+      if (p.promoted_roles[size_t(r)]) roles.push_back(role_name(Role(r)));
+    pol["promoted_roles"] = roles;
+  }
+  if (!p.fp32_scopes.empty()) pol["fp32_scopes"] = p.fp32_scopes;
   pol["update"] = update_method_name(p.update.method);
   if (p.update.method == UpdateMethod::kahan)
     pol["compensation"] = p.update.compensation.name();

@@ -14,4 +14,5 @@ int cmd_hw_report(int argc, char** argv);
 int cmd_sweep(int argc, char** argv);
 int cmd_merge(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_bisect(int argc, char** argv);
 }  // namespace halfway::cli

@@ -31,6 +31,8 @@ const char* kUsage =
     "  sweep SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]  resumable sweep over config keys\n"
     "  merge DIR... [--out FILE]             one sweep.csv from the shards of a sweep\n"
     "  run EXPERIMENT_DIR... | --all         run experiments and draw their figures\n"
+    "  bisect CONFIG.toml [--metric M] [--granularity G] [--budget N]  which rounding "
+    "costs the loss\n"
     "\n"
     "Run 'halfway COMMAND --help' for a command's options.\n";
 
@@ -102,6 +104,7 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
     if (cmd == "sweep") return cmd_sweep(argc - 1, argv + 1);
     if (cmd == "merge") return cmd_merge(argc - 1, argv + 1);
     if (cmd == "run") return cmd_run(argc - 1, argv + 1);
+    if (cmd == "bisect") return cmd_bisect(argc - 1, argv + 1);
     if (cmd == "--version") {
       std::puts("halfway " HALFWAY_VERSION);
       return 0;
@@ -128,7 +131,7 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
     return kExitInternal;
   }
   std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train analyze sweep merge run "
-               "hw-report)\n",
+               "hw-report bisect)\n",
                printable(cmd).c_str());
   return 2;
 }

@@ -50,6 +50,11 @@ SweepDef load_sweep(const std::string& path);
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
               bool quiet, uint64_t max_memory = 0, uint64_t max_disk = 0);
 
+/// FNV-1a 64 of `s` (the definition hashes of sweeps and bisections), continuing from `h`.
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull);
+/// `v` as 16 lower-case hex digits.
+std::string hex64(uint64_t v);
+
 /// The folder name of run `i` under DIR/runs/.
 std::string run_dir_name(int i);
 

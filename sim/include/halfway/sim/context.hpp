@@ -47,6 +47,9 @@ struct Runtime {
   const Accumulation* accumulator = &default_accumulation();  ///< never null
   Fp8State* fp8 = nullptr;                   ///< delayed-scaling state (fp8 policies)
   int threads = 1;
+  /// Roundings into low-precision dtypes round into binary32 instead (the current role is
+  /// promoted, Policy::promoted_roles); set by enter_role.
+  bool promote_low = false;
   RoundObserver on_round;                    ///< empty: nothing is called (no cost)
 };
 

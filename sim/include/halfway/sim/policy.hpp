@@ -105,8 +105,17 @@ struct Policy {
   /// Rounding direction of each role; unset: the run's `rounding`.
   std::array<std::optional<Rounding>, kRoleCount> role_rounding{};
   WeightUpdate update{};
+  /// `halfway bisect`'s role promotion: a set role's roundings into a low-precision dtype
+  /// round into binary32 instead (the tensors keep their dtype; fp8 casts keep their scale).
+  /// Default: none.
+  std::array<bool, kRoleCount> promoted_roles{};
+  /// `halfway bisect`'s layer promotion: every op under one of these scopes (the scope itself
+  /// or a name below it, "blocks.0" covering "blocks.0.attn.q") runs under the fp32 rule.
+  std::vector<std::string> fp32_scopes;
 
   CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }
+  /// The rule of op `k` under the name scope `scope`: fp32 within fp32_scopes, else rule(k).
+  CastRule rule_in(OpKind k, const std::string& scope) const;
   Rounding rounding(Role r, Rounding run_default) const {
     return role_rounding[static_cast<size_t>(r)].value_or(run_default);
   }

@@ -40,4 +40,8 @@ Precision preset_precision(std::string_view name);
 /// accumulation model from `p`.
 void apply_precision(Runtime& rt, const Precision& p, uint64_t seed);
 
+/// Sets what `rt`'s roundings do in role `r`: that role's rounding direction, and whether its
+/// roundings into low-precision dtypes are promoted to binary32 (Policy::promoted_roles).
+void enter_role(Runtime& rt, const Precision& p, Role r);
+
 }  // namespace halfway::sim

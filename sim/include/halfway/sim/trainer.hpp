@@ -145,6 +145,11 @@ using StepCallback = std::function<void(const StepRow&, const StepTrace*,
                                         const std::vector<Param>&,
                                         const std::vector<std::vector<float>>&)>;
 
+/// The fp32 run a config's `run.reference = "fp32"` trains alongside it: the `fp32` preset,
+/// near-even rounding, fp32 optimizer state, plain updates, no loss scaling, untraced; the same
+/// model, initial weights, data order, optimizer and seed.
+TrainConfig reference_config(const TrainConfig& c);
+
 /// Run the configuration. Throws InputError for bad data or initial weights, and for a run
 /// whose estimated memory is over `o.max_memory` (checked before anything large is allocated).
 /// A stop request (io.hpp: SIGINT/SIGTERM after install_stop_handlers) ends the run after the

@@ -1,0 +1,282 @@
+#include "halfway/sim/bisect.hpp"
+
+#include <algorithm>
+
+#include "halfway/names.hpp"
+
+namespace halfway::sim {
+
+namespace {
+
+struct OpGroup {
+  const char* name;
+  std::vector<OpKind> ops;
+};
+
+/// The op kinds of the issue's list; reshape and transpose are exact and belong to none.
+const std::vector<OpGroup>& op_groups() {
+  using K = OpKind;
+  static const std::vector<OpGroup> groups = {
+      {"matmul/linear", {K::matmul, K::linear}},
+      {"softmax", {K::softmax, K::log_softmax}},
+      {"layer_norm", {K::layer_norm}},
+      {"loss", {K::cross_entropy, K::mse}},
+      {"elementwise", {K::add, K::sub, K::mul, K::div, K::relu, K::gelu, K::tanh, K::sigmoid,
+                       K::exp, K::log, K::sum, K::mean, K::embedding, K::masked_fill}}};
+  return groups;
+}
+
+bool has_low_ops(const Policy& p) { return p.low.is_low() || p.fp8 || p.blocks.has_value(); }
+bool pure(const Policy& p) { return p.param_dtype.is_low() || p.input_dtype.is_low(); }
+
+/// Whether some op of `g` computes in a low-precision dtype under `p`.
+bool group_is_low(const Policy& p, const OpGroup& g) {
+  for (OpKind k : g.ops) {
+    const CastRule r = p.rule(k);
+    if ((r == CastRule::lower && has_low_ops(p)) || (pure(p) && r != CastRule::fp32)) return true;
+  }
+  return false;
+}
+
+std::string ops_setting(const OpGroup& g) {
+  std::string s = "[precision.ops] ";
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    s += std::string(i ? ", " : "") + op_name(g.ops[i]) + " = \"fp32\"";
+  return s;
+}
+
+struct StateDtype {
+  const char* name;
+  DType OptimizerConfig::*dtype;
+};
+
+/// The optimizer states `c`'s optimizer keeps (torch.optim's names).
+std::vector<StateDtype> used_states(const OptimizerConfig& o) {
+  if (o.kind == "sgd") {
+    if (o.momentum == 0) return {};
+    return {{"momentum_buffer", &OptimizerConfig::momentum_buffer_dtype}};
+  }
+  return {{"exp_avg", &OptimizerConfig::exp_avg_dtype},
+          {"exp_avg_sq", &OptimizerConfig::exp_avg_sq_dtype}};
+}
+
+bool rounding_is_default(const Precision& pr) {
+  for (int r = 0; r < kRoleCount; ++r)
+    if (pr.rounding_of(Role(r)) != Rounding::near_even) return false;
+  return true;
+}
+
+/// The model's module scopes (model.cpp's names) and the loss.
+std::vector<std::string> layer_scopes(const TrainConfig& c) {
+  std::vector<std::string> s;
+  if (c.model_kind == "mlp") {
+    for (size_t i = 0; i + 1 < c.mlp.layers.size(); ++i) {
+      s.push_back(std::to_string(2 * i));
+      if (i + 2 < c.mlp.layers.size()) s.push_back(std::to_string(2 * i + 1));
+    }
+  } else {
+    s = {"tok_emb", "pos_emb", "embed"};
+    for (int b = 0; b < c.transformer.blocks; ++b) s.push_back("blocks." + std::to_string(b));
+    s.push_back("ln_f");
+    s.push_back("head");
+  }
+  s.push_back("loss");
+  return s;
+}
+
+PrecisionPart weights_part() {
+  PrecisionPart w;
+  w.name = "weights";
+  w.setting = "precision.params = \"fp32\": an fp32 master copy, the ops still in the low dtype";
+  w.weights = true;
+  return w;
+}
+
+}  // namespace
+
+Granularity parse_granularity(std::string_view name) {
+  if (name == "role") return Granularity::role;
+  if (name == "op") return Granularity::op;
+  if (name == "layer") return Granularity::layer;
+  throw InputError("unknown granularity '" + std::string(name) +
+                   "' (granularities: role op layer)");
+}
+
+const char* granularity_name(Granularity g) {
+  return g == Granularity::role ? "role" : g == Granularity::op ? "op" : "layer";
+}
+
+std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) {
+  const Precision& pr = c.precision;
+  const Policy& p = pr.policy;
+  std::vector<PrecisionPart> parts;
+  std::vector<std::string> low_states;
+  for (const StateDtype& s : used_states(c.optimizer))
+    if (c.optimizer.*s.dtype != DType::f32()) low_states.push_back(s.name);
+  if (g == Granularity::role) {
+    if (has_low_ops(p) || pure(p)) {
+      for (Role r : {Role::forward, Role::backward}) {
+        PrecisionPart part;
+        part.name = role_name(r);
+        part.setting = std::string("every ") + role_name(r) + " rounding into binary32";
+        part.roles = {r};
+        parts.push_back(part);
+      }
+    }
+    if (p.param_dtype.is_low() || !low_states.empty()) {
+      PrecisionPart u = p.param_dtype.is_low() ? weights_part() : PrecisionPart{};
+      u.name = "update";
+      std::string what = p.param_dtype.is_low() ? "an fp32 master copy of the weights" : "";
+      for (const std::string& st : low_states)
+        what += (what.empty() ? "optimizer." : ", optimizer.") + st + "_dtype = \"fp32\"";
+      u.setting = what;
+      u.states = low_states;
+      parts.push_back(u);
+    }
+    return parts;
+  }
+  if (g == Granularity::layer && (has_low_ops(p) || pure(p))) {
+    for (const std::string& s : layer_scopes(c)) {
+      PrecisionPart part;
+      part.name = "layer " + s;
+      part.setting = "every op of " + s + " under the fp32 rule";
+      part.scopes = {s};
+      parts.push_back(part);
+    }
+  }
+  for (const OpGroup& grp : g == Granularity::op ? op_groups() : std::vector<OpGroup>{}) {
+    // An MLP has no softmax (cross_entropy is one op) and no layer norm.
+    const bool used = c.model_kind != "mlp" || (std::string(grp.name) != "softmax" &&
+                                                std::string(grp.name) != "layer_norm");
+    if (!used || !group_is_low(p, grp)) continue;
+    PrecisionPart part;
+    part.name = grp.name;
+    part.setting = ops_setting(grp);
+    part.ops = grp.ops;
+    parts.push_back(part);
+  }
+  for (const std::string& s : low_states) {
+    PrecisionPart part;
+    part.name = "optimizer state " + s;
+    part.setting = "optimizer." + s + "_dtype = \"fp32\"";
+    part.states = {s};
+    parts.push_back(part);
+  }
+  if (p.param_dtype.is_low()) parts.push_back(weights_part());
+  if (p.input_dtype.is_low()) {
+    PrecisionPart part;
+    part.name = "input cast";
+    part.setting = "the data in fp32 (no cast to " + p.input_dtype.name() + ")";
+    part.inputs = true;
+    parts.push_back(part);
+  }
+  if (!rounding_is_default(pr)) {
+    PrecisionPart part;
+    part.name = std::string("rounding ") + rounding_name(pr.rounding);
+    part.setting = std::string("precision.rounding = \"") + rounding_name(Rounding::near_even) +
+                   "\" (every role)";
+    part.rounding = true;
+    parts.push_back(part);
+  }
+  if (pr.accumulation != &default_accumulation()) {
+    PrecisionPart part;
+    part.name = "accumulation " + pr.accumulation->name;
+    part.setting = "precision.accumulation = \"" + default_accumulation().name + "\"";
+    part.accumulation = true;
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& parts) {
+  TrainConfig r = c;
+  Precision& pr = r.precision;
+  Policy& p = pr.policy;
+  // The master copy first: it lowers the ops that ran in the weights' dtype, which an op
+  // group promoted in the same set then takes back to fp32.
+  const bool weights = std::any_of(parts.begin(), parts.end(),
+                                   [](const PrecisionPart& q) { return q.weights; });
+  if (weights && p.param_dtype != DType::f32()) {
+    if (p.low.is_low())
+      for (int i = 0; i < kOpCount; ++i)
+        if (p.rules[size_t(i)] != CastRule::fp32) p.rules[size_t(i)] = CastRule::lower;
+    p.param_dtype = DType::f32();
+    p.update = WeightUpdate{};  // Kahan needs low-precision weights
+  }
+  for (const PrecisionPart& q : parts) {
+    for (OpKind k : q.ops) p.set(k, CastRule::fp32);
+    for (const std::string& s : q.states)
+      for (const StateDtype& sd : used_states(r.optimizer))
+        if (s == sd.name) r.optimizer.*sd.dtype = DType::f32();
+    if (q.inputs) p.input_dtype = DType::f32();
+    if (q.rounding) {
+      pr.rounding = Rounding::near_even;
+      p.role_rounding = {};
+    }
+    if (q.accumulation) pr.accumulation = &default_accumulation();
+    for (Role role : q.roles) p.promoted_roles[size_t(role)] = true;
+    for (const std::string& s : q.scopes) p.fp32_scopes.push_back(s);
+  }
+  return r;
+}
+
+namespace {
+
+/// Part `i` of `g` near-equal parts of `c`.
+PartSet chunk(const PartSet& c, int g, int i) {
+  const size_t lo = c.size() * size_t(i) / size_t(g), hi = c.size() * size_t(i + 1) / size_t(g);
+  return PartSet(c.begin() + long(lo), c.begin() + long(hi));
+}
+
+PartSet minus(const PartSet& c, const PartSet& d) {
+  PartSet r;
+  std::set_difference(c.begin(), c.end(), d.begin(), d.end(), std::back_inserter(r));
+  return r;
+}
+
+}  // namespace
+
+SearchResult ddmin(int n, double threshold, int batch, const EvaluateSets& eval) {
+  SearchResult res;
+  PartSet c(static_cast<size_t>(std::max(n, 0)));
+  for (int i = 0; i < n; ++i) c[size_t(i)] = i;
+  batch = std::max(batch, 1);
+  int g = 2;
+  while (c.size() >= 2) {
+    std::vector<PartSet> cands;
+    for (int i = 0; i < g; ++i) cands.push_back(chunk(c, g, i));
+    if (g > 2)  // with two chunks each complement is the other chunk
+      for (int i = 0; i < g; ++i) cands.push_back(minus(c, cands[size_t(i)]));
+    int found = -1;
+    for (size_t lo = 0; lo < cands.size() && found < 0; lo += size_t(batch)) {
+      const std::vector<PartSet> window(
+          cands.begin() + long(lo), cands.begin() + long(std::min(cands.size(), lo + size_t(batch))));
+      const std::vector<std::optional<double>> f = eval(window);
+      for (size_t j = 0; j < window.size(); ++j) {
+        if (!f[j]) {
+          res.culprit = c;
+          res.finished = false;
+          return res;
+        }
+        if (*f[j] >= threshold) {
+          found = int(lo + j);
+          break;
+        }
+      }
+    }
+    if (found >= 0 && found < g) {
+      c = cands[size_t(found)];
+      g = 2;
+    } else if (found >= g) {
+      c = cands[size_t(found)];
+      g = std::max(g - 1, 2);
+    } else {
+      if (size_t(g) >= c.size()) break;
+      g = int(std::min(size_t(g) * 2, c.size()));
+    }
+  }
+  res.culprit = c;
+  return res;
+}
+
+}  // namespace halfway::sim

@@ -1,0 +1,585 @@
+// `halfway bisect CONFIG.toml [--against fp32] [--metric final_loss|val_loss|drift]
+// [--granularity op|role|layer] [--budget N] [--out DIR] [--jobs N] [--seeds S,...]`: which part
+// of a precision policy explains its gap to the fp32 reference. Promotes parts of the policy to
+// fp32 and reruns, by an adaptive group search (delta debugging, sim/bisect.hpp), and reports
+// the smallest set that closes at least 90% of the gap, with each member's share alone and the
+// original run's trace evidence. Finished runs are kept as DIR/runs/KEY.json, so a stopped
+// bisection resumes where it stopped.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <deque>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.hpp"
+#include "format_util.hpp"
+#include "halfway/names.hpp"
+#include "halfway/sim/bisect.hpp"
+#include "halfway/sim/io.hpp"
+#include "halfway/sim/trainer.hpp"
+#include "sweep.hpp"
+
+namespace halfway::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr double kCloseTarget = 0.9;  ///< the share of the gap the answer must close
+
+struct BisectOptions {
+  std::string config, against = "fp32", metric = "final_loss", granularity = "op", out;
+  int budget = 64, jobs = 1;
+  std::vector<uint64_t> seeds;
+  double min_gap = -1;  ///< < 0: the default (see no_gap_limit)
+};
+
+/// Traced totals of one tensor over the original run's steps (the evidence).
+struct TensorTotals {
+  std::string op;
+  std::string role;  ///< the role that rounds it: forward, backward, update
+  uint64_t total = 0, flushed = 0, overflow = 0;
+};
+
+/// One training run's outcome, as stored in DIR/runs/KEY.json.
+struct RunResult {
+  double metric = NAN;
+  std::vector<double> losses;
+  // Evidence (the original run only): per tensor, and the updates over every step.
+  std::map<std::string, TensorTotals> tensors;
+  uint64_t nonzero = 0, vanished = 0;
+  double drift = NAN;  ///< mean over the parameters of the final drift against fp32
+};
+
+double num(const json& j) { return j.is_number() ? j.get<double>() : NAN; }
+json num_json(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json to_json(const RunResult& r) {
+  json j = {{"metric", num_json(r.metric)}, {"drift", num_json(r.drift)},
+            {"nonzero", r.nonzero}, {"vanished", r.vanished}};
+  json l = json::array();
+  for (double v : r.losses) l.push_back(num_json(v));
+  j["losses"] = l;
+  json t = json::object();
+  for (const auto& [name, x] : r.tensors)
+    t[name] = {{"op", x.op}, {"role", x.role}, {"total", x.total}, {"flushed", x.flushed}, {"overflow", x.overflow}};
+  j["tensors"] = t;
+  return j;
+}
+
+RunResult from_json(const json& j) {
+  RunResult r;
+  r.metric = num(j.at("metric"));
+  r.drift = num(j.at("drift"));
+  r.nonzero = j.at("nonzero").get<uint64_t>();
+  r.vanished = j.at("vanished").get<uint64_t>();
+  for (const auto& v : j.at("losses")) r.losses.push_back(num(v));
+  for (const auto& [name, x] : j.at("tensors").items())
+    r.tensors[name] = {x.at("op").get<std::string>(), x.at("role").get<std::string>(),
+                       x.at("total").get<uint64_t>(),
+                       x.at("flushed").get<uint64_t>(), x.at("overflow").get<uint64_t>()};
+  return r;
+}
+
+/// The shortest text that reads back to the same binary64 (empty for NaN).
+std::string num_str(double v) {
+  if (std::isnan(v)) return "";
+  char b[32];
+  return std::string(b, std::to_chars(b, b + sizeof b, v).ptr);
+}
+
+/// A number for the console: 4 significant digits.
+std::string short_num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
+std::string pct(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f%%", 100 * f);
+  return b;
+}
+
+/// Train `c` and measure it. `evidence`: also train the fp32 reference alongside (drift) and
+/// keep the traced totals.
+RunResult train_one(sim::TrainConfig c, const std::string& metric, bool evidence) {
+  const bool drift = metric == "drift" || evidence;
+  if (drift) c.reference = "fp32";
+  c.trace = evidence;
+  RunResult r;
+  double val = NAN, last_drift = NAN;
+  sim::TrainOptions o;
+  const auto cb = [&](const sim::StepRow& row, const sim::StepTrace* st,
+                      const std::vector<sim::Param>&, const std::vector<std::vector<float>>&) {
+    r.losses.push_back(row.loss);
+    if (!std::isnan(row.val_loss)) val = row.val_loss;
+    double d = 0;
+    for (const sim::UpdateRow& u : row.updates) {
+      d += u.drift;
+      r.nonzero += u.nonzero;
+      r.vanished += u.vanished;
+    }
+    last_drift = row.updates.empty() ? NAN : d / double(row.updates.size());
+    if (!st) return;
+    for (const sim::TraceRecord& t : st->records) {
+      if (!t.dtype.is_low()) continue;
+      TensorTotals& x = r.tensors[t.name];
+      x.op = t.op;
+      const bool update =
+          t.kind == sim::TraceKind::update || t.kind == sim::TraceKind::optimizer_state;
+      x.role = sim::role_name(t.is_grad() ? sim::Role::backward
+                              : update    ? sim::Role::update
+                                          : sim::Role::forward);
+      x.total += t.events.total;
+      x.flushed += t.events.flushed;
+      x.overflow += t.events.overflow;
+    }
+  };
+  const sim::TrainSummary s = sim::train(c, o, cb);
+  if (!s.complete()) throw std::runtime_error("stopped");
+  if (drift) r.drift = last_drift;
+  r.metric = metric == "drift" ? last_drift : metric == "val_loss" ? val : s.final_loss;
+  if (!evidence) r.tensors.clear(), r.nonzero = r.vanished = 0, r.drift = NAN;
+  return r;
+}
+
+/// A bisection stopped by a signal between runs (a resume continues it).
+struct Stopped {
+  int signal;
+};
+
+/// A run to do: what to train, where its result lives.
+struct RunSpec {
+  std::string key;  ///< DIR/runs/KEY.json
+  sim::TrainConfig config;
+  bool evidence = false;
+};
+
+/// The runs of a bisection: each (candidate, seed) once, read back from DIR/runs when a
+/// previous invocation finished it, counted against the budget.
+class RunCache {
+ public:
+  RunCache(fs::path runs, std::string definition, std::string metric, int budget, int jobs)
+      : dir_(std::move(runs)), def_(std::move(definition)), metric_(std::move(metric)),
+        budget_(budget), jobs_(jobs) {}
+
+  std::string key(const std::string& what, uint64_t seed) const {
+    return hex64(fnv1a(def_ + "\n" + what + "\nseed " + std::to_string(seed)));
+  }
+  /// Results of `specs`, running the missing ones (`jobs_` at a time); nullopt for each spec
+  /// from the first that the budget cannot pay for on.
+  std::vector<std::optional<RunResult>> get(const std::vector<RunSpec>& specs);
+  int used() const { return int(used_.size()); }
+  int ran() const { return ran_; }
+
+ private:
+  fs::path dir_;
+  std::string def_, metric_;
+  int budget_, jobs_, ran_ = 0;
+  std::map<std::string, RunResult> used_;
+};
+
+std::vector<std::optional<RunResult>> RunCache::get(const std::vector<RunSpec>& specs) {
+  std::vector<std::optional<RunResult>> out(specs.size());
+  std::vector<size_t> todo;
+  int n = used();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::string& k = specs[i].key;
+    if (auto it = used_.find(k); it != used_.end()) {
+      out[i] = it->second;
+      continue;
+    }
+    if (n >= budget_) break;
+    ++n;
+    const fs::path f = dir_ / (k + ".json");
+    if (fs::exists(f)) {
+      out[i] = used_[k] = from_json(json::parse(sim::read_file(f.string())));
+    } else {
+      todo.push_back(i);
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::string error;
+  const auto worker = [&] {
+    for (size_t t; (t = next++) < todo.size();) {
+      const RunSpec& s = specs[todo[t]];
+      try {
+        RunResult r = train_one(s.config, metric_, s.evidence);
+        sim::write_file_atomic((dir_ / (s.key + ".json")).string(), to_json(r).dump() + "\n");
+        std::lock_guard<std::mutex> g(mu);
+        out[todo[t]] = r;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> g(mu);
+        if (error.empty()) error = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 0; i < std::min<int>(jobs_, int(todo.size())); ++i) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (const int sig = sim::stop_signal()) throw Stopped{sig};
+  if (!error.empty()) throw std::runtime_error(error);
+  for (size_t i : todo) used_[specs[i].key] = *out[i];
+  ran_ += int(todo.size());
+  return out;
+}
+
+
+/// The candidates tried, in order, with their runs' metrics.
+struct Tried {
+  std::string role;  ///< reference, original, candidate
+  sim::PartSet set;
+  std::vector<RunResult> runs;  ///< one per seed
+  double mean = NAN, closed = NAN;
+};
+
+class Bisection {
+ public:
+  Bisection(const BisectOptions& o, const sim::TrainConfig& c,
+            std::vector<sim::PrecisionPart> parts, RunCache& cache)
+      : o_(o), c_(c), parts_(std::move(parts)), cache_(cache) {}
+
+  /// The reference's and the original's mean metrics (nullopt: over the budget).
+  bool measure_gap();
+  /// Mean closed fraction of each set (nullopt: over the budget).
+  std::vector<std::optional<double>> closed(const std::vector<sim::PartSet>& sets);
+  std::string names(const sim::PartSet& s) const;
+  const Tried* find(const sim::PartSet& s) const;
+
+  const BisectOptions& o_;
+  const sim::TrainConfig& c_;
+  std::vector<sim::PrecisionPart> parts_;
+  RunCache& cache_;
+  std::deque<Tried> tried_;  // pointers to its rows stay valid
+  double ref_ = NAN, orig_ = NAN, gap_ = NAN;
+
+ private:
+  std::vector<RunSpec> specs(const std::string& what, const sim::TrainConfig& c, bool evidence);
+  /// Evaluate `whats` (one config each) over every seed; the Tried rows of those paid for.
+  std::vector<const Tried*> evaluate(const std::vector<std::pair<Tried, sim::TrainConfig>>& whats);
+};
+
+std::string Bisection::names(const sim::PartSet& s) const {
+  std::string r;
+  for (int i : s) r += (r.empty() ? "" : " + ") + parts_[size_t(i)].name;
+  return r;
+}
+
+const Tried* Bisection::find(const sim::PartSet& s) const {
+  for (const Tried& t : tried_)
+    if (t.role == "candidate" && t.set == s) return &t;
+  return nullptr;
+}
+
+std::vector<RunSpec> Bisection::specs(const std::string& what, const sim::TrainConfig& c,
+                                      bool evidence) {
+  std::vector<RunSpec> r;
+  for (uint64_t seed : o_.seeds) {
+    RunSpec s{cache_.key(what, seed), c, evidence};
+    s.config.seed = seed;
+    r.push_back(std::move(s));
+  }
+  return r;
+}
+
+std::vector<const Tried*> Bisection::evaluate(
+    const std::vector<std::pair<Tried, sim::TrainConfig>>& whats) {
+  std::vector<RunSpec> all;
+  for (const auto& [t, c] : whats) {
+    const std::string what = t.role == "candidate" ? "promote " + names(t.set) : t.role;
+    for (RunSpec& s : specs(what, c, t.role == "original")) all.push_back(std::move(s));
+  }
+  const std::vector<std::optional<RunResult>> res = cache_.get(all);
+  std::vector<const Tried*> out;
+  const size_t k = o_.seeds.size();
+  for (size_t i = 0; i < whats.size(); ++i) {
+    Tried t = whats[i].first;
+    double sum = 0;
+    for (size_t j = 0; j < k; ++j) {
+      if (!res[i * k + j]) return out;  // the budget ran out here
+      t.runs.push_back(*res[i * k + j]);
+      sum += res[i * k + j]->metric;
+    }
+    t.mean = sum / double(k);
+    t.closed = (orig_ - t.mean) / gap_;
+    const Tried* known = t.role == "candidate" ? find(t.set) : nullptr;
+    if (!known) {
+      tried_.push_back(std::move(t));
+      known = &tried_.back();
+    }
+    out.push_back(known);
+  }
+  return out;
+}
+
+bool Bisection::measure_gap() {
+  const std::vector<const Tried*> r =
+      evaluate({{Tried{"reference", {}, {}}, sim::reference_config(c_)},
+                {Tried{"original", {}, {}}, c_}});
+  if (r.size() < 2) return false;
+  ref_ = tried_[0].mean;
+  orig_ = tried_[1].mean;
+  gap_ = orig_ - ref_;
+  for (Tried& t : tried_) t.closed = (orig_ - t.mean) / gap_;
+  return true;
+}
+
+std::vector<std::optional<double>> Bisection::closed(const std::vector<sim::PartSet>& sets) {
+  std::vector<std::pair<Tried, sim::TrainConfig>> whats;
+  for (const sim::PartSet& s : sets) {
+    std::vector<sim::PrecisionPart> ps;
+    for (int i : s) ps.push_back(parts_[size_t(i)]);
+    whats.push_back({Tried{"candidate", s, {}}, sim::promote(c_, ps)});
+  }
+  const std::vector<const Tried*> r = evaluate(whats);
+  std::vector<std::optional<double>> out(sets.size());
+  for (size_t i = 0; i < r.size(); ++i) out[i] = std::isnan(r[i]->closed) ? -INFINITY : r[i]->closed;
+  return out;
+}
+
+
+/// Whether the traced tensor `name` (of op `op`) is rounded by part `q`.
+bool covers(const sim::PrecisionPart& q, const std::string& name, const TensorTotals& t) {
+  const std::string& op = t.op;
+  for (sim::Role r : q.roles)
+    if (t.role == sim::role_name(r)) return true;
+  if (!q.roles.empty()) return false;
+  for (const std::string& s : q.scopes)
+    if (name.compare(0, s.size() + 1, s + ".") == 0) return true;
+  if (!q.scopes.empty()) return false;
+  const auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (!q.ops.empty()) {
+    for (sim::OpKind k : q.ops)
+      if (op == sim::op_name(k)) return true;
+    return false;
+  }
+  if (!q.states.empty() || q.weights) {
+    for (const std::string& st : q.states)
+      if (ends("." + st)) return true;
+    return q.weights && ends(".update");
+  }
+  if (q.inputs) return name == "input" || ends(".target");
+  return true;  // a rounding direction, the accumulation, a role: every low rounding
+}
+
+/// The trace evidence of part `q` in the original run, one clause.
+std::string evidence(const sim::PrecisionPart& q, const RunResult& orig) {
+  uint64_t total = 0, flushed = 0, overflow = 0;
+  for (const auto& [name, t] : orig.tensors)
+    if (covers(q, name, t)) total += t.total, flushed += t.flushed, overflow += t.overflow;
+  if (total == 0) return "`" + q.name + "` has no traced low-precision rounding";
+  std::string s = "`" + q.name + "` flushed " + std::to_string(flushed) + " of " +
+                  std::to_string(total) + " rounded values to zero (flushed fraction " +
+                  short_num(double(flushed) / double(total)) + ")";
+  if (overflow) s += " and overflowed " + std::to_string(overflow);
+  return s;
+}
+
+/// The console paragraph: the culprit in the config's words, each member alone, the trace
+/// evidence and the runs used.
+std::string paragraph(const Bisection& b, const sim::PartSet& culprit, double closed,
+                      bool finished, const BisectOptions& o) {
+  std::string s = "halfway bisect: promoting ";
+  for (size_t i = 0; i < culprit.size(); ++i)
+    s += std::string(i == 0 ? "" : i + 1 == culprit.size() ? " and " : ", ") + "`" +
+         b.parts_[size_t(culprit[i])].name + "`";
+  s += " to fp32 (";
+  for (size_t i = 0; i < culprit.size(); ++i)
+    s += std::string(i ? "; " : "") + b.parts_[size_t(culprit[i])].setting;
+  s += ")" + std::string(culprit.size() > 1 ? " together" : "") + " closes " + pct(closed) +
+       " of the gap in " + o.metric + " (" + short_num(b.orig_) + " against the fp32 reference's " +
+       short_num(b.ref_) + ", gap " + short_num(b.gap_) +
+       (o.seeds.size() > 1 ? ", the mean of " + std::to_string(o.seeds.size()) + " seeds" : "") + ")";
+  if (culprit.size() > 1) {
+    s += "; alone, ";
+    for (size_t i = 0; i < culprit.size(); ++i) {
+      const Tried* t = b.find({culprit[i]});
+      s += std::string(i ? ", " : "") + "`" + b.parts_[size_t(culprit[i])].name + "` closes " +
+           (t ? pct(t->closed) : std::string("(not run)"));
+    }
+  }
+  const RunResult& orig = b.tried_[1].runs[0];
+  s += ". In the original run (seed " + std::to_string(o.seeds[0]) + "), ";
+  for (size_t i = 0; i < culprit.size(); ++i)
+    s += (i ? "; " : "") + evidence(b.parts_[size_t(culprit[i])], orig);
+  s += "; " + std::to_string(orig.vanished) + " of " + std::to_string(orig.nonzero) +
+       " non-zero updates vanished; the weights drift " + short_num(orig.drift) +
+       " from the fp32 reference's (relative, mean over the parameters, last step). ";
+  s += std::to_string(b.cache_.used()) + " runs of a budget of " + std::to_string(o.budget) +
+       " (" + std::to_string(b.cache_.ran()) + " run now)";
+  if (!finished) s += "; the budget ran out before the search finished: the set is the smallest found";
+  return s + ".\n";
+}
+
+std::string csv_text(const Bisection& b, const std::vector<uint64_t>& seeds) {
+  std::string s = "run,role,promoted,parts,seed,metric,mean_metric,closed\n";
+  int run = 0;
+  for (const Tried& t : b.tried_)
+    for (size_t j = 0; j < t.runs.size(); ++j) {
+      std::string promoted = b.names(t.set);
+      for (char& ch : promoted)
+        if (ch == ',' || ch == '"') ch = ' ';
+      s += std::to_string(run++) + "," + t.role + "," + promoted + "," +
+           std::to_string(t.set.size()) + "," + std::to_string(seeds[j]) + "," +
+           num_str(t.runs[j].metric) + "," + num_str(t.mean) + "," + num_str(t.closed) + "\n";
+    }
+  return s;
+}
+
+json answer_json(const Bisection& b, const sim::PartSet& culprit, double closed, bool finished,
+                 const BisectOptions& o) {
+  json parts = json::array();
+  for (const auto& p : b.parts_) parts.push_back({{"name", p.name}, {"setting", p.setting}});
+  json members = json::array();
+  for (int i : culprit) {
+    const Tried* t = b.find({i});
+    members.push_back({{"name", b.parts_[size_t(i)].name},
+                       {"setting", b.parts_[size_t(i)].setting},
+                       {"closed_alone", t ? num_json(t->closed) : json(nullptr)}});
+  }
+  json curves = json::object();
+  curves["reference"] = to_json(b.tried_[0].runs[0])["losses"];
+  curves["original"] = to_json(b.tried_[1].runs[0])["losses"];
+  if (const Tried* t = b.find(culprit)) curves["fixed"] = to_json(t->runs[0])["losses"];
+  return {{"config", o.config}, {"against", o.against}, {"metric", o.metric},
+          {"granularity", o.granularity}, {"seeds", o.seeds}, {"threshold", kCloseTarget},
+          {"reference_metric", num_json(b.ref_)}, {"original_metric", num_json(b.orig_)},
+          {"gap", num_json(b.gap_)}, {"parts", parts}, {"culprit", members},
+          {"closed", num_json(closed)}, {"finished", finished},
+          {"runs_used", b.cache_.used()}, {"runs_now", b.cache_.ran()}, {"budget", o.budget},
+          {"losses_seed_" + std::to_string(o.seeds[0]), curves},
+          {"version", sim::sim_version()}};
+}
+
+BisectOptions parse_options(int argc, char** argv, bool& help) {
+  CLI::App app{"Find which part of a precision policy explains its gap to fp32", "halfway bisect"};
+  BisectOptions o;
+  app.add_option("config", o.config, "the run's TOML config");
+  app.add_option("--against", o.against, "the reference: fp32 (the default)");
+  app.add_option("--metric", o.metric, "final_loss (default), val_loss (text data), drift");
+  app.add_option("--granularity", o.granularity, "op (default: op kinds, optimizer states, "
+                                                 "weights), role (forward, backward, update) or "
+                                                 "layer (the model's modules by name)");
+  app.add_option("--budget", o.budget, "the most training runs to use (default 64, at least 2)");
+  app.add_option("--out", o.out, "output folder (default: the config's name + '.bisect')");
+  app.add_option("--jobs,-j", o.jobs, "runs in parallel (the answer does not depend on it)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--seeds", o.seeds, "seeds to average the metric over (default: the config's)")
+      ->delimiter(',');
+  app.add_option("--min-gap", o.min_gap, "a gap at most this large counts as none (default "
+                                         "1e-6 + 1e-3 x |the reference's metric|)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    help = true;
+    return o;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    throw InputError(msg);
+  }
+  if (o.config.empty()) throw InputError("missing CONFIG.toml (usage: halfway bisect CONFIG.toml [--against fp32])");
+  sim::parse_granularity(o.granularity);
+  if (o.metric != "final_loss" && o.metric != "val_loss" && o.metric != "drift")
+    throw InputError("unknown metric '" + o.metric + "' (metrics: final_loss val_loss drift)");
+  if (o.budget < 2)
+    throw InputError("--budget must be at least 2 (the reference and the original run), got " +
+                     std::to_string(o.budget));
+  if (o.against != "fp32") {
+    if (!fs::is_regular_file(o.against))
+      throw InputError("--against must be fp32 or a config file, got '" + o.against + "'");
+    sim::parse_config_file(o.against);  // a bad config is reported as such
+    throw InputError("--against " + o.against + ": a second config as the reference is not "
+                     "supported yet (use --against fp32)");
+  }
+  return o;
+}
+
+}  // namespace
+
+int cmd_bisect(int argc, char** argv) {
+  bool help = false;
+  BisectOptions o = parse_options(argc, argv, help);
+  if (help) return 0;
+  const sim::TrainConfig c = sim::parse_config_file(o.config);
+  if (o.metric == "val_loss" && (c.text_files.empty() || c.val_every == 0))
+    throw InputError("--metric val_loss needs text data with validation ([data] text, val_every > 0)");
+  if (o.seeds.empty()) o.seeds = {c.seed};
+  if (o.out.empty()) {
+    const fs::path p(o.config);
+    o.out = (p.parent_path() / p.stem()).string() + ".bisect";
+  }
+  const sim::Granularity g = sim::parse_granularity(o.granularity);
+  std::vector<sim::PrecisionPart> parts = sim::precision_parts(c, g);
+  const fs::path out(o.out), runs = out / "runs";
+  fs::create_directories(runs);
+  sim::unpublish_folder(o.out, {"bisect.csv", "bisect.json"});
+  std::string def = sim::read_text_file(o.config) + "\nmetric " + o.metric + "\n";
+  RunCache cache(runs, def, o.metric, o.budget, o.jobs);
+  Bisection b(o, c, parts, cache);
+  sim::install_stop_handlers();
+  try {
+    if (!b.measure_gap()) throw InputError("--budget " + std::to_string(o.budget) + " cannot pay for the reference and the original runs of " + std::to_string(o.seeds.size()) + " seeds");
+    const double limit = o.min_gap >= 0 ? o.min_gap : 1e-6 + 1e-3 * std::fabs(b.ref_);
+    if (!(std::fabs(b.gap_) > limit))
+      throw InputError("no gap: " + o.metric + " " + num_str(b.orig_) + " against the fp32 reference's " +
+                       num_str(b.ref_) + ", gap " + num_str(b.gap_) + " (at most " + num_str(limit) +
+                       " counts as none); nothing to bisect");
+    if (parts.empty())
+      throw InputError("a gap of " + num_str(b.gap_) + " in " + o.metric + ", but no part of " +
+                       o.config + "'s precision differs from fp32 at granularity " + o.granularity);
+    const int n = int(parts.size());
+    sim::PartSet all(static_cast<size_t>(n), 0);
+    for (int i = 0; i < n; ++i) all[size_t(i)] = i;
+    const std::optional<double> f_all = b.closed({all})[0];
+    sim::SearchResult res{all, f_all.has_value()};
+    if (f_all && *f_all >= kCloseTarget)
+      res = sim::ddmin(n, kCloseTarget, o.jobs,
+                       [&](const std::vector<sim::PartSet>& s) { return b.closed(s); });
+    if (res.finished && res.culprit.size() > 1) {
+      std::vector<sim::PartSet> singles;
+      for (int i : res.culprit) singles.push_back({i});
+      for (const auto& r : b.closed(singles)) res.finished = res.finished && r.has_value();
+    }
+    const Tried* t = b.find(res.culprit);
+    const double closed = t ? t->closed : NAN;
+    sim::AtomicFile csv((out / "bisect.csv").string()), js((out / "bisect.json").string());
+    csv.out() << csv_text(b, o.seeds);
+    js.out() << answer_json(b, res.culprit, closed, res.finished, o).dump(2) << "\n";
+    csv.finish();
+    js.finish();
+    const json manifest = {{"tool", "halfway bisect"}, {"config", o.config},
+                           {"complete", true}, {"version", sim::sim_version()},
+                           {"git_revision", sim::git_revision()}};
+    sim::publish_folder(o.out, {}, {[&] { csv.publish(); }, [&] { js.publish(); }},
+                        manifest.dump(2) + "\n");
+    std::fputs(paragraph(b, res.culprit, closed, res.finished, o).c_str(), stdout);
+    if (f_all && *f_all < kCloseTarget)
+      std::printf("halfway bisect: promoting every part closes only %s of the gap: the parts do "
+                  "not explain it (seed noise, or rounding outside the parts)\n", pct(*f_all).c_str());
+    return res.finished && f_all && *f_all >= kCloseTarget ? 0 : 1;
+  } catch (const Stopped& s) {
+    std::fprintf(stderr, "halfway bisect: stopped by %s after %d runs; run again to continue "
+                 "(finished runs are kept in %s)\n", sim::signal_name(s.signal).c_str(),
+                 cache.used(), runs.string().c_str());
+    return 128 + s.signal;
+  }
+}
+
+}  // namespace halfway::cli
