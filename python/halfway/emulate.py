@@ -77,6 +77,10 @@ class Recipe:
         self.fp8, self.blocks = t["fp8"], t["blocks"]
         self.forward_rounding = t["rounding"]["forward"] or "near_even"
         self.backward_rounding = t["rounding"]["backward"] or "near_even"
+        # Stochastic rounding anywhere (nvfp4's gradients): every rounding call then takes the
+        # next stream of sim's runtime, so fp32 ops too run as sim's ops (below).
+        self.stochastic = bool(self.blocks and self.blocks["grad_sr"]) or "stochastic" in (
+            self.forward_rounding, self.backward_rounding)
 
     def scaled(self, op):
         """'fp8' or 'blocks' when this op's GEMMs are scaled copies, else None."""
@@ -114,6 +118,7 @@ class _Gemm:
         self.dt = "fp32" if self.scaled else recipe.gemm_dtype(op, [d for d in dtypes if d])
         self.linear = op == "linear"
         self.b_role = "weight" if self.linear else "other"
+        self.grad_enabled = em._torch.is_grad_enabled()  # the caller's mode, not forward()'s
 
     # -- primitives ------------------------------------------------------------------------
 
@@ -149,11 +154,13 @@ class _Gemm:
 
     # -- forward and backward ----------------------------------------------------------------
 
-    def forward(self, a, b, bias):
+    def forward(self, a, b, bias, need_a=True, need_b=True):
+        """need_a, need_b: whether a and b need gradients (the block recipes' backward copies
+        of W and X are made only for the gradients they serve, as sim's linear_blocks)."""
         if self.scaled == "fp8":
             return self._fp8_forward(a, b, bias)
         if self.scaled == "blocks":
-            return self._blocks_forward(a, b, bias)
+            return self._blocks_forward(a, b, bias, need_a, need_b)
         da, db, dbias = self.dtypes
         aq = self._cast(a, da, "input", "activation")
         bq = self._cast(b, db, self.b_role, self._kind(self.b_role))
@@ -250,7 +257,7 @@ class _Gemm:
         c = self._gemm(A, B, pb, "fp32", layout, 1.0)
         return np.ascontiguousarray(c[:m, :n])
 
-    def _blocks_forward(self, x, w, bias):
+    def _blocks_forward(self, x, w, bias, need_x, need_w):
         blk = self.r.blocks
         M, K = x.shape
         N = w.shape[0]
@@ -270,9 +277,14 @@ class _Gemm:
                          Kd=_padded(K, wdc), Mw=_padded(M, gwr, xwr), Nw=_padded(N, gwc),
                          Kw=_padded(K, xwc))
         d = self.dims
-        wd = self._copy(w, "weight", 0, "dgrad", d["Nd"], d["Kd"], "weight", "weight")
-        xw = self._copy(x, "input", 0, "wgrad", d["Mw"], d["Kw"], "input", "activation",
-                        rht=blk["wgrad_rht"])
+        # Each copy takes the next stochastic-rounding stream of sim's runtime (as every
+        # rounding does), so the copies are made exactly when and in the order sim makes them.
+        wd = xw = None
+        if need_x:
+            wd = self._copy(w, "weight", 0, "dgrad", d["Nd"], d["Kd"], "weight", "weight")
+        if need_w:
+            xw = self._copy(x, "input", 0, "wgrad", d["Mw"], d["Kw"], "input", "activation",
+                            rht=blk["wgrad_rht"])
         self.saved = (wd, xw)
         return y
 
@@ -304,14 +316,16 @@ def _function_class(torch):
         @staticmethod
         def forward(ctx, sites, a, b, bias):
             batched = a.dim() == 3
+            need = [n and sites[0].grad_enabled for n in ctx.needs_input_grad]
             A = _f32(a)
             Bv = _f32(b)
             bias_v = None if bias is None else _f32(bias)
             if batched:
-                ys = [s.forward(A[i], Bv[i], bias_v) for i, s in enumerate(sites)]
+                ys = [s.forward(A[i], Bv[i], bias_v, need[1], need[2])
+                      for i, s in enumerate(sites)]
                 y = np.stack(ys)
             else:
-                y = sites[0].forward(A, Bv, bias_v)
+                y = sites[0].forward(A, Bv, bias_v, need[1], need[2])
             ctx.sites, ctx.batched = sites, batched
             return torch.from_numpy(np.ascontiguousarray(y))
 
@@ -579,6 +593,9 @@ class emulate:
         if self._busy:
             return func(*args, **kwargs)
         torch = self._torch
+        if func is torch.Tensor.backward and args:
+            with self.busy():
+                self._backward_seed(args[0])
         handler = self._handlers().get(func)
         why = None
         if handler is not None:
@@ -604,6 +621,15 @@ class emulate:
                 and isinstance(args[0], torch.Tensor) and hasattr(args[0], _TAG):
             setattr(r, _TAG, getattr(args[0], _TAG))
         return r
+
+    def _backward_seed(self, root):
+        """sim's Tensor::backward rounds its seed gradient into the root's dtype, untraced: so
+        does `loss.backward()` here, so that the stochastic-rounding streams of the backward
+        are the ones the simulator's take (the seed 1 is a value of every dtype: the gradient
+        PyTorch sends is unchanged)."""
+        recipe = self._recipe_for("")
+        dt = getattr(root, _TAG, None) or "fp32"
+        self.core.round(np.ones(1, np.float32), dt, recipe.backward_rounding)
 
     def _handlers(self):
         h = getattr(self, "_handler_table", None)
@@ -644,7 +670,8 @@ class emulate:
         module = self._stack[-1] if self._stack else ""
         recipe = self._recipe_for(module)
         rule = recipe.table["rules"]["mul" if op == "mul_scalar" else op]
-        if rule != "lower" and all(self._dtype_of(t, recipe) in (None, "fp32") for t in tensors):
+        if rule != "lower" and not recipe.stochastic \
+                and all(self._dtype_of(t, recipe) in (None, "fp32") for t in tensors):
             key = _op_name(func)
             self.fp32_ops[key] = self.fp32_ops.get(key, 0) + 1
             return func(*args, **kwargs), None
