@@ -21,9 +21,11 @@ Tensors keep float32 storage: an fp16 output is a float32 tensor holding fp16 va
 logical dtype rides along on the tensor, so the next GEMM does not cast it again).
 """
 import json
+import math
 import os
 import re
 import tempfile
+import types
 
 import numpy as np
 
@@ -31,8 +33,9 @@ from . import _halfway
 
 __all__ = ["emulate"]
 
-_PRESERVING = ("relu", "reshape", "view", "flatten", "transpose", "permute", "contiguous",
-               "clone", "t", "squeeze", "unsqueeze", "detach")
+_PRESERVING = ("relu", "reshape", "view", "flatten", "unflatten", "transpose", "permute",
+               "contiguous", "clone", "t", "squeeze", "unsqueeze", "detach", "expand",
+               "__getitem__", "select", "narrow")
 _TAG = "_halfway_dtype"
 
 
@@ -309,6 +312,41 @@ class _Gemm:
         return ga, gb, gbias
 
 
+class _Attention:
+    """The GEMMs of one attention call (nn.MultiheadAttention or scaled_dot_product_attention)
+    named by their role: `<m>.in_proj` (`q_proj`, `k_proj`, `v_proj`: separate weights),
+    `<m>.scores` (QKᵀ), `<m>.context` (attention·V), `<m>.out_proj` (its module's own name and
+    recipe), m the module the attention runs in (sim's scaled_dot_product_attention names its
+    matmuls `scores` and `context` too)."""
+
+    def __init__(self, em, module):
+        self.module = module
+        self.matmuls = 0
+        mod = em.model.get_submodule(module) if module else em.model
+        self.weights = []
+        for attr in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            w = getattr(mod, attr, None)
+            if w is not None:
+                self.weights.append((w, attr[:-len("_weight")], module))
+        out = getattr(mod, "out_proj", None)
+        if out is not None and getattr(out, "weight", None) is not None:
+            name = f"{module}.out_proj" if module else "out_proj"
+            self.weights.append((out.weight, None, name))
+
+    def _at(self, role):
+        return f"{self.module}.{role}" if self.module else role
+
+    def gemm_name(self, op, b, base, module):
+        """(trace name base, module whose recipe applies) of a GEMM inside this attention."""
+        if op == "matmul":
+            self.matmuls += 1
+            return self._at("scores" if self.matmuls % 2 else "context"), module
+        for w, role, owner in self.weights:
+            if b is w or (b is not None and getattr(b, "_base", None) is w):
+                return (self._at(role), module) if role else (owner, owner)
+        return base, module
+
+
 def _function_class(torch):
     class GemmFunction(torch.autograd.Function):
         """a [B, M, K] (or [M, K]), b matching, bias [N] or None: one _Gemm per batch item."""
@@ -451,6 +489,8 @@ class emulate:
         self.fp32_ops = {}
         self._last_dtype = None
         self._mode = None
+        self._attention = []
+        self._untouched = False
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -596,6 +636,16 @@ class emulate:
         if func is torch.Tensor.backward and args:
             with self.busy():
                 self._backward_seed(args[0])
+        decomposed = self._decompositions().get(func)
+        if decomposed is not None:
+            r = decomposed(args, kwargs)
+            if r is not NotImplemented:
+                return r
+            name = _op_name(func)
+            key = f"{name} (not emulated: operands)"
+            self.unemulated[key] = self.unemulated.get(key, 0) + 1
+            with self.busy():
+                return func(*args, **kwargs)
         handler = self._handlers().get(func)
         why = None
         if handler is not None:
@@ -641,11 +691,101 @@ class emulate:
                  torch.Tensor.__rmatmul__: self._rmatmul, torch.mm: self._matmul,
                  torch.Tensor.mm: self._matmul, torch.bmm: self._matmul,
                  torch.Tensor.bmm: self._matmul, torch.addmm: self._addmm,
-                 torch.Tensor.addmm: self._addmm,
+                 torch.Tensor.addmm: self._addmm, torch.baddbmm: self._baddbmm,
+                 torch.Tensor.baddbmm: self._baddbmm,
                  F.conv1d: self._conv, F.conv2d: self._conv,
                  torch.conv1d: self._conv, torch.conv2d: self._conv}
             self._handler_table = h
         return h
+
+    def _decompositions(self):
+        """Functions emulated as the ops they are made of (attention): each runs unbusy, its
+        parts dispatched as the model's own calls."""
+        d = getattr(self, "_decomposition_table", None)
+        if d is None:
+            F = self._torch.nn.functional
+            d = {F.multi_head_attention_forward: self._multi_head_attention}
+            if hasattr(F, "scaled_dot_product_attention"):
+                d[F.scaled_dot_product_attention] = self._scaled_dot_product_attention
+            self._decomposition_table = d
+        return d
+
+    def _call(self, func, *args, **kwargs):
+        """A call the emulation makes on the model's behalf, dispatched as the model's own."""
+        return self._dispatch(func, args, kwargs)
+
+    def _multi_head_attention(self, args, kwargs):
+        """F.multi_head_attention_forward: PyTorch's own Python body (the in-projection, the
+        QK^T and attention·V bmm or scaled_dot_product_attention, the out-projection), run
+        with this mode active so that each of its calls is seen. A copy of the function whose
+        globals say no argument has a __torch_function__ keeps it from dispatching itself to
+        this mode again."""
+        torch = self._torch
+        F = torch.nn.functional
+        tensors = [a for a in list(args[:3]) + [kwargs.get(k) for k in ("query", "key", "value")]
+                   if isinstance(a, torch.Tensor)]
+        if not self._emulable(*tensors):
+            return NotImplemented
+        fn = getattr(self, "_mha_body", None)
+        if fn is None:
+            f = F.multi_head_attention_forward
+            g = dict(f.__globals__)
+            g["has_torch_function"] = lambda *a, **k: False
+            fn = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+            fn.__kwdefaults__ = f.__kwdefaults__
+            self._mha_body = fn
+        module = self._stack[-1] if self._stack else ""
+        self._attention.append(_Attention(self, module))
+        try:
+            with self._mode:
+                return fn(*args, **kwargs)
+        finally:
+            self._attention.pop()
+
+    def _scaled_dot_product_attention(self, args, kwargs):
+        """F.scaled_dot_product_attention as PyTorch's math path computes it
+        (_scaled_dot_product_attention_math): q·√s, (kᵀ·√s), their matmul, + the mask (a
+        boolean or causal mask as 0 / -inf), softmax over the last dimension, dropout, matmul
+        with v; s = scale or 1/√E. enable_gqa and a negative scale run as PyTorch runs them."""
+        torch = self._torch
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                 "enable_gqa")
+        if len(args) > len(names):
+            return NotImplemented
+        p = dict(zip(names, args))
+        p.update(kwargs)
+        q, k, v, mask = p.get("query"), p.get("key"), p.get("value"), p.get("attn_mask")
+        scale, causal = p.get("scale"), bool(p.get("is_causal", False))
+        if set(p) - set(names) or p.get("enable_gqa") or (scale is not None and scale < 0) \
+                or (causal and mask is not None) or not self._emulable(q, k, v) \
+                or any(not isinstance(t, torch.Tensor) or t.dim() < 2 for t in (q, k, v)) \
+                or (mask is not None and not (isinstance(mask, torch.Tensor) and (
+                    mask.dtype == torch.bool or self._emulable(mask)))):
+            return NotImplemented
+        with self.busy():
+            if causal:
+                mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+            if mask is not None and mask.dtype == torch.bool:
+                mask = torch.where(mask.logical_not(), -math.inf, 0.0)
+        sf = math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+        module = self._stack[-1] if self._stack else ""
+        pushed = not self._attention
+        if pushed:
+            self._attention.append(_Attention(self, module))
+        try:
+            call = self._call
+            attn = call(torch.matmul, call(torch.mul, q, sf),
+                        call(torch.mul, call(torch.Tensor.transpose, k, -2, -1), sf))
+            if mask is not None:
+                attn = call(torch.add, attn, mask)
+            attn = call(torch.softmax, attn, -1)
+            dropout_p = p.get("dropout_p", 0.0)
+            if dropout_p > 0.0:
+                attn = call(torch.dropout, attn, dropout_p, True)
+            return call(torch.matmul, attn, v)
+        finally:
+            if pushed:
+                self._attention.pop()
 
     def _sim_ops(self):
         t = getattr(self, "_sim_op_table", None)
@@ -719,15 +859,17 @@ class emulate:
         setattr(y, _TAG, dt)
         return y, dt
 
-    def _site_name(self, op):
-        """The GEMM's trace name: its module's for a module's own layer, else module.op;
-        a second call in a step gets #2, ..."""
+    def _site_name(self, op, b=None):
+        """The GEMM's trace name: its module's for a module's own layer, else module.op; inside
+        attention (_Attention) the role of the GEMM; a second call in a step gets #2, ..."""
         module = self._stack[-1] if self._stack else ""
         mod = self.model.get_submodule(module) if module else self.model
         torch = self._torch
         own = (op == "linear" and isinstance(mod, torch.nn.Linear)) or \
               (op == "conv" and isinstance(mod, (torch.nn.Conv1d, torch.nn.Conv2d)))
         base = (module or "model") if own else (f"{module}.{op}" if module else op)
+        if self._attention and not own:
+            base, module = self._attention[-1].gemm_name(op, b, base, module)
         n = self._calls.get(base, 0) + 1
         self._calls[base] = n
         return base if n == 1 else f"{base}#{n}", module
@@ -761,9 +903,12 @@ class emulate:
 
     def _run(self, op, a, b, bias, stat, b_is_param=None):
         """a [M, K] or [B, M, K]; b [N, K] (linear) or [K, N] / [B, K, N]; bias [N] or None."""
-        recipe_site, module = self._site_name(stat)
+        recipe_site, module = self._site_name(stat, b)
         recipe = self._recipe_for(module)
-        is_param = isinstance(b, self._torch.nn.Parameter) if b_is_param is None else b_is_param
+        if b_is_param is None:  # a parameter, or a view of one (attention's chunked in_proj)
+            P = self._torch.nn.Parameter
+            b_is_param = isinstance(b, P) or isinstance(getattr(b, "_base", None), P)
+        is_param = b_is_param
         a, da = self._declared(a, recipe, recipe_site, "input")
         b, db = self._declared(b, recipe, recipe_site, "other", is_param)
         bias, dbias = self._declared(bias, recipe, recipe_site, "bias")
@@ -775,6 +920,7 @@ class emulate:
         if self.accumulation == "native" and not sites[0].scaled and sites[0].dt == "fp32" \
                 and all(d in (None, "fp32") for d in dtypes):
             y = None  # nothing to round: PyTorch's own op, untouched
+            self._untouched = True
         else:
             y = self._Function.apply(sites, a, b, bias)
             if sites[0].dt != "fp32":
@@ -837,6 +983,24 @@ class emulate:
                 or bias.shape[0] != b.shape[-1]:
             return NotImplemented
         return self._matmul_core(func, a, b, args, kwargs, bias=bias)
+
+    def _baddbmm(self, func, args, kwargs):
+        """torch.baddbmm(c, a, b) (beta = alpha = 1; MultiheadAttention's masked scores) as
+        the matmul a·b, then sim's add of c (in the recipe's dtype of an add); under fp32 with
+        native accumulation PyTorch's own fused call."""
+        if len(args) != 3 or any(kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) \
+                or set(kwargs) - {"beta", "alpha"}:
+            return NotImplemented
+        c, a, b = args
+        if not self._emulable(c) or not isinstance(c, self._torch.Tensor):
+            return NotImplemented
+        self._untouched = False
+        y = self._matmul_core(func, a, b, args, kwargs)
+        if y is NotImplemented or self._untouched:
+            return y  # the fused call's own result: nothing to round
+        add = self._torch.add
+        r, why = self._sim_call(add, self._sim_ops()[add], (y, c), {})
+        return add(y, c) if why else r
 
     def _conv(self, func, args, kwargs):
         torch = self._torch
