@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _halfway
 
-__all__ = ["emulate"]
+__all__ = ["emulate", "recipe_from_toml"]
 
 _PRESERVING = ("relu", "reshape", "view", "flatten", "unflatten", "transpose", "permute",
                "contiguous", "clone", "t", "squeeze", "unsqueeze", "detach", "expand",
@@ -78,8 +78,8 @@ class Recipe:
         self.table = _halfway._recipe(name)
         t = self.table
         self.fp8, self.blocks = t["fp8"], t["blocks"]
-        self.forward_rounding = t["rounding"]["forward"] or "near_even"
-        self.backward_rounding = t["rounding"]["backward"] or "near_even"
+        self.forward_rounding = t["rounding"]["forward"] or t["run_rounding"]
+        self.backward_rounding = t["rounding"]["backward"] or t["run_rounding"]
         # Stochastic rounding anywhere (nvfp4's gradients): every rounding call then takes the
         # next stream of sim's runtime, so fp32 ops too run as sim's ops (below).
         self.stochastic = bool(self.blocks and self.blocks["grad_sr"]) or "stochastic" in (
@@ -103,6 +103,42 @@ class Recipe:
     def default_dtype(self, is_param):
         """The logical dtype of a tensor nothing emulated produced (pure-* keep both low)."""
         return self.table["param_dtype" if is_param else "input_dtype"]
+
+
+class TomlRecipe(str):
+    """A recipe read from the [precision] table of a TOML file (recipe_from_toml): a str, the
+    name emulate knows it by (`<file name>#<n>`), usable wherever a recipe name is; `path`
+    and `table` (the recipe as data, as for a preset) say what it is."""
+
+    def __new__(cls, name, path, table):
+        self = super().__new__(cls, name)
+        self.path, self.table = path, table
+        return self
+
+
+_toml_recipes = [0]
+
+
+def recipe_from_toml(path):
+    """The recipe of the [precision] table of the config file `path` (a `halfway train`
+    config, or a file with only that table), read by the simulator's own config parser: every
+    key `halfway train` accepts there (a preset or `custom` policy, low, params, accumulation,
+    rounding, sr_random_bits, ops, the fp8 options, ...), checked as it checks them.
+
+    An unreadable path is an OSError naming it; a file that is not TOML, lacks [precision] or
+    holds an unknown or invalid key is a ValueError naming the file and the key."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise FileNotFoundError(2, "halfway.torch.recipe_from_toml: no such file", p)
+    with open(p, "rb"):
+        pass  # unreadable: OSError naming the file
+    _toml_recipes[0] += 1
+    name = f"{os.path.basename(p)}#{_toml_recipes[0]}"
+    try:
+        table = _halfway._register_toml_recipe(name, p)
+    except ValueError as e:
+        raise ValueError(f"halfway.torch.recipe_from_toml: {e}") from None
+    return TomlRecipe(name, p, table)
 
 
 class _Gemm:
@@ -138,10 +174,10 @@ class _Gemm:
             c = c + torch.from_numpy(bias)
         return np.ascontiguousarray(c.numpy())
 
-    def _round(self, x, dt, backward, suffix="", kind="activation", op=None):
+    def _round(self, x, dt, backward, suffix="", kind="activation", op=None, draw=True):
         rounding = self.r.backward_rounding if backward else self.r.forward_rounding
         name = f"{self.name}.{suffix}" if suffix else ""
-        return self.em.core.round(x, dt, rounding, name, op or self.op, kind)
+        return self.em.core.round(x, dt, rounding, name, op or self.op, kind, draw)
 
     def _cast(self, x, src, role, kind):
         """x (logical dtype src) cast into the GEMM's dtype, traced as sim's cast node."""
@@ -180,8 +216,11 @@ class _Gemm:
             return self._blocks_backward(g, need_a, need_b, need_bias)
         aq, bq = self.saved
         dt = self.dt
-        # The gradient of a tensor of dtype dt is a tensor of dtype dt.
-        G = self._round(g, dt, True, "grad_output", "activation_grad")
+        # The gradient of a tensor of dtype dt is a tensor of dtype dt: rounded into it,
+        # traced; one that is already (a sim op sent it) draws no stream, as in the simulator.
+        exact = dt == "fp32" or np.array_equal(_halfway.round(g, dt).view(np.uint32),
+                                               g.view(np.uint32))
+        G = self._round(g, dt, True, "grad_output", "activation_grad", draw=not exact)
         ga = gb = gbias = None
         if need_a:  # dgrad
             Bd = bq if self.linear else np.ascontiguousarray(bq.T)
@@ -414,6 +453,9 @@ def _sim_function_class(torch):
 
         @staticmethod
         def forward(ctx, em, t, dt, rounding, name, kind):
+            if not name:  # a parameter: sim holds it in dt, rounded once to nearest when made,
+                # drawing no stochastic-rounding stream
+                return torch.from_numpy(_halfway.round(_f32(t), dt))
             return torch.from_numpy(em.core.round(_f32(t), dt, rounding, name, "cast", kind))
 
         @staticmethod
@@ -443,7 +485,7 @@ class emulate:
     """
 
     def __init__(self, model, recipe="fp32", accumulation=None, seed=0, out=None, rules=None,
-                 every=1, threads=1):
+                 every=1, threads=1, random_bits=None):
         import torch
         self._torch = torch
         if not isinstance(model, torch.nn.Module):
@@ -453,7 +495,7 @@ class emulate:
             if p.is_complex() or not p.is_floating_point():
                 raise TypeError(f"halfway.torch.emulate: parameter '{pname}' has dtype "
                                 f"{p.dtype}; only floating-point parameters can be emulated")
-        names = _halfway._recipe_names()
+        names = list(_halfway._recipe_names()) + list(_halfway._custom_recipe_names())
         self.recipe = self._check_recipe(recipe, names, "recipe")
         accs = list(_halfway._accumulation_names()) + ["fp32-sequential"]
         if accumulation is not None and accumulation != "native" and accumulation not in accs:
@@ -465,13 +507,20 @@ class emulate:
         if not isinstance(seed, int) or seed < 0 or seed >= 1 << 64:
             raise ValueError(f"halfway.torch.emulate: seed must be an integer in [0, 2**64), "
                              f"not {seed!r}")
+        if random_bits is None:  # the recipe's (sr_random_bits of a TOML recipe), else 32
+            random_bits = _halfway._recipe(self.recipe)["sr_random_bits"]
+        if not isinstance(random_bits, int) or isinstance(random_bits, bool) \
+                or not 1 <= random_bits <= 32:
+            raise ValueError(f"halfway.torch.emulate: random_bits must be an integer in 1..32, "
+                             f"not {random_bits!r}")
+        self.random_bits = random_bits
         self.model, self.accumulation, self.seed, self.every = model, accumulation, seed, every
         self.rules = self._check_rules(rules, names)
         self._module_recipe = self._assign(model)
         self.out = None if out is None else os.fspath(out)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)  # OSError names the folder
-        self.core = _halfway._Emulator(seed, threads, self.out or "")
+        self.core = _halfway._Emulator(seed, threads, self.out or "", random_bits)
         self._recipes = {}
         self._handles = []
         self._stack = []
@@ -1054,7 +1103,9 @@ class emulate:
         _write_atomic(os.path.join(self.out, "steps.csv"), "".join(rows))
         manifest = {
             "tool": "halfway.torch.emulate",
-            "recipe": self.recipe,
+            "recipe": str(self.recipe),
+            "recipe_file": getattr(self.recipe, "path", None),
+            "random_bits": self.random_bits,
             "rules": [[p, r] for p, _, r in self.rules],
             "accumulation": self.accumulation or "recipe",
             "seed": self.seed,

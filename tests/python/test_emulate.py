@@ -169,11 +169,11 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
         g["loss"] = np.float32(r.steps.loss[0])
         return g, r.trace, r.blocks
 
-    def emulate(self, recipe, accumulation=None):
+    def emulate(self, recipe, accumulation=None, **options):
         model = mlp()
         model.load_state_dict({k: torch.from_numpy(v) for k, v in self.init.items()})
         out = os.path.join(self.dir.name, "emu-" + recipe + "-" + str(accumulation))
-        with ht.emulate(model, recipe=recipe, out=out, accumulation=accumulation):
+        with ht.emulate(model, recipe=recipe, out=out, accumulation=accumulation, **options):
             loss = F.mse_loss(model(torch.from_numpy(self.x)), torch.from_numpy(self.y))
             loss.backward()
         trace = pd.read_csv(os.path.join(out, "trace.csv"), keep_default_na=False,
