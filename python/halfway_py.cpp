@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <cstdint>
@@ -1158,9 +1159,19 @@ class Emulator {
     blocks_->out() << line;
   }
 
-  void commit() {
-    if (trace_) trace_->commit();
-    if (blocks_) blocks_->commit();
+  /// The run folder, as `halfway train` publishes its own (io.hpp's publish_folder): trace.csv,
+  /// blocks.csv and `steps` (steps.csv) finished under temporary names, the folder's old
+  /// manifest removed, the files renamed into place, then `manifest` written last. Nothing
+  /// without a folder.
+  void commit(const std::string& steps, const std::string& manifest) {
+    if (!trace_) return;
+    const std::string dir = std::filesystem::path(trace_->path()).parent_path().string();
+    sim::AtomicFile steps_file(dir + "/steps.csv");
+    steps_file.out() << steps;
+    for (sim::AtomicFile* f : {trace_.get(), blocks_.get(), &steps_file}) f->finish();
+    sim::publish_folder(dir, {}, {[&] { trace_->publish(); }, [&] { blocks_->publish(); },
+                                  [&] { steps_file.publish(); }},
+                        manifest);
   }
 
   py::array_t<float> gemm(py::handle a, py::handle b, py::handle bias, const std::string& dtype,
@@ -1454,7 +1465,7 @@ void bind_emulation(py::module_& m) {
       .def("begin_step", &Emulator::begin_step, py::arg("step"), py::arg("traced"),
            py::arg("loss_scale") = 1.0)
       .def("end_step", &Emulator::end_step)
-      .def("commit", &Emulator::commit)
+      .def("commit", &Emulator::commit, py::arg("steps"), py::arg("manifest"))
       .def("gemm", &Emulator::gemm, py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("dtype"),
            py::arg("layout"), py::arg("accumulation"), py::arg("alpha") = py::none(),
            py::arg("fp8") = py::none())

@@ -606,7 +606,6 @@ class emulate:
             h.remove()
         self._handles, self._stack = [], []
         self._end_step()
-        self.core.commit()
         if self.out is not None:
             self._write_files(complete=exc_type is None)
         return False
@@ -1097,10 +1096,12 @@ class emulate:
     # -- the run folder ---------------------------------------------------------------------------
 
     def _write_files(self, complete):
+        """The run folder, published by the simulator as `halfway train` publishes its own:
+        every file finished under a temporary name, the old manifest removed, the files
+        renamed into place, manifest.json last (io.hpp's publish_folder)."""
         from . import __version__
         rows = ["step,loss\n"] + [f"{s},{'' if l != l else repr(float(np.float32(l)))}\n"
                                   for s, l in self.losses]
-        _write_atomic(os.path.join(self.out, "steps.csv"), "".join(rows))
         manifest = {
             "tool": "halfway.torch.emulate",
             "recipe": str(self.recipe),
@@ -1121,8 +1122,7 @@ class emulate:
             "outputs": ["steps.csv", "trace.csv", "blocks.csv"],
             "complete": bool(complete),
         }
-        _write_atomic(os.path.join(self.out, "manifest.json"),
-                      json.dumps(manifest, indent=2) + "\n")
+        self.core.commit("".join(rows), json.dumps(manifest, indent=2) + "\n")
 
 
 

@@ -346,6 +346,35 @@ class BadInputAndRestoration(hwtest.unittest.TestCase):
                 ht.emulate(model, out=os.path.join(blocker, "run"))
         self.assertUnchanged(model, before)
 
+    def test_a_second_run_replaces_the_folder_at_its_end(self):
+        # The run folder is published as halfway train's (publish_folder): while a second run
+        # into the same folder is in progress the first run's files are there unchanged,
+        # complete; at its end every file and the manifest are the second run's, with no
+        # temporary file left.
+        model = mlp()
+        x = torch.randn(8, 10)
+        files = ("manifest.json", "steps.csv", "trace.csv", "blocks.csv")
+
+        def contents(d):
+            out = {}
+            for n in files:
+                with open(os.path.join(d, n), "rb") as f:
+                    out[n] = f.read()
+            return out
+        with tempfile.TemporaryDirectory() as d:
+            with ht.emulate(model, recipe="torch-cuda-fp16", out=d) as em:
+                em.log_loss(model(x).square().mean())
+            first = contents(d)
+            with ht.emulate(model, recipe="mxfp8", out=d) as em:
+                for _ in range(2):
+                    model(x).sum().backward()
+                self.assertEqual(contents(d), first)
+            second = contents(d)
+            self.assertTrue(all(second[n] != first[n] for n in files), "a file was not replaced")
+            m = json.loads(second["manifest.json"])
+            self.assertEqual((m["recipe"], m["steps"], m["complete"]), ("mxfp8", 2, True))
+            self.assertEqual(sorted(os.listdir(d)), sorted(files))
+
     def test_exit_restores_the_model_and_marks_the_folder(self):
         model = mlp()
         x = torch.randn(8, 10)
