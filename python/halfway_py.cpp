@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <cstdint>
@@ -82,7 +83,8 @@ struct Spec {
 };
 
 Spec make_spec(py::handle fmt, const std::string& rounding, bool saturate, bool subnormals,
-               py::handle seed, py::handle offset, const std::string& tininess) {
+               py::handle seed, py::handle offset, const std::string& tininess,
+               int random_bits = kSrRandomBits) {
   Spec s;
   s.f = to_format(fmt);
   if (saturate) s.f.overflow = Overflow::saturate;
@@ -103,6 +105,9 @@ Spec make_spec(py::handle fmt, const std::string& rounding, bool saturate, bool 
     s.o.seed = to_u64(seed, "seed");
   }
   s.o.offset = to_u64(offset, "offset");
+  if (random_bits < 1 || random_bits > 32)
+    throw InputError("random_bits must be in 1..32, not " + std::to_string(random_bits));
+  s.o.random_bits = random_bits;
   return s;
 }
 
@@ -218,8 +223,10 @@ bool finite_nonzero_f64(uint64_t b) {
 template <class Out>
 py::object convert(const char* fn, py::handle a, py::handle fmt, const std::string& rounding,
                    bool saturate, bool subnormals, py::handle seed, py::handle offset,
-                   const std::string& tininess, bool want_flags, bool want_counts) {
-  const Spec s = make_spec(fmt, rounding, saturate, subnormals, seed, offset, tininess);
+                   const std::string& tininess, bool want_flags, bool want_counts,
+                   int random_bits = kSrRandomBits) {
+  const Spec s = make_spec(fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                           random_bits);
   const FloatInput in = float_input(a, fn);
   const auto shape = shape_of(in.arr);
   py::array_t<Out> out(shape);
@@ -273,9 +280,9 @@ py::object convert(const char* fn, py::handle a, py::handle fmt, const std::stri
 
 py::object round_values(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
                         bool subnormals, py::handle seed, py::handle offset,
-                        const std::string& tininess, bool flags, bool counts) {
+                        const std::string& tininess, bool flags, bool counts, int random_bits) {
   return convert<float>("round", a, fmt, rounding, saturate, subnormals, seed, offset, tininess,
-                        flags, counts);
+                        flags, counts, random_bits);
 }
 
 py::object encode(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
@@ -946,9 +953,21 @@ py::array_t<float> dot_py(py::handle a, py::handle b, py::handle c, py::handle f
   return r;
 }
 
+/// The recipes read from TOML files (halfway.torch.recipe_from_toml), by the name it gave.
+std::map<std::string, sim::Precision>& custom_recipes() {
+  static std::map<std::string, sim::Precision> r;
+  return r;
+}
+
+/// A recipe by name: one read from a TOML file, else a preset.
+sim::Precision recipe_precision(const std::string& name) {
+  const auto it = custom_recipes().find(name);
+  return it != custom_recipes().end() ? it->second : sim::preset_precision(name);
+}
+
 /// A preset policy as data for Python: what each op kind and each GEMM operand becomes.
 py::dict recipe_dict(const std::string& name) {
-  const sim::Precision pr = sim::preset_precision(name);
+  const sim::Precision pr = recipe_precision(name);
   const sim::Policy& p = pr.policy;
   py::dict d;
   d["name"] = p.name;
@@ -987,7 +1006,16 @@ py::dict recipe_dict(const std::string& name) {
     roles[sim::role_name(r)] = v ? py::object(py::str(rounding_name(*v))) : py::object(py::none());
   }
   d["rounding"] = roles;
+  d["run_rounding"] = rounding_name(pr.rounding);
+  d["sr_random_bits"] = pr.sr_random_bits;
   return d;
+}
+
+/// The [precision] table of the config file `path`, parsed by sim's config parser and kept as
+/// recipe `name`: its table (recipe_dict).
+py::dict register_toml_recipe(const std::string& name, const std::string& path) {
+  custom_recipes()[name] = sim::parse_precision_file(path);
+  return recipe_dict(name);
 }
 
 /// What a sim op takes besides its tensors (halfway.torch.emulate's `attrs`).
@@ -1120,9 +1148,12 @@ class SimOp {
 /// as `halfway train` writes them.
 class Emulator {
  public:
-  Emulator(uint64_t seed, int threads, const std::string& dir) {
+  Emulator(uint64_t seed, int threads, const std::string& dir, int random_bits) {
     if (threads < 1) throw py::value_error("halfway.torch.emulate: threads must be at least 1");
+    if (random_bits < 1 || random_bits > 32)
+      throw py::value_error("halfway.torch.emulate: random_bits must be in 1..32");
     rt_.rounding.seed = seed;
+    rt_.rounding.random_bits = random_bits;
     rt_.threads = threads;
     if (!dir.empty()) {
       trace_ = std::make_unique<sim::AtomicFile>(dir + "/trace.csv");
@@ -1160,9 +1191,19 @@ class Emulator {
     blocks_->out() << line;
   }
 
-  void commit() {
-    if (trace_) trace_->commit();
-    if (blocks_) blocks_->commit();
+  /// The run folder, as `halfway train` publishes its own (io.hpp's publish_folder): trace.csv,
+  /// blocks.csv and `steps` (steps.csv) finished under temporary names, the folder's old
+  /// manifest removed, the files renamed into place, then `manifest` written last. Nothing
+  /// without a folder.
+  void commit(const std::string& steps, const std::string& manifest) {
+    if (!trace_) return;
+    const std::string dir = std::filesystem::path(trace_->path()).parent_path().string();
+    sim::AtomicFile steps_file(dir + "/steps.csv");
+    steps_file.out() << steps;
+    for (sim::AtomicFile* f : {trace_.get(), blocks_.get(), &steps_file}) f->finish();
+    sim::publish_folder(dir, {}, {[&] { trace_->publish(); }, [&] { blocks_->publish(); },
+                                  [&] { steps_file.publish(); }},
+                        manifest);
   }
 
   py::array_t<float> gemm(py::handle a, py::handle b, py::handle bias, const std::string& dtype,
@@ -1182,13 +1223,18 @@ class Emulator {
                        a, b, bias, to_layout(layout), alpha, "emulate", spec);
   }
 
+  /// `draw`: false for values the caller knows to be values of dtype already (traced, but
+  /// drawing no stochastic-rounding stream: the simulator never rounds them).
   py::array_t<float> round(py::handle x, const std::string& dtype, const std::string& rounding,
                            const std::string& name, const std::string& op,
-                           const std::string& kind) {
+                           const std::string& kind, bool draw = true) {
     Direction d(rt_, rounding);
     const sim::TraceTag tag{name, op_literal(op), kind_from_name(kind)};
-    return rounded_values(rt_, op_dtype(dtype, "emulate"), x, name.empty() ? nullptr : &tag,
-                          "emulate");
+    const uint64_t stream = rt_.sr_tensor;
+    py::array_t<float> r = rounded_values(rt_, op_dtype(dtype, "emulate"), x,
+                                          name.empty() ? nullptr : &tag, "emulate");
+    if (!draw) rt_.sr_tensor = stream;
+    return r;
   }
 
   py::array_t<float> bias_grad(py::handle g, const std::string& dtype,
@@ -1315,7 +1361,7 @@ class Emulator {
   const sim::Precision& precision(const std::string& recipe) {
     auto it = precisions_.find(recipe);
     if (it == precisions_.end())
-      it = precisions_.emplace(recipe, sim::preset_precision(recipe)).first;
+      it = precisions_.emplace(recipe, recipe_precision(recipe)).first;
     return it->second;
   }
 
@@ -1437,19 +1483,27 @@ void bind_emulation(py::module_& m) {
         },
         py::arg("scheme"), py::arg("axis"), "The (rows, cols) tile of a scheme along an axis.");
   m.def("_recipe_names", &sim::policy_names);
+  m.def("_register_toml_recipe", &register_toml_recipe, py::arg("name"), py::arg("path"),
+        "Read the [precision] table of a config file as recipe `name`; returns its table.");
+  m.def("_custom_recipe_names", []() {
+    std::vector<std::string> names;
+    for (const auto& [k, v] : custom_recipes()) names.push_back(k);
+    return names;
+  });
   m.def("_accumulation_names", &sim::accumulation_names);
   py::class_<Emulator>(m, "_Emulator")
-      .def(py::init<uint64_t, int, const std::string&>(), py::arg("seed"), py::arg("threads"),
-           py::arg("dir"))
+      .def(py::init<uint64_t, int, const std::string&, int>(), py::arg("seed"),
+           py::arg("threads"), py::arg("dir"), py::arg("random_bits") = kSrRandomBits)
       .def("begin_step", &Emulator::begin_step, py::arg("step"), py::arg("traced"),
            py::arg("loss_scale") = 1.0)
       .def("end_step", &Emulator::end_step)
-      .def("commit", &Emulator::commit)
+      .def("commit", &Emulator::commit, py::arg("steps"), py::arg("manifest"))
       .def("gemm", &Emulator::gemm, py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("dtype"),
            py::arg("layout"), py::arg("accumulation"), py::arg("alpha") = py::none(),
            py::arg("fp8") = py::none())
       .def("round", &Emulator::round, py::arg("x"), py::arg("dtype"), py::arg("rounding"),
-           py::arg("name") = "", py::arg("op") = "", py::arg("kind") = "activation")
+           py::arg("name") = "", py::arg("op") = "", py::arg("kind") = "activation",
+           py::arg("draw") = true)
       .def("bias_grad", &Emulator::bias_grad, py::arg("grad"), py::arg("dtype"),
            py::arg("rounding"), py::arg("name"), py::arg("op"))
       .def("block_copy", &Emulator::block_copy, py::arg("x"), py::arg("scheme"), py::arg("axis"),
@@ -1598,7 +1652,8 @@ PYBIND11_MODULE(_halfway, m) {
   m.def("round", &round_values, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
-        py::arg("flags") = false, py::arg("counts") = false);
+        py::arg("flags") = false, py::arg("counts") = false,
+        py::arg("random_bits") = kSrRandomBits);
   m.def("encode", &encode, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",

@@ -681,6 +681,35 @@ TEST_CASE("configs are read from regular files of at most 1 MiB", "[sim][limits]
   fs::remove_all(dir);
 }
 
+TEST_CASE("a config file's precision table: parsed as parse_config parses it", "[sim][train]") {
+  const fs::path dir = scratch("precision_file");
+  const std::string table =
+      "[precision]\npolicy = \"pure-bf16\"\nrounding = \"sr\"\nsr_random_bits = 4\n";
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream((dir / name).string()) << text;
+    return (dir / name).string();
+  };
+  const Precision p = parse_precision_file(write("only.toml", table));
+  CHECK(p.policy.name == "pure-bf16");
+  CHECK(p.rounding == Rounding::stochastic);
+  CHECK(p.sr_random_bits == 4);
+  // the same table inside a whole config gives the same precision
+  const Precision q =
+      parse_precision_file(write("whole.toml", replace(kMlp, "torch-cuda-fp16", "pure-bf16")));
+  CHECK(q.policy.name == "pure-bf16");
+  CHECK(q.sr_random_bits == 32);
+  CHECK_THROWS_WITH(parse_precision_file(write("none.toml", "[run]\nsteps = 1\n")),
+                    Catch::Contains("precision"));
+  CHECK_THROWS_WITH(parse_precision_file(write("key.toml", table + "bogus = 1\n")),
+                    Catch::Contains("precision.bogus"));
+  CHECK_THROWS_WITH(parse_precision_file(write("table.toml", table + "[bogus]\n")),
+                    Catch::Contains("bogus"));
+  CHECK_THROWS_WITH(parse_precision_file(write("bad.toml", "[precision\n")),
+                    Catch::Contains("bad.toml:1"));
+  CHECK_THROWS_WITH(parse_precision_file("/dev/zero"), Catch::Contains("not a regular file"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a stop request ends the run at a step boundary, marked incomplete",
           "[sim][train][limits]") {
   const fs::path dir = scratch("stop");

@@ -59,18 +59,22 @@ _COMMON = """
 
 
 def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
-          offset=0, tininess="after", flags=False, counts=False):
+          offset=0, tininess="after", flags=False, counts=False, random_bits=32):
     """Round values into `fmt`; return them as float32 values exactly representable in it.
 
     a: float32 or float64 values (array, scalar or sequence of numbers). float64 values are
         rounded in one step from binary64, never through float32 (no double rounding).
+    random_bits: the random bits of each stochastic rounding (1-32), the top ones of each
+        draw, as `precision.sr_random_bits` of `halfway train` (docs/semantics.md).
     """
     _args.values("round", "a", a)
     _args.name("round", "fmt", fmt, allow=Format)
     _args.rounding_options("round", rounding, saturate, subnormals, seed, offset, tininess,
                            flags, counts)
+    _args.integer("round", "random_bits", random_bits, 1, 32)
     return _halfway.round(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
-                          offset=offset, tininess=tininess, flags=flags, counts=counts)
+                          offset=offset, tininess=tininess, flags=flags, counts=counts,
+                          random_bits=random_bits)
 
 
 def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,

@@ -21,18 +21,21 @@ Tensors keep float32 storage: an fp16 output is a float32 tensor holding fp16 va
 logical dtype rides along on the tensor, so the next GEMM does not cast it again).
 """
 import json
+import math
 import os
 import re
 import tempfile
+import types
 
 import numpy as np
 
 from . import _halfway
 
-__all__ = ["emulate"]
+__all__ = ["emulate", "recipe_from_toml"]
 
-_PRESERVING = ("relu", "reshape", "view", "flatten", "transpose", "permute", "contiguous",
-               "clone", "t", "squeeze", "unsqueeze", "detach")
+_PRESERVING = ("relu", "reshape", "view", "flatten", "unflatten", "transpose", "permute",
+               "contiguous", "clone", "t", "squeeze", "unsqueeze", "detach", "expand",
+               "__getitem__", "select", "narrow")
 _TAG = "_halfway_dtype"
 
 
@@ -75,8 +78,12 @@ class Recipe:
         self.table = _halfway._recipe(name)
         t = self.table
         self.fp8, self.blocks = t["fp8"], t["blocks"]
-        self.forward_rounding = t["rounding"]["forward"] or "near_even"
-        self.backward_rounding = t["rounding"]["backward"] or "near_even"
+        self.forward_rounding = t["rounding"]["forward"] or t["run_rounding"]
+        self.backward_rounding = t["rounding"]["backward"] or t["run_rounding"]
+        # Stochastic rounding anywhere (nvfp4's gradients): every rounding call then takes the
+        # next stream of sim's runtime, so fp32 ops too run as sim's ops (below).
+        self.stochastic = bool(self.blocks and self.blocks["grad_sr"]) or "stochastic" in (
+            self.forward_rounding, self.backward_rounding)
 
     def scaled(self, op):
         """'fp8' or 'blocks' when this op's GEMMs are scaled copies, else None."""
@@ -98,6 +105,42 @@ class Recipe:
         return self.table["param_dtype" if is_param else "input_dtype"]
 
 
+class TomlRecipe(str):
+    """A recipe read from the [precision] table of a TOML file (recipe_from_toml): a str, the
+    name emulate knows it by (`<file name>#<n>`), usable wherever a recipe name is; `path`
+    and `table` (the recipe as data, as for a preset) say what it is."""
+
+    def __new__(cls, name, path, table):
+        self = super().__new__(cls, name)
+        self.path, self.table = path, table
+        return self
+
+
+_toml_recipes = [0]
+
+
+def recipe_from_toml(path):
+    """The recipe of the [precision] table of the config file `path` (a `halfway train`
+    config, or a file with only that table), read by the simulator's own config parser: every
+    key `halfway train` accepts there (a preset or `custom` policy, low, params, accumulation,
+    rounding, sr_random_bits, ops, the fp8 options, ...), checked as it checks them.
+
+    An unreadable path is an OSError naming it; a file that is not TOML, lacks [precision] or
+    holds an unknown or invalid key is a ValueError naming the file and the key."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise FileNotFoundError(2, "halfway.torch.recipe_from_toml: no such file", p)
+    with open(p, "rb"):
+        pass  # unreadable: OSError naming the file
+    _toml_recipes[0] += 1
+    name = f"{os.path.basename(p)}#{_toml_recipes[0]}"
+    try:
+        table = _halfway._register_toml_recipe(name, p)
+    except ValueError as e:
+        raise ValueError(f"halfway.torch.recipe_from_toml: {e}") from None
+    return TomlRecipe(name, p, table)
+
+
 class _Gemm:
     """One GEMM call of the model (forward, dgrad, wgrad), as sim/'s linear or matmul.
 
@@ -114,6 +157,7 @@ class _Gemm:
         self.dt = "fp32" if self.scaled else recipe.gemm_dtype(op, [d for d in dtypes if d])
         self.linear = op == "linear"
         self.b_role = "weight" if self.linear else "other"
+        self.grad_enabled = em._torch.is_grad_enabled()  # the caller's mode, not forward()'s
 
     # -- primitives ------------------------------------------------------------------------
 
@@ -130,10 +174,10 @@ class _Gemm:
             c = c + torch.from_numpy(bias)
         return np.ascontiguousarray(c.numpy())
 
-    def _round(self, x, dt, backward, suffix="", kind="activation", op=None):
+    def _round(self, x, dt, backward, suffix="", kind="activation", op=None, draw=True):
         rounding = self.r.backward_rounding if backward else self.r.forward_rounding
         name = f"{self.name}.{suffix}" if suffix else ""
-        return self.em.core.round(x, dt, rounding, name, op or self.op, kind)
+        return self.em.core.round(x, dt, rounding, name, op or self.op, kind, draw)
 
     def _cast(self, x, src, role, kind):
         """x (logical dtype src) cast into the GEMM's dtype, traced as sim's cast node."""
@@ -149,11 +193,13 @@ class _Gemm:
 
     # -- forward and backward ----------------------------------------------------------------
 
-    def forward(self, a, b, bias):
+    def forward(self, a, b, bias, need_a=True, need_b=True):
+        """need_a, need_b: whether a and b need gradients (the block recipes' backward copies
+        of W and X are made only for the gradients they serve, as sim's linear_blocks)."""
         if self.scaled == "fp8":
             return self._fp8_forward(a, b, bias)
         if self.scaled == "blocks":
-            return self._blocks_forward(a, b, bias)
+            return self._blocks_forward(a, b, bias, need_a, need_b)
         da, db, dbias = self.dtypes
         aq = self._cast(a, da, "input", "activation")
         bq = self._cast(b, db, self.b_role, self._kind(self.b_role))
@@ -170,8 +216,11 @@ class _Gemm:
             return self._blocks_backward(g, need_a, need_b, need_bias)
         aq, bq = self.saved
         dt = self.dt
-        # The gradient of a tensor of dtype dt is a tensor of dtype dt.
-        G = self._round(g, dt, True, "grad_output", "activation_grad")
+        # The gradient of a tensor of dtype dt is a tensor of dtype dt: rounded into it,
+        # traced; one that is already (a sim op sent it) draws no stream, as in the simulator.
+        exact = dt == "fp32" or np.array_equal(_halfway.round(g, dt).view(np.uint32),
+                                               g.view(np.uint32))
+        G = self._round(g, dt, True, "grad_output", "activation_grad", draw=not exact)
         ga = gb = gbias = None
         if need_a:  # dgrad
             Bd = bq if self.linear else np.ascontiguousarray(bq.T)
@@ -250,7 +299,7 @@ class _Gemm:
         c = self._gemm(A, B, pb, "fp32", layout, 1.0)
         return np.ascontiguousarray(c[:m, :n])
 
-    def _blocks_forward(self, x, w, bias):
+    def _blocks_forward(self, x, w, bias, need_x, need_w):
         blk = self.r.blocks
         M, K = x.shape
         N = w.shape[0]
@@ -270,9 +319,14 @@ class _Gemm:
                          Kd=_padded(K, wdc), Mw=_padded(M, gwr, xwr), Nw=_padded(N, gwc),
                          Kw=_padded(K, xwc))
         d = self.dims
-        wd = self._copy(w, "weight", 0, "dgrad", d["Nd"], d["Kd"], "weight", "weight")
-        xw = self._copy(x, "input", 0, "wgrad", d["Mw"], d["Kw"], "input", "activation",
-                        rht=blk["wgrad_rht"])
+        # Each copy takes the next stochastic-rounding stream of sim's runtime (as every
+        # rounding does), so the copies are made exactly when and in the order sim makes them.
+        wd = xw = None
+        if need_x:
+            wd = self._copy(w, "weight", 0, "dgrad", d["Nd"], d["Kd"], "weight", "weight")
+        if need_w:
+            xw = self._copy(x, "input", 0, "wgrad", d["Mw"], d["Kw"], "input", "activation",
+                            rht=blk["wgrad_rht"])
         self.saved = (wd, xw)
         return y
 
@@ -297,6 +351,41 @@ class _Gemm:
         return ga, gb, gbias
 
 
+class _Attention:
+    """The GEMMs of one attention call (nn.MultiheadAttention or scaled_dot_product_attention)
+    named by their role: `<m>.in_proj` (`q_proj`, `k_proj`, `v_proj`: separate weights),
+    `<m>.scores` (QKᵀ), `<m>.context` (attention·V), `<m>.out_proj` (its module's own name and
+    recipe), m the module the attention runs in (sim's scaled_dot_product_attention names its
+    matmuls `scores` and `context` too)."""
+
+    def __init__(self, em, module):
+        self.module = module
+        self.matmuls = 0
+        mod = em.model.get_submodule(module) if module else em.model
+        self.weights = []
+        for attr in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            w = getattr(mod, attr, None)
+            if w is not None:
+                self.weights.append((w, attr[:-len("_weight")], module))
+        out = getattr(mod, "out_proj", None)
+        if out is not None and getattr(out, "weight", None) is not None:
+            name = f"{module}.out_proj" if module else "out_proj"
+            self.weights.append((out.weight, None, name))
+
+    def _at(self, role):
+        return f"{self.module}.{role}" if self.module else role
+
+    def gemm_name(self, op, b, base, module):
+        """(trace name base, module whose recipe applies) of a GEMM inside this attention."""
+        if op == "matmul":
+            self.matmuls += 1
+            return self._at("scores" if self.matmuls % 2 else "context"), module
+        for w, role, owner in self.weights:
+            if b is w or (b is not None and getattr(b, "_base", None) is w):
+                return (self._at(role), module) if role else (owner, owner)
+        return base, module
+
+
 def _function_class(torch):
     class GemmFunction(torch.autograd.Function):
         """a [B, M, K] (or [M, K]), b matching, bias [N] or None: one _Gemm per batch item."""
@@ -304,14 +393,16 @@ def _function_class(torch):
         @staticmethod
         def forward(ctx, sites, a, b, bias):
             batched = a.dim() == 3
+            need = [n and sites[0].grad_enabled for n in ctx.needs_input_grad]
             A = _f32(a)
             Bv = _f32(b)
             bias_v = None if bias is None else _f32(bias)
             if batched:
-                ys = [s.forward(A[i], Bv[i], bias_v) for i, s in enumerate(sites)]
+                ys = [s.forward(A[i], Bv[i], bias_v, need[1], need[2])
+                      for i, s in enumerate(sites)]
                 y = np.stack(ys)
             else:
-                y = sites[0].forward(A, Bv, bias_v)
+                y = sites[0].forward(A, Bv, bias_v, need[1], need[2])
             ctx.sites, ctx.batched = sites, batched
             return torch.from_numpy(np.ascontiguousarray(y))
 
@@ -362,6 +453,9 @@ def _sim_function_class(torch):
 
         @staticmethod
         def forward(ctx, em, t, dt, rounding, name, kind):
+            if not name:  # a parameter: sim holds it in dt, rounded once to nearest when made,
+                # drawing no stochastic-rounding stream
+                return torch.from_numpy(_halfway.round(_f32(t), dt))
             return torch.from_numpy(em.core.round(_f32(t), dt, rounding, name, "cast", kind))
 
         @staticmethod
@@ -391,7 +485,7 @@ class emulate:
     """
 
     def __init__(self, model, recipe="fp32", accumulation=None, seed=0, out=None, rules=None,
-                 every=1, threads=1):
+                 every=1, threads=1, random_bits=None):
         import torch
         self._torch = torch
         if not isinstance(model, torch.nn.Module):
@@ -401,7 +495,7 @@ class emulate:
             if p.is_complex() or not p.is_floating_point():
                 raise TypeError(f"halfway.torch.emulate: parameter '{pname}' has dtype "
                                 f"{p.dtype}; only floating-point parameters can be emulated")
-        names = _halfway._recipe_names()
+        names = list(_halfway._recipe_names()) + list(_halfway._custom_recipe_names())
         self.recipe = self._check_recipe(recipe, names, "recipe")
         accs = list(_halfway._accumulation_names()) + ["fp32-sequential"]
         if accumulation is not None and accumulation != "native" and accumulation not in accs:
@@ -413,13 +507,20 @@ class emulate:
         if not isinstance(seed, int) or seed < 0 or seed >= 1 << 64:
             raise ValueError(f"halfway.torch.emulate: seed must be an integer in [0, 2**64), "
                              f"not {seed!r}")
+        if random_bits is None:  # the recipe's (sr_random_bits of a TOML recipe), else 32
+            random_bits = _halfway._recipe(self.recipe)["sr_random_bits"]
+        if not isinstance(random_bits, int) or isinstance(random_bits, bool) \
+                or not 1 <= random_bits <= 32:
+            raise ValueError(f"halfway.torch.emulate: random_bits must be an integer in 1..32, "
+                             f"not {random_bits!r}")
+        self.random_bits = random_bits
         self.model, self.accumulation, self.seed, self.every = model, accumulation, seed, every
         self.rules = self._check_rules(rules, names)
         self._module_recipe = self._assign(model)
         self.out = None if out is None else os.fspath(out)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)  # OSError names the folder
-        self.core = _halfway._Emulator(seed, threads, self.out or "")
+        self.core = _halfway._Emulator(seed, threads, self.out or "", random_bits)
         self._recipes = {}
         self._handles = []
         self._stack = []
@@ -437,6 +538,8 @@ class emulate:
         self.fp32_ops = {}
         self._last_dtype = None
         self._mode = None
+        self._attention = []
+        self._untouched = False
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -503,7 +606,6 @@ class emulate:
             h.remove()
         self._handles, self._stack = [], []
         self._end_step()
-        self.core.commit()
         if self.out is not None:
             self._write_files(complete=exc_type is None)
         return False
@@ -579,6 +681,19 @@ class emulate:
         if self._busy:
             return func(*args, **kwargs)
         torch = self._torch
+        if func is torch.Tensor.backward and args:
+            with self.busy():
+                self._backward_seed(args[0])
+        decomposed = self._decompositions().get(func)
+        if decomposed is not None:
+            r = decomposed(args, kwargs)
+            if r is not NotImplemented:
+                return r
+            name = _op_name(func)
+            key = f"{name} (not emulated: operands)"
+            self.unemulated[key] = self.unemulated.get(key, 0) + 1
+            with self.busy():
+                return func(*args, **kwargs)
         handler = self._handlers().get(func)
         why = None
         if handler is not None:
@@ -605,6 +720,15 @@ class emulate:
             setattr(r, _TAG, getattr(args[0], _TAG))
         return r
 
+    def _backward_seed(self, root):
+        """sim's Tensor::backward rounds its seed gradient into the root's dtype, untraced: so
+        does `loss.backward()` here, so that the stochastic-rounding streams of the backward
+        are the ones the simulator's take (the seed 1 is a value of every dtype: the gradient
+        PyTorch sends is unchanged)."""
+        recipe = self._recipe_for("")
+        dt = getattr(root, _TAG, None) or "fp32"
+        self.core.round(np.ones(1, np.float32), dt, recipe.backward_rounding)
+
     def _handlers(self):
         h = getattr(self, "_handler_table", None)
         if h is None:
@@ -615,11 +739,101 @@ class emulate:
                  torch.Tensor.__rmatmul__: self._rmatmul, torch.mm: self._matmul,
                  torch.Tensor.mm: self._matmul, torch.bmm: self._matmul,
                  torch.Tensor.bmm: self._matmul, torch.addmm: self._addmm,
-                 torch.Tensor.addmm: self._addmm,
+                 torch.Tensor.addmm: self._addmm, torch.baddbmm: self._baddbmm,
+                 torch.Tensor.baddbmm: self._baddbmm,
                  F.conv1d: self._conv, F.conv2d: self._conv,
                  torch.conv1d: self._conv, torch.conv2d: self._conv}
             self._handler_table = h
         return h
+
+    def _decompositions(self):
+        """Functions emulated as the ops they are made of (attention): each runs unbusy, its
+        parts dispatched as the model's own calls."""
+        d = getattr(self, "_decomposition_table", None)
+        if d is None:
+            F = self._torch.nn.functional
+            d = {F.multi_head_attention_forward: self._multi_head_attention}
+            if hasattr(F, "scaled_dot_product_attention"):
+                d[F.scaled_dot_product_attention] = self._scaled_dot_product_attention
+            self._decomposition_table = d
+        return d
+
+    def _call(self, func, *args, **kwargs):
+        """A call the emulation makes on the model's behalf, dispatched as the model's own."""
+        return self._dispatch(func, args, kwargs)
+
+    def _multi_head_attention(self, args, kwargs):
+        """F.multi_head_attention_forward: PyTorch's own Python body (the in-projection, the
+        QK^T and attention·V bmm or scaled_dot_product_attention, the out-projection), run
+        with this mode active so that each of its calls is seen. A copy of the function whose
+        globals say no argument has a __torch_function__ keeps it from dispatching itself to
+        this mode again."""
+        torch = self._torch
+        F = torch.nn.functional
+        tensors = [a for a in list(args[:3]) + [kwargs.get(k) for k in ("query", "key", "value")]
+                   if isinstance(a, torch.Tensor)]
+        if not self._emulable(*tensors):
+            return NotImplemented
+        fn = getattr(self, "_mha_body", None)
+        if fn is None:
+            f = F.multi_head_attention_forward
+            g = dict(f.__globals__)
+            g["has_torch_function"] = lambda *a, **k: False
+            fn = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+            fn.__kwdefaults__ = f.__kwdefaults__
+            self._mha_body = fn
+        module = self._stack[-1] if self._stack else ""
+        self._attention.append(_Attention(self, module))
+        try:
+            with self._mode:
+                return fn(*args, **kwargs)
+        finally:
+            self._attention.pop()
+
+    def _scaled_dot_product_attention(self, args, kwargs):
+        """F.scaled_dot_product_attention as PyTorch's math path computes it
+        (_scaled_dot_product_attention_math): q·√s, (kᵀ·√s), their matmul, + the mask (a
+        boolean or causal mask as 0 / -inf), softmax over the last dimension, dropout, matmul
+        with v; s = scale or 1/√E. enable_gqa and a negative scale run as PyTorch runs them."""
+        torch = self._torch
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                 "enable_gqa")
+        if len(args) > len(names):
+            return NotImplemented
+        p = dict(zip(names, args))
+        p.update(kwargs)
+        q, k, v, mask = p.get("query"), p.get("key"), p.get("value"), p.get("attn_mask")
+        scale, causal = p.get("scale"), bool(p.get("is_causal", False))
+        if set(p) - set(names) or p.get("enable_gqa") or (scale is not None and scale < 0) \
+                or (causal and mask is not None) or not self._emulable(q, k, v) \
+                or any(not isinstance(t, torch.Tensor) or t.dim() < 2 for t in (q, k, v)) \
+                or (mask is not None and not (isinstance(mask, torch.Tensor) and (
+                    mask.dtype == torch.bool or self._emulable(mask)))):
+            return NotImplemented
+        with self.busy():
+            if causal:
+                mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+            if mask is not None and mask.dtype == torch.bool:
+                mask = torch.where(mask.logical_not(), -math.inf, 0.0)
+        sf = math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+        module = self._stack[-1] if self._stack else ""
+        pushed = not self._attention
+        if pushed:
+            self._attention.append(_Attention(self, module))
+        try:
+            call = self._call
+            attn = call(torch.matmul, call(torch.mul, q, sf),
+                        call(torch.mul, call(torch.Tensor.transpose, k, -2, -1), sf))
+            if mask is not None:
+                attn = call(torch.add, attn, mask)
+            attn = call(torch.softmax, attn, -1)
+            dropout_p = p.get("dropout_p", 0.0)
+            if dropout_p > 0.0:
+                attn = call(torch.dropout, attn, dropout_p, True)
+            return call(torch.matmul, attn, v)
+        finally:
+            if pushed:
+                self._attention.pop()
 
     def _sim_ops(self):
         t = getattr(self, "_sim_op_table", None)
@@ -644,7 +858,8 @@ class emulate:
         module = self._stack[-1] if self._stack else ""
         recipe = self._recipe_for(module)
         rule = recipe.table["rules"]["mul" if op == "mul_scalar" else op]
-        if rule != "lower" and all(self._dtype_of(t, recipe) in (None, "fp32") for t in tensors):
+        if rule != "lower" and not recipe.stochastic \
+                and all(self._dtype_of(t, recipe) in (None, "fp32") for t in tensors):
             key = _op_name(func)
             self.fp32_ops[key] = self.fp32_ops.get(key, 0) + 1
             return func(*args, **kwargs), None
@@ -692,15 +907,17 @@ class emulate:
         setattr(y, _TAG, dt)
         return y, dt
 
-    def _site_name(self, op):
-        """The GEMM's trace name: its module's for a module's own layer, else module.op;
-        a second call in a step gets #2, ..."""
+    def _site_name(self, op, b=None):
+        """The GEMM's trace name: its module's for a module's own layer, else module.op; inside
+        attention (_Attention) the role of the GEMM; a second call in a step gets #2, ..."""
         module = self._stack[-1] if self._stack else ""
         mod = self.model.get_submodule(module) if module else self.model
         torch = self._torch
         own = (op == "linear" and isinstance(mod, torch.nn.Linear)) or \
               (op == "conv" and isinstance(mod, (torch.nn.Conv1d, torch.nn.Conv2d)))
         base = (module or "model") if own else (f"{module}.{op}" if module else op)
+        if self._attention and not own:
+            base, module = self._attention[-1].gemm_name(op, b, base, module)
         n = self._calls.get(base, 0) + 1
         self._calls[base] = n
         return base if n == 1 else f"{base}#{n}", module
@@ -734,9 +951,12 @@ class emulate:
 
     def _run(self, op, a, b, bias, stat, b_is_param=None):
         """a [M, K] or [B, M, K]; b [N, K] (linear) or [K, N] / [B, K, N]; bias [N] or None."""
-        recipe_site, module = self._site_name(stat)
+        recipe_site, module = self._site_name(stat, b)
         recipe = self._recipe_for(module)
-        is_param = isinstance(b, self._torch.nn.Parameter) if b_is_param is None else b_is_param
+        if b_is_param is None:  # a parameter, or a view of one (attention's chunked in_proj)
+            P = self._torch.nn.Parameter
+            b_is_param = isinstance(b, P) or isinstance(getattr(b, "_base", None), P)
+        is_param = b_is_param
         a, da = self._declared(a, recipe, recipe_site, "input")
         b, db = self._declared(b, recipe, recipe_site, "other", is_param)
         bias, dbias = self._declared(bias, recipe, recipe_site, "bias")
@@ -748,6 +968,7 @@ class emulate:
         if self.accumulation == "native" and not sites[0].scaled and sites[0].dt == "fp32" \
                 and all(d in (None, "fp32") for d in dtypes):
             y = None  # nothing to round: PyTorch's own op, untouched
+            self._untouched = True
         else:
             y = self._Function.apply(sites, a, b, bias)
             if sites[0].dt != "fp32":
@@ -811,6 +1032,24 @@ class emulate:
             return NotImplemented
         return self._matmul_core(func, a, b, args, kwargs, bias=bias)
 
+    def _baddbmm(self, func, args, kwargs):
+        """torch.baddbmm(c, a, b) (beta = alpha = 1; MultiheadAttention's masked scores) as
+        the matmul a·b, then sim's add of c (in the recipe's dtype of an add); under fp32 with
+        native accumulation PyTorch's own fused call."""
+        if len(args) != 3 or any(kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) \
+                or set(kwargs) - {"beta", "alpha"}:
+            return NotImplemented
+        c, a, b = args
+        if not self._emulable(c) or not isinstance(c, self._torch.Tensor):
+            return NotImplemented
+        self._untouched = False
+        y = self._matmul_core(func, a, b, args, kwargs)
+        if y is NotImplemented or self._untouched:
+            return y  # the fused call's own result: nothing to round
+        add = self._torch.add
+        r, why = self._sim_call(add, self._sim_ops()[add], (y, c), {})
+        return add(y, c) if why else r
+
     def _conv(self, func, args, kwargs):
         torch = self._torch
         F = torch.nn.functional
@@ -857,13 +1096,17 @@ class emulate:
     # -- the run folder ---------------------------------------------------------------------------
 
     def _write_files(self, complete):
+        """The run folder, published by the simulator as `halfway train` publishes its own:
+        every file finished under a temporary name, the old manifest removed, the files
+        renamed into place, manifest.json last (io.hpp's publish_folder)."""
         from . import __version__
         rows = ["step,loss\n"] + [f"{s},{'' if l != l else repr(float(np.float32(l)))}\n"
                                   for s, l in self.losses]
-        _write_atomic(os.path.join(self.out, "steps.csv"), "".join(rows))
         manifest = {
             "tool": "halfway.torch.emulate",
-            "recipe": self.recipe,
+            "recipe": str(self.recipe),
+            "recipe_file": getattr(self.recipe, "path", None),
+            "random_bits": self.random_bits,
             "rules": [[p, r] for p, _, r in self.rules],
             "accumulation": self.accumulation or "recipe",
             "seed": self.seed,
@@ -879,8 +1122,7 @@ class emulate:
             "outputs": ["steps.csv", "trace.csv", "blocks.csv"],
             "complete": bool(complete),
         }
-        _write_atomic(os.path.join(self.out, "manifest.json"),
-                      json.dumps(manifest, indent=2) + "\n")
+        self.core.commit("".join(rows), json.dumps(manifest, indent=2) + "\n")
 
 
 

@@ -35,10 +35,10 @@ from . import _halfway
 from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_flush_tolerance,
                        format_list, scale_range)
 
-from .emulate import emulate
+from .emulate import emulate, recipe_from_toml
 from .optimizer import optimizer
 
-__all__ = ["trace", "emulate", "optimizer"]
+__all__ = ["trace", "emulate", "optimizer", "recipe_from_toml"]
 
 # The folders (real paths) that a trace in its with block is writing.
 _writing = set()

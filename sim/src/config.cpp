@@ -523,8 +523,10 @@ void parse_output_section(const toml::table& root, TrainConfig& c) {
 
 }  // namespace
 
-TrainConfig parse_config(const std::string& text, const std::string& base_dir,
-                         const std::string& source_name) {
+namespace {
+
+/// A config's text as TOML, its tables checked; a one-line InputError naming the source.
+toml::table parse_root(const std::string& text, const std::string& source_name) {
   if (text.size() > kMaxTextFileBytes)
     throw InputError(source_name + ": a config may hold at most " +
                      std::to_string(kMaxTextFileBytes) + " bytes, this one has " +
@@ -538,6 +540,16 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
       if (c == '\n') c = ' ';
     throw InputError(source_name + ":" + std::to_string(e.source().begin.line) + ": " + d);
   }
+  check_keys(root, "", {"model", "data", "loss", "optimizer", "precision", "scaler", "run",
+                        "trace", "output"});
+  return root;
+}
+
+}  // namespace
+
+TrainConfig parse_config(const std::string& text, const std::string& base_dir,
+                         const std::string& source_name) {
+  const toml::table root = parse_root(text, source_name);
   TrainConfig c;
   c.base_dir = base_dir;
   c.source_name = source_name;
@@ -546,9 +558,6 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
     js << toml::json_formatter{root};
     c.config_json = js.str();
   }
-  check_keys(root, "", {"model", "data", "loss", "optimizer", "precision", "scaler", "run",
-                        "trace", "output"});
-
   parse_model_section(root, base_dir, c);
   parse_data_section(root, base_dir, c);
   parse_loss_section(root, c);
@@ -559,6 +568,13 @@ TrainConfig parse_config(const std::string& text, const std::string& base_dir,
   parse_trace_section(root, c);
   parse_output_section(root, c);
   return c;
+}
+
+Precision parse_precision_file(const std::string& path) {
+  const std::string text = read_text_file(path, kMaxTextFileBytes);
+  TrainConfig c;
+  parse_precision_section(parse_root(text, std::filesystem::path(path).filename().string()), c);
+  return c.precision;
 }
 
 TrainConfig parse_config_file(const std::string& path) {

@@ -45,7 +45,8 @@ def cases():
     """(function name, call, {argument: [bad kinds]})"""
     def rnd(f, data, fmt="fp16"):
         return lambda **k: f(**{**data, "fmt": fmt, **k})
-    yield "round", rnd(halfway.round, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING}
+    yield "round", rnd(halfway.round, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING,
+                                                  "random_bits": SEED + ["None"]}
     yield "encode", rnd(halfway.encode, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING}
     for op, n in (("add", 2), ("sub", 2), ("mul", 2), ("div", 2), ("fma", 3), ("sqrt", 1)):
         data = dict(zip("abc", [BITS] * n))

@@ -167,48 +167,61 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
         grads = np.load(os.path.join(out, "grads.npz"))
         g = {k[len("step0."):]: grads[k] for k in grads.files}
         g["loss"] = np.float32(r.steps.loss[0])
-        return g, r.trace
+        return g, r.trace, r.blocks
 
-    def emulate(self, recipe, accumulation=None):
+    def emulate(self, recipe, accumulation=None, **options):
         model = mlp()
         model.load_state_dict({k: torch.from_numpy(v) for k, v in self.init.items()})
         out = os.path.join(self.dir.name, "emu-" + recipe + "-" + str(accumulation))
-        with ht.emulate(model, recipe=recipe, out=out, accumulation=accumulation):
+        with ht.emulate(model, recipe=recipe, out=out, accumulation=accumulation, **options):
             loss = F.mse_loss(model(torch.from_numpy(self.x)), torch.from_numpy(self.y))
             loss.backward()
         trace = pd.read_csv(os.path.join(out, "trace.csv"), keep_default_na=False,
                             dtype={"hist": str})
+        blocks = pd.read_csv(os.path.join(out, "blocks.csv"), keep_default_na=False,
+                             dtype={"scale_hist": str})
         g = {k: p.grad.numpy() for k, p in model.named_parameters()}
         g["loss"] = np.float32(loss.item())
-        return g, trace
+        return g, trace, blocks
 
     def compare(self, recipe, accumulation=None):
-        sim, sim_trace = self.simulate(recipe, accumulation)
-        emu, emu_trace = self.emulate(recipe, accumulation)
+        """(parameters whose gradients differ, or "loss"; whether the records both runs write
+        are identical; the names of those records)."""
+        sim, sim_trace, sim_blocks = self.simulate(recipe, accumulation)
+        emu, emu_trace, emu_blocks = self.emulate(recipe, accumulation)
         diffs = [k for k in sim if not np.array_equal(hwtest.bits32(sim[k]), hwtest.bits32(emu[k]))]
-        # Every record both write (pre-rounding statistics and counts of each rounding). Only
-        # the simulator has the optimizer's (*.update); only emulate has `<layer>.grad_output`,
-        # a GEMM's rounding of its incoming gradient, which the simulator records under the op
-        # that sent it (loss.grad_input, 1.grad_input).
+        # Every trace.csv record both write (pre-rounding statistics and counts of each
+        # rounding). Only the simulator has the optimizer's (*.update); only emulate has
+        # `<layer>.grad_output`, a GEMM's rounding of its incoming gradient, which the
+        # simulator records under the op that sent it (loss.grad_input, 1.grad_input).
         cols = ["name", "dtype", "total", "zeros", "flushed", "subnormal", "overflow", "inexact",
                 "min_exp", "max_exp", "max_abs", "hist"]
         names = sorted(set(emu_trace.name) & set(sim_trace.name))
         pick = lambda t: t[t.name.isin(names)][cols].astype(str) \
             .sort_values("name").reset_index(drop=True)  # noqa: E731
-        return diffs, pick(sim_trace).equals(pick(emu_trace)), names
+        same = pick(sim_trace).equals(pick(emu_trace))
+        # Every blocks.csv record (the block recipes' copies, which trace.csv does not list),
+        # in the order they were made: all of them, both ways, with the same statistics (the
+        # quantization noise of nvfp4's stochastically rounded gradients included).
+        bcols = [c for c in sim_blocks.columns if c != "step"]
+        sb, eb = (t[bcols].astype(str).reset_index(drop=True) for t in (sim_blocks, emu_blocks))
+        same = same and sb.equals(eb)
+        return diffs, same, names + [f"{n} ({g})" for n, g in zip(sb.name, sb.gemm)]
 
     def test_gradients_loss_and_records_match_the_simulator(self):
         for recipe in halfway.recipes():
-            if recipe == "nvfp4":
-                # Not yet equal (docs/emulate.md): its stochastic rounding of the gradients
-                # draws from streams numbered in the simulator's call order.
-                continue
             with self.subTest(recipe=recipe):
                 diffs, records_same, names = self.compare(recipe)
                 if recipe == "fp32":  # PyTorch's own fp32 mse_loss (see above)
                     diffs = [d for d in diffs if d != "loss"]
                 self.assertEqual(diffs, [], f"{recipe}: gradients or loss differ")
                 self.assertTrue(records_same, f"{recipe}: trace records differ")
+                if recipe != "fp32":  # fp32 roundings are traced only into a low dtype
+                    self.assertTrue(names, f"{recipe}: no record compared")
+                if halfway._halfway._recipe(recipe)["blocks"]:
+                    # the four copies of each layer's forward, the gradients' (layer 0 needs
+                    # no dgrad: its input needs no gradient, so neither copy is made)
+                    self.assertEqual(len(names), 10, names)
                 if recipe.startswith("torch-"):
                     # both layers, the ReLU (sim's op on the low dtype) and the loss's
                     # gradient rounded back into the low dtype
@@ -223,7 +236,7 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
         # fprop in the fast fp8 accumulator, dgrad and wgrad split (sim's fp8_gemm_model): the
         # simulator and emulate agree bit for bit, and the gradients differ from exact fp32's.
         for recipe in ("fp8-hybrid", "fp8-current"):
-            exact, _ = self.simulate(recipe, "fp32")
+            exact = self.simulate(recipe, "fp32")[0]
             for acc in ("h100", "mmasim-hopper"):
                 with self.subTest(recipe=recipe, accumulation=acc):
                     diffs, records_same, _ = self.compare(recipe, acc)
@@ -232,7 +245,7 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
                     diffs = [d for d in diffs if d != "loss"]
                     self.assertEqual(diffs, [], f"{recipe} under {acc}: gradients differ")
                     self.assertTrue(records_same, f"{recipe} under {acc}: records differ")
-                    hopper, _ = self.simulate(recipe, acc)
+                    hopper = self.simulate(recipe, acc)[0]
                     changed = [k for k in exact if not np.array_equal(
                         hwtest.bits32(exact[k]), hwtest.bits32(hopper[k]))]
                     self.assertTrue(changed, f"{recipe}: {acc} accumulates as exact fp32")
@@ -248,6 +261,27 @@ class AgainstSimulator(DefaultMlp, hwtest.unittest.TestCase):
         finally:
             emu_module._Gemm._gemm = original
         self.assertTrue(diffs, "an fp8 GEMM accumulated in exact fp32 must be caught")
+
+    def test_negative_control_nvfp4_streams(self):
+        # nvfp4's stochastic rounding of dY draws sim's streams in sim's order: a step that
+        # draws one stream fewer (no rounding of the backward's seed), or one more (the dgrad
+        # copy of W for layer 0, whose input needs no gradient), rounds dY differently.
+        faults = {
+            "seed": (emu_module.emulate, "_backward_seed", lambda self, root: None),
+            "copies": (emu_module._Gemm, "forward",
+                       lambda orig: lambda self, a, b, bias, need_a=True, need_b=True:
+                       orig(self, a, b, bias, True, True)),
+        }
+        for name, (owner, attr, fault) in faults.items():
+            with self.subTest(fault=name):
+                original = getattr(owner, attr)
+                setattr(owner, attr, fault(original) if name == "copies" else fault)
+                try:
+                    diffs, records_same, _ = self.compare("nvfp4")
+                finally:
+                    setattr(owner, attr, original)
+                self.assertIn("2.weight", diffs)
+                self.assertFalse(records_same)
 
     def test_negative_control_loss_left_to_pytorch(self):
         original = emu_module._read_mse
@@ -311,6 +345,35 @@ class BadInputAndRestoration(hwtest.unittest.TestCase):
             with self.assertRaises(OSError):
                 ht.emulate(model, out=os.path.join(blocker, "run"))
         self.assertUnchanged(model, before)
+
+    def test_a_second_run_replaces_the_folder_at_its_end(self):
+        # The run folder is published as halfway train's (publish_folder): while a second run
+        # into the same folder is in progress the first run's files are there unchanged,
+        # complete; at its end every file and the manifest are the second run's, with no
+        # temporary file left.
+        model = mlp()
+        x = torch.randn(8, 10)
+        files = ("manifest.json", "steps.csv", "trace.csv", "blocks.csv")
+
+        def contents(d):
+            out = {}
+            for n in files:
+                with open(os.path.join(d, n), "rb") as f:
+                    out[n] = f.read()
+            return out
+        with tempfile.TemporaryDirectory() as d:
+            with ht.emulate(model, recipe="torch-cuda-fp16", out=d) as em:
+                em.log_loss(model(x).square().mean())
+            first = contents(d)
+            with ht.emulate(model, recipe="mxfp8", out=d) as em:
+                for _ in range(2):
+                    model(x).sum().backward()
+                self.assertEqual(contents(d), first)
+            second = contents(d)
+            self.assertTrue(all(second[n] != first[n] for n in files), "a file was not replaced")
+            m = json.loads(second["manifest.json"])
+            self.assertEqual((m["recipe"], m["steps"], m["complete"]), ("mxfp8", 2, True))
+            self.assertEqual(sorted(os.listdir(d)), sorted(files))
 
     def test_exit_restores_the_model_and_marks_the_folder(self):
         model = mlp()

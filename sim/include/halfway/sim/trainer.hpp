@@ -84,6 +84,9 @@ struct TrainConfig {
 TrainConfig parse_config(const std::string& toml_text, const std::string& base_dir,
                          const std::string& source_name = "config");
 TrainConfig parse_config_file(const std::string& path);
+/// The [precision] table of the config file `path` (a whole `halfway train` config, or one
+/// holding only that table), parsed and checked as parse_config does.
+Precision parse_precision_file(const std::string& path);
 
 /// One parameter's update in one step (updates.csv).
 struct UpdateRow {
