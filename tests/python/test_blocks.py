@@ -500,7 +500,29 @@ def padding():
     raises(TypeError, halfway.encode_blocks, x, "mxfp4", pad=1)
 
 
+def microxcaling_differences():
+    """docs/blocks.md, "What microxcaling does differently": the shared exponent of a block whose
+    amax is the largest fp32 below 2^67, ties away from zero as `near_maxMag`, and -0 kept."""
+    below = np.nextafter(F32(2.0 ** 67), F32(0))  # 2^67 (1 - 2^-24)
+    x = np.zeros((1, 32), F32)
+    x[0, 0] = below
+    _, scales, _ = halfway.encode_blocks(x, "mxfp8_e4m3")
+    # Exact: floor(log2 amax) = 66, e4m3's emax 8, bias 127.
+    check(int(scales[0, 0]) == 66 - 8 + 127, f"amax 2^67(1-2^-24): code {int(scales[0, 0])}, want 185")
+    mx_log2 = int(np.floor(np.log2(below)))  # microxcaling: torch.log2 in fp32
+    check(mx_log2 - 8 + 127 == 186, f"fp32 log2 of 2^67(1-2^-24) floors to {mx_log2}, want 67")
+    # Scale 2^0 (amax 256: floor(log2) 8 - emax 8); 1.0625 is the tie between e4m3's 1 and 1.125.
+    y = np.zeros((1, 32), F32)
+    y[0, :4] = [256.0, 1.0625, -1.0625, -0.0]
+    even = halfway.quantize_blocks(y, "mxfp8_e4m3")
+    away = halfway.quantize_blocks(y, "mxfp8_e4m3", rounding="near_maxMag")
+    check(list(even[0, 1:3]) == [1.0, -1.0], f"near_even ties: {even[0, 1:3]}")
+    check(list(away[0, 1:3]) == [1.125, -1.125], f"near_maxMag ties: {away[0, 1:3]}")
+    check(np.signbit(even[0, 3]) and even[0, 3] == 0, "-0 keeps its sign")
+
+
 def main():
+    microxcaling_differences()
     for seed, lo, hi in ((1, -6, 6), (2, -40, 40)):
         x = mixed((256, 256), seed, lo, hi)
         for axis in (-1, 0):
