@@ -130,7 +130,8 @@ for attempt in range(3):
     deadline = time.time() + 60
     while time.time() < deadline and p.poll() is None:
         runs = os.path.join(part, "runs")
-        done = [d for d in os.listdir(runs)] if os.path.isdir(runs) else []
+        # Only finished run folders: a run writes its manifest in .tmp-NNNN before the rename.
+        done = [d for d in os.listdir(runs) if d.isdigit()] if os.path.isdir(runs) else []
         if sum(os.path.exists(os.path.join(runs, d, "manifest.json")) for d in done) >= 2:
             break
         time.sleep(0.005)
@@ -142,7 +143,8 @@ for attempt in range(3):
     p.wait()
 check(killed_mid, "the sweep was killed before it finished")
 runs = os.path.join(part, "runs")
-finished = sorted(d for d in os.listdir(runs) if os.path.exists(os.path.join(runs, d, "manifest.json")))
+finished = sorted(d for d in os.listdir(runs)
+                  if d.isdigit() and os.path.exists(os.path.join(runs, d, "manifest.json")))
 check(2 <= len(finished) < 6, "after the kill: %d of 6 runs done" % len(finished))
 check(not os.path.exists(os.path.join(part, "sweep.csv")), "after the kill: no sweep.csv yet")
 # Leftovers an interruption can leave: a temporary run folder and a folder without manifest.
