@@ -18,8 +18,16 @@ and, when the folder has block schemes (blocks.csv):
   block_scales.png    per scheme, the histogram of floor(log2 scale) over the step's
                       tensors (scale_hist, summed), with the mean exponent marked
 
+A bisection folder (`halfway bisect`, its bisect.csv and bisect.json) gets instead:
+
+  bisect.png          left: the share of the gap each candidate set closed (mean over the seeds,
+                      one bar per set, labelled in percent; the 90% line, the culprit marked);
+                      right: the loss curves of the reference, the original and the fixed run
+
     python3 -m halfway.figures DIR [--step N]
 """
+import csv
+import json
 import os
 import sys
 
@@ -314,6 +322,66 @@ def draw(directory, step=None):
     return paths
 
 
+def pct_text(v):
+    """A closed share as a bar label: '93.1%', or '-' for a run that diverged."""
+    return "-" if v is None or not np.isfinite(v) else "%.1f%%" % (100 * v)
+
+
+def read_bisection(directory):
+    """(candidate sets [(promoted, closed)] in the order tried, the answer of bisect.json)."""
+    with open(os.path.join(directory, "bisect.json")) as f:
+        answer = json.load(f)
+    sets = []
+    with open(os.path.join(directory, "bisect.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            if row["role"] == "candidate" and row["promoted"] not in [p for p, _ in sets]:
+                sets.append((row["promoted"], float(row["closed"])))
+    return sets, answer
+
+
+def draw_bisect(directory):
+    """bisect.png of a bisection folder; returns what it drew, read back from the figure:
+    {"bars": [(label, text)], "titles": [...], "legend": [...]}."""
+    sets, a = read_bisection(directory)
+    culprit = " + ".join(m["name"] for m in a["culprit"])
+    key = next(k for k in a if k.startswith("losses_seed_"))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 1.8 + 0.3 * max(1, len(sets))))
+    ys = list(range(len(sets)))
+    vals = [0.0 if not np.isfinite(c) else 100 * c for _, c in sets]
+    ax.barh(ys, vals, color=[PALETTE[3] if p == culprit else PALETTE[0] for p, _ in sets])
+    for y, (p, c) in zip(ys, sets):
+        ax.text(max(0.0, vals[y]), y, " " + pct_text(c), va="center", fontsize=7, gid="bar")
+    ax.axvline(100 * a["threshold"], color="#555555", ls="--", lw=1)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([p for p, _ in sets], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("gap closed (%%), mean over the seeds; dashed: %.0f%%" % (100 * a["threshold"]))
+    ax.set_title("%s: %.4g against the reference's %.4g (gap %.4g)" %
+                 (a["metric"], a["original_metric"], a["reference_metric"], a["gap"]), fontsize=8)
+    curves = a[key]
+    names = {"reference": "reference (fp32)", "original": "original",
+             "fixed": "fixed (promoting %s)" % culprit}
+    for j, (k, label) in enumerate(names.items()):
+        if k in curves:
+            v = [np.nan if x is None else x for x in curves[k]]
+            bx.plot(range(len(v)), v, color=PALETTE[j], lw=1.2,
+                    label="%s, last %.4g" % (label, v[-1]))
+    bx.set_yscale("log")
+    bx.set_xlabel("step")
+    bx.set_ylabel("loss")
+    bx.set_title("loss curves, seed %s" % key[len("losses_seed_"):], fontsize=8)
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    out = os.path.join(directory, "bisect.png")
+    fig.savefig(out, dpi=120)
+    drawn = {"bars": [(ax.get_yticklabels()[i].get_text(), t.get_text().strip())
+                      for i, t in enumerate(x for x in ax.texts if x.get_gid() == "bar")],
+             "titles": [ax.get_title(), bx.get_title()],
+             "legend": [t.get_text() for t in bx.get_legend().get_texts()]}
+    plt.close(fig)
+    return out, drawn
+
+
 def main(argv):
     if not argv or argv[0].startswith("-"):
         sys.exit(__doc__)
@@ -322,6 +390,9 @@ def main(argv):
         step = int(argv[2])
     elif len(argv) != 1:
         sys.exit(__doc__)
+    if os.path.exists(os.path.join(argv[0], "bisect.json")):
+        print(draw_bisect(argv[0])[0])
+        return
     for p in draw(argv[0], step):
         print(p)
 

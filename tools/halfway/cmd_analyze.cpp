@@ -98,20 +98,7 @@ void check_plot(const std::string& python) {
 }
 
 int plot(const std::string& python, const std::string& out) {
-  // The figures are drawn by the Python package (halfway.figures); the build tree's package
-  // comes first when this program runs from it.
-  std::string env = HALFWAY_BUILD_PYTHON_DIR;
-  if (const char* p = std::getenv("PYTHONPATH"); p && *p) env += std::string(":") + p;
-  setenv("PYTHONPATH", env.c_str(), 1);
-  std::fflush(stdout);  // this program's lines first
-  const std::string failed = run_program({python, "-m", "halfway.figures", out});
-  if (!failed.empty()) {
-    std::fprintf(stderr, "halfway analyze: the figures failed (%s -m halfway.figures: %s); the "
-                 "analysis is in %s\n", printable(python).c_str(), failed.c_str(),
-                 printable(out).c_str());
-    return 1;
-  }
-  return 0;
+  return draw_figures("halfway analyze", python, out);
 }
 
 /// The memory an analysis takes: a working set that does not depend on the arrays (one

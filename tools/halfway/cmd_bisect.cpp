@@ -26,6 +26,7 @@
 #include "halfway/sim/bisect.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "spawn.hpp"
 #include "sweep.hpp"
 
 namespace halfway::cli {
@@ -42,6 +43,8 @@ struct BisectOptions {
   int budget = 64, jobs = 1;
   std::vector<uint64_t> seeds;
   double min_gap = -1;  ///< < 0: the default (see no_gap_limit)
+  bool plot = false;
+  std::string python;
 };
 
 /// Traced totals of one tensor over the original run's steps (the evidence).
@@ -482,6 +485,10 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
       ->delimiter(',');
   app.add_option("--min-gap", o.min_gap, "a gap at most this large counts as none (default "
                                          "1e-6 + 1e-3 x |the reference's metric|)");
+  app.add_flag("--plot", o.plot, "also draw bisect.png (Python with matplotlib)");
+  o.python = std::getenv("HALFWAY_PYTHON") ? std::getenv("HALFWAY_PYTHON") : "/usr/bin/python3";
+  app.add_option("--python", o.python, "Python for --plot (default $HALFWAY_PYTHON or "
+                                       "/usr/bin/python3)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -498,6 +505,8 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   sim::parse_granularity(o.granularity);
   if (o.metric != "final_loss" && o.metric != "val_loss" && o.metric != "drift")
     throw InputError("unknown metric '" + o.metric + "' (metrics: final_loss val_loss drift)");
+  if (o.plot && !program_exists(o.python))
+    throw InputError("--plot: no program '" + o.python + "' (--python, $HALFWAY_PYTHON)");
   if (o.budget < 2)
     throw InputError("--budget must be at least 2 (the reference and the original run), got " +
                      std::to_string(o.budget));
@@ -573,7 +582,8 @@ int cmd_bisect(int argc, char** argv) {
     if (f_all && *f_all < kCloseTarget)
       std::printf("halfway bisect: promoting every part closes only %s of the gap: the parts do "
                   "not explain it (seed noise, or rounding outside the parts)\n", pct(*f_all).c_str());
-    return res.finished && f_all && *f_all >= kCloseTarget ? 0 : 1;
+    const int drawn = o.plot ? draw_figures("halfway bisect", o.python, o.out) : 0;
+    return res.finished && f_all && *f_all >= kCloseTarget ? drawn : 1;
   } catch (const Stopped& s) {
     std::fprintf(stderr, "halfway bisect: stopped by %s after %d runs; run again to continue "
                  "(finished runs are kept in %s)\n", sim::signal_name(s.signal).c_str(),

@@ -1,6 +1,11 @@
 // Running another program without a shell: posix_spawnp, output captured through a pipe.
 #include "spawn.hpp"
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "format_util.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +81,21 @@ bool program_exists(const std::string& program) {
     p = c + 1;
   }
   return false;
+}
+
+int draw_figures(const std::string& tool, const std::string& python, const std::string& dir) {
+  // The figures are drawn by the Python package (halfway.figures); the build tree's package
+  // comes first when this program runs from it.
+  std::string env = HALFWAY_BUILD_PYTHON_DIR;
+  if (const char* p = std::getenv("PYTHONPATH"); p && *p) env += std::string(":") + p;
+  setenv("PYTHONPATH", env.c_str(), 1);
+  std::fflush(stdout);  // this program's lines first
+  const std::string failed = run_program({python, "-m", "halfway.figures", dir});
+  if (failed.empty()) return 0;
+  std::fprintf(stderr, "%s: the figures failed (%s -m halfway.figures: %s); the results are in "
+               "%s\n", tool.c_str(), printable(python).c_str(), failed.c_str(),
+               printable(dir).c_str());
+  return 1;
 }
 
 }  // namespace halfway::cli
