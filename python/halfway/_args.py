@@ -3,6 +3,7 @@ argument is a TypeError (wrong type) or ValueError (wrong value) that names the 
 the argument, never pybind's "incompatible function arguments", a RuntimeError, an
 OverflowError, or a value silently taken for another (True for 1, None for NaN)."""
 import numbers
+import os
 
 import numpy as np
 
@@ -32,6 +33,27 @@ def name(fn, arg, v, *, allow=()):
         raise ValueError(f"halfway.{fn}: {arg} {v!r} is not valid text (a lone surrogate)") \
             from None
     return v
+
+
+def path(fn, arg, v, *, any_bytes=False):
+    """A file or folder name: a non-empty str, bytes or os.PathLike, returned as a str. The
+    name must be one UTF-8 can encode (a lone surrogate cannot be), as the C++ layer takes
+    it; with any_bytes, where the caller hands the C++ layer os.fsencode's bytes, any name the
+    file system can hold (os.fsdecode's surrogate escapes too)."""
+    p = os.fspath(v) if isinstance(v, (str, bytes, os.PathLike)) else v
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not isinstance(p, str):
+        raise TypeError(f"halfway.{fn}: {arg} must be a path (str, bytes or os.PathLike), "
+                        f"not {_type_name(v)}")
+    if not p:
+        raise ValueError(f"halfway.{fn}: {arg} is empty")
+    try:
+        os.fsencode(p) if any_bytes else p.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"halfway.{fn}: {arg} {p!r} cannot be a file name (a lone "
+                         "surrogate)") from None
+    return p
 
 
 def flag(fn, arg, v):

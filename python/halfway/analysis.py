@@ -194,7 +194,7 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
         tmp = tempfile.TemporaryDirectory(prefix="halfway-analyze-")
         directory = tmp.name
     else:
-        directory = os.fspath(out_dir)
+        directory = _args.path("analyze", "out_dir", out_dir, any_bytes=True)
     try:
         # As bytes: a path may hold any bytes (os.fsencode), which a str of C++ cannot.
         run = _halfway._AnalysisRun(os.fsencode(directory), format_list(formats), k_min, k_max,

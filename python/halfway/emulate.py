@@ -29,7 +29,7 @@ import types
 
 import numpy as np
 
-from . import _halfway
+from . import _args, _halfway
 
 __all__ = ["emulate", "recipe_from_toml"]
 
@@ -517,7 +517,7 @@ class emulate:
         self.model, self.accumulation, self.seed, self.every = model, accumulation, seed, every
         self.rules = self._check_rules(rules, names)
         self._module_recipe = self._assign(model)
-        self.out = None if out is None else os.fspath(out)
+        self.out = None if out is None else _args.path("torch.emulate", "out", out)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)  # OSError names the folder
         self.core = _halfway._Emulator(seed, threads, self.out or "", random_bits)

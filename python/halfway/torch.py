@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from . import _halfway
+from . import _args, _halfway
 from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_flush_tolerance,
                        format_list, scale_range)
 
@@ -85,7 +85,7 @@ class trace:
                              f"not {chunk!r}")
         self._torch = torch
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
-        self.every, self.out, self.chunk = every, os.fspath(out), chunk
+        self.every, self.out, self.chunk = every, _args.path("torch.trace", "out", out), chunk
         self.save_tensors = save_tensors
         k_min, k_max = scale_range(scales)
         flush_tolerance = check_flush_tolerance(flush_tolerance)

@@ -37,6 +37,7 @@ FLAG = ["None", "object", "nan", "inf", "huge", "negative", "fraction", "str", "
 SEED = ["bool", "object", "nan", "inf", "huge", "negative", "fraction", "str", "empty list"]
 VALUES = ["None", "bool", "object", "str", "bool array"]
 ENCODINGS = ["None", "bool", "object", "nan", "inf", "huge", "fraction", "str", "bool array"]
+PATH = ["bool", "object", "huge", "empty str", "empty list", "surrogate"]
 ROUNDING = {"rounding": NAME, "saturate": FLAG, "subnormals": FLAG, "seed": SEED,
             "offset": SEED + ["None"], "tininess": NAME, "flags": FLAG, "counts": FLAG}
 
@@ -88,7 +89,18 @@ def cases():
             "max_rows": ["None", "bool", "object", "nan", "inf", "huge", "negative", "fraction",
                          "str"],
             "block_chunk": ["None", "bool", "object", "nan", "inf", "huge", "negative",
-                            "fraction", "str"]}
+                            "fraction", "str"],
+            "out_dir": PATH}
+    try:
+        import torch
+        import halfway.torch as ht
+    except ImportError:  # without torch, only halfway.torch's cases are left out
+        torch = None
+    if torch is not None:
+        model = torch.nn.Linear(2, 2)
+        yield "torch.trace", lambda **k: ht.trace(**{"model": model, **k}), {
+            "out": PATH + ["None"]}
+        yield "torch.emulate", lambda **k: ht.emulate(**{"model": model, **k}), {"out": PATH}
     if hasattr(halfway._halfway, "_train_to_dir"):
         yield "train", lambda **k: halfway.train(**{"config": {}, **k}), {
             "config": ["None", "bool", "object", "nan", "empty list"],
