@@ -314,6 +314,16 @@ def gemm(a, b, bias=None, *, dtype="fp32", accumulation="fp32", layout="nn",
     Not available without the simulator in the build (halfway.train tells the same)."""
     if not hasattr(_halfway, "gemm"):
         raise RuntimeError("halfway.gemm: this build of the Python module has no simulator (sim/)")
+    _args.values("gemm", "a", a)
+    _args.values("gemm", "b", b)
+    if bias is not None and not isinstance(bias, _np.ndarray):
+        raise TypeError(f"halfway.gemm: bias must be a 1-D float32 array or None, not "
+                        f"{type(bias).__name__}")
+    for arg, v in (("dtype", dtype), ("accumulation", accumulation), ("layout", layout),
+                   ("rounding", rounding)):
+        _args.name("gemm", arg, v)
+    _args.integer("gemm", "seed", seed, 0, _args.U64, none=True)
+    _args.integer("gemm", "threads", threads, 1, 256)
     return _halfway.gemm(a, b, bias, dtype=dtype, accumulation=accumulation, layout=layout,
                          rounding=rounding, seed=seed, threads=threads)
 
@@ -330,6 +340,10 @@ def dot(a, b, c, fmt, *, accumulation="fp32"):
     A value that is not exactly of its format is a ValueError naming the argument."""
     if not hasattr(_halfway, "dot"):
         raise RuntimeError("halfway.dot: this build of the Python module has no simulator (sim/)")
+    for arg, v in (("a", a), ("b", b), ("c", c)):
+        _args.values("dot", arg, v)
+    _args.name("dot", "fmt", fmt, allow=Format)
+    _args.name("dot", "accumulation", accumulation)
     return _halfway.dot(a, b, c, fmt, accumulation=accumulation)
 
 

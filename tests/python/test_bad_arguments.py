@@ -74,6 +74,16 @@ def cases():
         "codes": VALUES, "scales": VALUES, "scheme": NAME, "axis": axis}
     yield "bench", lambda **k: halfway.bench(**{"n": 16, "repeats": 1, **k}), {
         "n": SEED + ["None"], "repeats": SEED + ["None"], "threads": SEED + ["None"]}
+    if hasattr(halfway._halfway, "gemm"):
+        mat = np.ones((2, 3), np.float32)
+        yield "gemm", lambda **k: halfway.gemm(**{"a": mat, "b": mat.T.copy(), **k}), {
+            "a": VALUES, "b": VALUES, "bias": ["bool", "object", "str"], "dtype": NAME,
+            "accumulation": NAME, "layout": NAME, "rounding": NAME, "seed": SEED,
+            "threads": SEED + ["None"]}
+        vec, acc = np.ones((2, 4), np.float32), np.zeros(2, np.float32)
+        yield "dot", lambda **k: halfway.dot(**{"a": vec, "b": vec, "c": acc, "fmt": "bf16",
+                                                **k}), {
+            "a": VALUES, "b": VALUES, "c": VALUES, "fmt": NAME, "accumulation": NAME}
     if hasattr(halfway._halfway, "_AnalysisRun"):
         yield "analyze", lambda **k: halfway.analyze(**{"arrays": {"x": X}, "formats": ["fp16"],
                                                         **k}), {
@@ -139,6 +149,11 @@ def check_legitimate():
     assert halfway.decode(np.uint8([0x38]), "e4m3") == 1.0
     assert halfway.add(0x3C00, 0x3C00, "fp16") == 0x4000
     assert halfway.finfo(np.str_("fp16")).max == 65504
+    if hasattr(halfway._halfway, "gemm"):
+        mat = np.ones((2, 3), np.float32)
+        assert (halfway.gemm(mat, mat.T.copy(), np.float32([1, 2]), seed=None) ==
+                np.float32([[4, 5], [4, 5]])).all()
+        assert (halfway.dot(mat, mat, np.zeros(2, np.float32), halfway.Format("bf16")) == 3).all()
     if hasattr(halfway._halfway, "_AnalysisRun"):
         res = halfway.analyze({"x": X}, "fp16", "0..1", flush_tolerance=1)
         assert len(res.trace) == 1 and res.manifest["flush_tolerance"] == 1
