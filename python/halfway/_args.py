@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 U64 = (1 << 64) - 1
+I64 = (1 << 63) - 1
 
 
 def _type_name(v):

@@ -127,7 +127,7 @@ def recipe_from_toml(path):
 
     An unreadable path is an OSError naming it; a file that is not TOML, lacks [precision] or
     holds an unknown or invalid key is a ValueError naming the file and the key."""
-    p = os.fspath(path)
+    p = _args.path("torch.recipe_from_toml", "path", path)
     if not os.path.isfile(p):
         raise FileNotFoundError(2, "halfway.torch.recipe_from_toml: no such file", p)
     with open(p, "rb"):
@@ -498,15 +498,14 @@ class emulate:
         names = list(_halfway._recipe_names()) + list(_halfway._custom_recipe_names())
         self.recipe = self._check_recipe(recipe, names, "recipe")
         accs = list(_halfway._accumulation_names()) + ["fp32-sequential"]
+        if accumulation is not None:
+            _args.name("torch.emulate", "accumulation", accumulation)
         if accumulation is not None and accumulation != "native" and accumulation not in accs:
             raise ValueError(f"halfway.torch.emulate: unknown accumulation {accumulation!r} "
                              f"(accumulations: {' '.join(accs)} native)")
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"halfway.torch.emulate: every must be a positive integer, not "
-                             f"{every!r}")
-        if not isinstance(seed, int) or seed < 0 or seed >= 1 << 64:
-            raise ValueError(f"halfway.torch.emulate: seed must be an integer in [0, 2**64), "
-                             f"not {seed!r}")
+        every = _args.integer("torch.emulate", "every", every, 1, _args.I64)
+        seed = _args.integer("torch.emulate", "seed", seed, 0, _args.U64)
+        threads = _args.integer("torch.emulate", "threads", threads, 1, 256)
         if random_bits is None:  # the recipe's (sr_random_bits of a TOML recipe), else 32
             random_bits = _halfway._recipe(self.recipe)["sr_random_bits"]
         if not isinstance(random_bits, int) or isinstance(random_bits, bool) \

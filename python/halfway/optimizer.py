@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from . import _halfway
+from . import _args, _halfway
 from .emulate import _write_atomic
 
 __all__ = ["optimizer"]
@@ -70,6 +70,13 @@ class optimizer:
                  state_dtype="fp32", compensation="fp32", seed=0, model=None, out=None):
         import torch
         self._torch = torch
+        for arg, v in (("weights", weights), ("update_rounding", update_rounding),
+                       ("update", update), ("state_dtype", state_dtype),
+                       ("compensation", compensation)):
+            _args.name("torch.optimizer", arg, v)
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError("halfway.torch.optimizer: model must be a torch.nn.Module or None, "
+                            f"not {type(model).__name__}")
         self.config = _config(opt, state_dtype)
         if update_rounding not in _ROUNDINGS:
             raise ValueError(f"halfway.torch.optimizer: unknown update_rounding "
@@ -80,9 +87,7 @@ class optimizer:
         if compensation not in ("fp32", "low"):
             raise ValueError("halfway.torch.optimizer: compensation must be 'fp32' or 'low', "
                              f"not {compensation!r}")
-        if not isinstance(seed, int) or seed < 0 or seed >= 1 << 64:
-            raise ValueError(f"halfway.torch.optimizer: seed must be an integer in [0, 2**64), "
-                             f"not {seed!r}")
+        seed = _args.integer("torch.optimizer", "seed", seed, 0, _args.U64)
         self.opt = opt
         self.params = list(opt.param_groups[0]["params"])
         for i, p in enumerate(self.params):
@@ -92,7 +97,7 @@ class optimizer:
         names = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
         self.names = [names.get(id(p), f"param{i}") for i, p in enumerate(self.params)]
         self.update_rounding = update_rounding
-        self.out = None if out is None else os.fspath(out)
+        self.out = None if out is None else _args.path("torch.optimizer", "out", out)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)
         # sim's own checks (a Kahan update of fp32 weights, an lr that overflows, a state

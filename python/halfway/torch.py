@@ -77,12 +77,17 @@ class trace:
         import torch
         if not isinstance(model, torch.nn.Module):
             raise TypeError("halfway.torch.trace: model must be a torch.nn.Module")
-        if not isinstance(every, int) or every < 1:
-            raise ValueError("halfway.torch.trace: every must be a positive integer, "
-                             f"not {every!r}")
-        if not isinstance(chunk, int) or chunk < 1:
-            raise ValueError("halfway.torch.trace: chunk must be a positive integer, "
-                             f"not {chunk!r}")
+        every = _args.integer("torch.trace", "every", every, 1, _args.I64)
+        chunk = _args.integer("torch.trace", "chunk", chunk, 1, _args.I64)
+        save_tensors = _args.flag("torch.trace", "save_tensors", save_tensors)
+        tensor_windows = _args.flag("torch.trace", "tensor_windows", tensor_windows)
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("halfway.torch.trace: optimizer must be a torch.optim.Optimizer or "
+                            f"None, not {type(optimizer).__name__}")
+        if scaler is not None and not all(callable(getattr(scaler, m, None))
+                                          for m in ("scale", "update", "is_enabled")):
+            raise TypeError("halfway.torch.trace: scaler must be a torch.amp.GradScaler or "
+                            f"None, not {type(scaler).__name__}")
         self._torch = torch
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.every, self.out, self.chunk = every, _args.path("torch.trace", "out", out), chunk

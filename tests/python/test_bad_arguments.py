@@ -108,9 +108,28 @@ def cases():
         torch = None
     if torch is not None:
         model = torch.nn.Linear(2, 2)
+        modules = ["None", "bool", "object", "str"]
+        count = SEED + ["None"]
         yield "torch.trace", lambda **k: ht.trace(**{"model": model, **k}), {
-            "out": PATH + ["None"]}
-        yield "torch.emulate", lambda **k: ht.emulate(**{"model": model, **k}), {"out": PATH}
+            "model": modules, "out": PATH + ["None"], "every": count, "chunk": count,
+            "formats": ["None", "bool", "object", "nan", "empty str", "empty list", "surrogate"],
+            "scales": ["None", "bool", "object", "nan", "inf", "huge", "fraction", "str",
+                       "empty list"],
+            "flush_tolerance": ["None", "bool", "object", "nan", "inf", "-inf", "huge",
+                                "negative", "fraction", "str"],
+            "save_tensors": FLAG, "tensor_windows": FLAG, "optimizer": ["bool", "object", "str"],
+            "scaler": ["bool", "object", "str"]}
+        yield "torch.emulate", lambda **k: ht.emulate(**{"model": model, **k}), {
+            "model": modules, "out": PATH, "recipe": NAME,
+            "accumulation": [n for n in NAME if n != "None"], "seed": count, "every": count,
+            "threads": count, "random_bits": SEED,
+            "rules": ["bool", "object", "str", "nan", "empty list"]}
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        yield "torch.optimizer", lambda **k: ht.optimizer(**{"opt": sgd, **k}), {
+            "opt": modules, "weights": NAME, "update_rounding": NAME, "update": NAME,
+            "state_dtype": NAME, "compensation": NAME, "seed": count,
+            "model": ["bool", "object", "str"], "out": PATH}
+        yield "torch.recipe_from_toml", lambda **k: ht.recipe_from_toml(**k), {"path": PATH}
     if hasattr(halfway._halfway, "_train_to_dir"):
         yield "train", lambda **k: halfway.train(**{"config": {}, **k}), {
             "config": ["None", "bool", "object", "nan", "empty list"],
