@@ -112,9 +112,10 @@ AccumulationModel fp8_gemm_model(const Accumulation& acc, Fp8Gemm gemm) {
 
 Format fp8_gemm_format(const Format& a, const Format& b) {
   if (a == b) return a;
-  const int eb = a.exp_bits > b.exp_bits ? a.exp_bits : b.exp_bits;
-  const int fb = a.frac_bits > b.frac_bits ? a.frac_bits : b.frac_bits;
-  return Format{eb, fb, (1 << (eb - 1)) - 1, Specials::ieee, Overflow::infinity};
+  const uint8_t eb = a.exp_bits > b.exp_bits ? a.exp_bits : b.exp_bits;
+  const uint8_t fb = a.frac_bits > b.frac_bits ? a.frac_bits : b.frac_bits;
+  return Format{eb, fb, static_cast<int16_t>((1 << (eb - 1)) - 1), Specials::ieee,
+                Overflow::infinity};
 }
 
 const Accumulation& accumulator_by_name(std::string_view name) {
