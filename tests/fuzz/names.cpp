@@ -1,14 +1,13 @@
 // Fuzz harness: the names a user writes in a config or on the command line and that no other
 // harness takes on its own: accumulation names (accumulator_by_name), dtypes (parse_dtype),
 // policy presets (preset_policy), op kinds and cast rules of [precision.rules] (parse_op,
-// parse_rule), bisect's --granularity (parse_granularity), HALFWAY_DISABLE_ISA's list
-// (parse_disable_list) and block schemes (parse_block_scheme). The input is one name. Besides
+// parse_rule), bisect's --granularity (parse_granularity) and HALFWAY_DISABLE_ISA's list
+// (parse_disable_list); block schemes are the analyze harness's. The input is one name. Besides
 // not crashing: every name that parses prints back to a name that parses to the same thing.
 #include <optional>
 #include <string>
 
 #include "fuzz.hpp"
-#include "halfway/blocks.hpp"
 #include "halfway/cpu.hpp"
 #include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/bisect.hpp"
@@ -53,6 +52,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              [](Granularity g) { return std::string(granularity_name(g)); });
   fuzz::guarded([&] { (void)preset_policy(text); });
   fuzz::guarded([&] { (void)cpu::parse_disable_list(text); });
-  fuzz::guarded([&] { (void)parse_block_scheme(text); });
   return 0;
 }
