@@ -21,7 +21,7 @@
 #include "halfway/halfway.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"
-#include "halfway/sim/thread_pool.hpp"
+#include "halfway/thread_pool.hpp"
 #include "test_support.hpp"
 
 using namespace halfway::sim::detail;
@@ -161,7 +161,7 @@ TEST_CASE("every named accumulation resolves into lib's model, and block FMAs fo
 }
 
 TEST_CASE("the persistent thread pool runs every part once, deterministically", "[sim][pool]") {
-  using halfway::sim::ThreadPool;
+  using halfway::ThreadPool;
   ThreadPool& pool = ThreadPool::global();
   for (int parts : {1, 2, 3, 8, 17}) {
     for (int rep = 0; rep < 50; ++rep) {

@@ -5,7 +5,7 @@
 
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
-#include "halfway/sim/thread_pool.hpp"
+#include "halfway/thread_pool.hpp"
 #include "gemm_f32.hpp"
 #include "gemm_model.hpp"
 

@@ -14,7 +14,7 @@
 #include "commands.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
-#include "halfway/sim/thread_pool.hpp"
+#include "halfway/thread_pool.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "progress.hpp"
 #include "size_option.hpp"
@@ -25,7 +25,7 @@ namespace halfway::cli {
 int cmd_train(int argc, char** argv) {
   CLI::App app{"Simulate mixed-precision training and trace every rounding", "halfway train"};
   std::string config, out;
-  int threads = sim::ThreadPool::hardware_threads();
+  int threads = halfway::ThreadPool::hardware_threads();
   bool run_bench = false;
   TrainBenchOptions b;
   b.threads = {1};

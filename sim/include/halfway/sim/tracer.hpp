@@ -163,8 +163,6 @@ class Tracer {
   void record_blocks(BlockRecord r);
   /// Record vanished / tiny updates for a rounding of kind `update` already recorded.
   void add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update);
-  /// Change the loss scale the step's gradients were computed at (before end_step).
-  void set_loss_scale(double s) { current_.loss_scale = s; }
   /// Close the step: computes the scale window. The result stays valid until the next
   /// begin_step (the storage is reused from step to step).
   const StepTrace& end_step();
