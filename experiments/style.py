@@ -363,11 +363,11 @@ def ratio_text(a, a_values, b, b_values, b_name, digits=3):
     return "%.*g" % (digits, a / b)
 
 
-def seed_spread(cases, finals, ref="fp32"):
-    """Print each recipe's mean final validation loss against the reference's (`finals`: {case:
-    [final validation loss of each seed]}), marked "within the seed spread" when the difference
-    is smaller than the larger of the two recipes' spreads over seeds (max - min): such a
-    difference is not a measured one."""
+def seed_spread(cases, finals, ref="fp32", what="final validation loss", number=".4f"):
+    """Print each recipe's mean `what` against the reference's (`finals`: {case: [the final
+    validation loss, or `what`, of each seed]}), marked "within the seed spread" when the
+    difference is smaller than the larger of the two recipes' spreads over seeds (max - min):
+    such a difference is not a measured one. `number`: the format of the printed numbers."""
     import numpy as np
 
     if ref not in finals:
@@ -379,8 +379,8 @@ def seed_spread(cases, finals, ref="fp32"):
         v = finals[case]
         d = float(np.mean(v) - np.mean(r))
         spread = max(max(v) - min(v), max(r) - min(r))
-        print("%s: mean final validation loss %+.4f against %s's, %s (spread over %d seeds: "
-              "%.4f %s, %.4f %s)" % (case, d, ref,
+        print(("%s: mean %s %+" + number + " against %s's, %s (spread over %d seeds: %" +
+               number + " %s, %" + number + " %s)") % (case, what, d, ref,
                                      "within the seed spread" if abs(d) < spread
                                      else "beyond the seed spread", len(v), max(v) - min(v),
                                      case, max(r) - min(r), ref))

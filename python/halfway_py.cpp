@@ -1721,6 +1721,8 @@ PYBIND11_MODULE(_halfway, m) {
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");
   bind_analysis_run(m);
   bind_emulation(m);
+  m.def("_git_revision", &sim::git_revision,
+        "The git revision the simulator was built from ('-dirty': from uncommitted changes).");
 #endif
   m.def("format", [](py::handle fmt) { return to_format(fmt); }, py::arg("fmt"),
         "The Format named by a string (or the Format itself).");

@@ -1113,6 +1113,7 @@ class emulate:
             "steps": len(self.losses),
             "torch_version": self._torch.__version__,
             "halfway_version": __version__,
+            "git_revision": _halfway._git_revision(),
             "model": type(self.model).__name__,
             "emulated_gemms": dict(sorted(self.emulated.items())),
             "emulated_ops": dict(sorted(self.emulated_ops.items())),

@@ -955,10 +955,127 @@ def check_block_formats(res, figs, con):
                    d, len(v), sa, sr, full=True)
 
 
+# The linear layers' GEMM operands of emulate_recipes' encoder, by name: (layer, role).
+EMU_OPERAND = re.compile(r"^(?:encoder\.layers\.(\d+)\.(?:self_attn\.in_proj|"
+                         r"self_attn\.out_proj|linear1|linear2)|(head))\."
+                         r"(input|weight|grad_output)$")
+
+
+def emulate_operand_rows(res, row):
+    """[(layer, role, elements, flushed, saturated, signal or None, noise or None)] of one run:
+    blocks.csv's rows, and trace.csv's rows rounded to a dtype other than fp32."""
+    out = []
+    for file in ("blocks.csv", "trace.csv"):
+        t = run_csv(res, row, file)
+        for _, r in t.iterrows():
+            m = EMU_OPERAND.match(r["name"])
+            if not m or (file == "trace.csv" and r["dtype"] == "fp32"):
+                continue
+            layer = "head" if m.group(2) else "layer " + m.group(1)
+            if file == "blocks.csv":
+                out.append((layer, m.group(3), int(r["elements"]), int(r["flushed"]),
+                            int(r["saturated"]), float(r["signal"]), float(r["noise"])))
+            else:
+                out.append((layer, m.group(3), int(r["total"]), int(r["flushed"]),
+                            int(r["overflow"]), None, None))
+    return out
+
+
+def take_in_order(doc, before, values):
+    """The len(values) texts just before the text `before` are, in order, these values ('-' for
+    None); blanks them."""
+    i = doc.texts.index(before) if before in doc.texts else -1
+    got = doc.texts[i - len(values):i] if i >= len(values) else []
+    if len(got) != len(values):
+        doc.errors.append("%s: %d texts before %r expected" % (doc.what, len(values), before))
+        return
+    for k, (t, v) in enumerate(zip(got, values)):
+        if not (t == "-" if v is None else agree(t, v)):
+            doc.errors.append("%s: %r before %r: drawn %s, the results give %r"
+                              % (doc.what, before, k, t, v))
+        doc.texts[i - len(values) + k] = BLANK
+
+
+def check_emulate_recipes(res, figs, con):
+    df = sweep(res)
+    with open(os.path.join(res, "sweep.json")) as f:
+        d = json.load(f)["definition"]
+    doc = figs["emulate_recipes"]
+    m = d["model"]
+    doc.expect("PyTorch nn.TransformerEncoder ({I} layers, d_model {I}, {I} heads, seq {I}, batch "
+               "{I}), AdamW, {I} seeds; shares and SNR pool every seed and traced step; '-': no "
+               "low-precision operand | ", m["layers"], m["d_model"], m["heads"], m["seq_len"],
+               d["data"]["batch_size"], df["seed"].nunique())
+    provenance(doc, res)
+    for t in ("step", "training loss (nats)", "training loss: mean of the seeds, band min-max",
+              "quantization SNR of the linear layers' GEMM operands"):
+        doc.text(t)
+    roles = ["input", "weight", "grad_output"]
+    cases = list(dict.fromkeys(df["case"]))
+    finals, rows, layers = {}, {}, set()
+    for case in cases:
+        doc.text(case)
+        finals[case], rows[case] = [], []
+        for _, r in df[df["case"] == case].iterrows():
+            loss = run_csv(res, r, "steps.csv")["loss"].to_numpy(dtype=np.float64)
+            finals[case].append(float(np.mean(loss[-10:])))
+            rows[case] += emulate_operand_rows(res, r)
+        layers |= {x[0] for x in rows[case]}
+    layers = sorted(layers, key=lambda s: (s == "head", s))
+    con.header("recipe", ["loss_mean", "loss_min", "loss_max", "snr_X", "snr_W", "snr_dY",
+                          "flush%", "satur%"])
+    bars, without = [], []
+    for case in cases:
+        v, o = finals[case], rows[case]
+        values = [sum(v) / len(v), min(v), max(v)]
+        snr = []
+        for ro in roles:
+            sel = [x for x in o if x[1] == ro and x[5] is not None]
+            if sel:
+                snr.append(10 * math.log10(sum(x[5] for x in sel) / sum(x[6] for x in sel)))
+        if snr:
+            doc.text(case)  # the SNR panel's legend
+            bars += snr
+        else:
+            without.append(case)
+        values += snr
+        if o:
+            n = sum(x[2] for x in o)
+            values += [100 * sum(x[3] for x in o) / n, 100 * sum(x[4] for x in o) / n]
+        con.row(case, values)
+    # The bar labels, recipe by recipe, X W dY, are drawn just before the note (or the label).
+    note = "no SNR recorded (per-tensor casts, trace.csv): " + ", ".join(without)
+    take_in_order(doc, note if without else "SNR (dB)", bars)
+    if without:
+        doc.text(note)
+    doc.text("SNR (dB)")
+    for col, title in ((3, "operand elements flushed to zero (%)"),
+                       (4, "operand elements saturated or overflowed (%)")):
+        cells = []
+        for case in cases:
+            for layer in layers:
+                sel = [x for x in rows[case] if x[0] == layer]
+                n = sum(x[2] for x in sel)
+                cells.append(100 * sum(x[col] for x in sel) / n if n else None)
+        take_in_order(doc, title, cells)
+        doc.text(title)
+    ref = finals.get("fp32")
+    for case, v in finals.items():
+        if ref is None or case == "fp32":
+            continue
+        dd = float(np.mean(v)) - float(np.mean(ref))
+        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
+        con.expect("%s: mean final loss (last {I} steps) {N} against fp32's, %s the seed spread "
+                   "(spread over {I} seeds: {N} %s, {N} fp32)"
+                   % (case, "within" if abs(dd) < max(sa, sr) else "beyond", case),
+                   10, dd, len(v), sa, sr, full=True)
+
+
 CHECKERS = {"accumulation": check_accumulation,
             "accumulation_training": check_accumulation_training,
             "block_formats": check_block_formats, "demo": check_demo,
-            "dynamic_scaler": check_dynamic_scaler, "format_comparison": check_format_comparison,
+            "dynamic_scaler": check_dynamic_scaler,
+            "emulate_recipes": check_emulate_recipes, "format_comparison": check_format_comparison,
             "fp8_accumulation": check_fp8_accumulation,
             "gradient_histogram": check_gradient_histogram,
             "loss_scale_sweep": check_loss_scale_sweep, "master_weights": check_master_weights,
@@ -1015,6 +1132,14 @@ def main_check(argv):
     return 1 if errors else 0
 
 
+def shorten(path):
+    """Cut every run of a sweep.toml or emulate.toml to 6 steps (the tiny versions)."""
+    with open(path) as f:
+        s = f.read()
+    with open(path, "w") as f:
+        f.write(re.sub(r"(?m)^steps = \d+", "steps = 6", s))
+
+
 def main(halfway):
     tmp = tempfile.mkdtemp(prefix="halfway_numbers_test_")
     failures = []
@@ -1030,6 +1155,7 @@ def main(halfway):
     ok(set(names) == set(CHECKERS), "a checker for every experiment (%s)" % ", ".join(names))
     names = text_corpus.leave_out_missing(exps, names)
     env = dict(os.environ, HALFWAY_PYTHON=sys.executable)
+    skipped = []
     for n in names:
         p = os.path.join(exps, n, "accumulation.toml")
         if os.path.exists(p):
@@ -1038,16 +1164,23 @@ def main(halfway):
             r = subprocess.run([halfway, "run", os.path.join(exps, n), "--results", res_root],
                                capture_output=True, text=True, env=env)
             ok(r.returncode == 0, "%s: halfway run (tiny)" % n)
+        p = os.path.join(exps, n, "emulate.toml")
+        if os.path.exists(p):  # a Python experiment (run.py): torch and the module needed
+            shorten(p)
+            r = subprocess.run([halfway, "run", os.path.join(exps, n), "--results", res_root,
+                                "--jobs", "2"], capture_output=True, text=True, env=env)
+            ok(r.returncode == 0, "%s: halfway run (tiny) %s" % (n, r.stderr.strip()[-300:]))
+            if "skipped, nothing drawn" in r.stdout:
+                print("skip %s: %s" % (n, r.stdout.strip().splitlines()[-2:]))
+                skipped.append(n)
         p = os.path.join(exps, n, "sweep.toml")
         if os.path.exists(p):
-            with open(p) as f:
-                s = f.read()
-            with open(p, "w") as f:
-                f.write(re.sub(r"(?m)^steps = \d+", "steps = 6", s))
+            shorten(p)
             r = subprocess.run([halfway, "sweep", p, "--out", os.path.join(res_root, n),
                                 "--jobs", "2", "--quiet"], capture_output=True, text=True, env=env)
             ok(r.returncode == 0, "%s: halfway sweep (tiny) %s" % (n, r.stderr.strip()[-300:]))
 
+    names = [n for n in names if n not in skipped]
     # Two plot.py at a time (each is mostly matplotlib's start-up and PDF writing).
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         jobs = {n: pool.submit(plot, os.path.join(exps, n, "plot.py"), os.path.join(res_root, n))
@@ -1152,11 +1285,22 @@ def main(halfway):
                    "ratio = val[c, s] / val[REF, seeds[0]]", "draws"),
            "negative control: an fp8_accumulation plot.py that divides every seed by the first "
            "seed's fp32 losses is caught")
+    def more_flushed_elements(b):
+        last = len(b) - 1
+        b.loc[last, "flushed"] = str(int(b.loc[last, "flushed"]) +
+                                     int(b.loc[last, "elements"]) // 2)
+
+    if "emulate_recipes" in seen:
+        errors, _ = corrupted("emulate_recipes", case("nvfp4"), "blocks.csv",
+                              more_flushed_elements)
+        ok(any("nvfp4" in e for e in errors) and any("flushed to zero" in e for e in errors),
+           "negative control: half a copy's elements more flushed in one row of nvfp4's "
+           "blocks.csv are caught in the table and the drawn cells (%s)" % (errors[:2],))
+        ok(planted("emulate_recipes", 'flushed[(case, layer)] = 100.0 * r["flushed"]',
+                   'flushed[(case, layer)] = 100.0 * r["saturated"]', "flushed to zero"),
+           "negative control: an emulate_recipes plot.py that draws the saturated share as the "
+           "flushed one is caught")
     if "block_formats" in seen:
-        def more_flushed_elements(b):
-            last = len(b) - 1
-            b.loc[last, "flushed"] = str(int(b.loc[last, "flushed"]) +
-                                         int(b.loc[last, "elements"]) // 2)
         errors, _ = corrupted("block_formats", case("nvfp4"), "blocks.csv", more_flushed_elements)
         ok(any("nvfp4" in e for e in errors),
            "negative control: half a copy's elements more flushed in one row of nvfp4's "

@@ -1,6 +1,6 @@
 // `halfway run EXPERIMENT_DIR... [--all] [--jobs N] [--results DIR] [--plot-only]`: run one
-// experiment (its sweep.toml, if any, into RESULTS/<name>/) and draw its figures with its
-// plot.py, which reads only the results folder.
+// experiment (its sweep.toml, accumulation.toml or Python run.py, if any, into RESULTS/<name>/)
+// and draw its figures with its plot.py, which reads only the results folder.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -141,10 +141,28 @@ int run_one(const fs::path& exp, const fs::path& results_root, int jobs, bool pl
   const std::string name = fs::absolute(exp).lexically_normal().filename().string();
   if (!fs::is_directory(exp)) throw InputError("no experiment folder " + exp.string());
   const fs::path sweep = exp / "sweep.toml", plot = exp / "plot.py";
-  const fs::path acc = exp / "accumulation.toml";
+  const fs::path acc = exp / "accumulation.toml", runner = exp / "run.py";
   if (!fs::exists(sweep) && !fs::exists(plot))
     throw InputError(exp.string() + " has neither sweep.toml nor plot.py");
   const fs::path out = results_root / name;
+  if (fs::exists(runner) && !plot_only) {
+    // A Python experiment (emulate_recipes: a PyTorch model under halfway.torch.emulate):
+    // run.py RESULTS --jobs N trains into the results folder, resuming; 77 is "cannot run here".
+    std::printf("halfway run: %s -> %s\n", name.c_str(), out.string().c_str());
+    std::fflush(stdout);
+    build_package_first();
+    const std::string failed =
+        run_program({python, runner.string(), out.string(), "--jobs", std::to_string(jobs)});
+    if (failed == "exit status 77") {
+      std::printf("halfway run: %s: skipped, nothing drawn (run.py cannot run here)\n",
+                  name.c_str());
+      return 0;
+    }
+    if (!failed.empty()) {
+      std::fprintf(stderr, "halfway run: %s: run.py failed (%s)\n", name.c_str(), failed.c_str());
+      return 1;
+    }
+  }
   if (fs::exists(acc) && !plot_only) {
     std::printf("halfway run: %s -> %s\n", name.c_str(), out.string().c_str());
     std::fflush(stdout);

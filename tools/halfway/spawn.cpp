@@ -83,12 +83,17 @@ bool program_exists(const std::string& program) {
   return false;
 }
 
-int draw_figures(const std::string& tool, const std::string& python, const std::string& dir) {
-  // The figures are drawn by the Python package (halfway.figures); the build tree's package
-  // comes first when this program runs from it.
+void build_package_first() {
   std::string env = HALFWAY_BUILD_PYTHON_DIR;
-  if (const char* p = std::getenv("PYTHONPATH"); p && *p) env += std::string(":") + p;
+  const char* p = std::getenv("PYTHONPATH");
+  if (p && std::string(p).rfind(env, 0) == 0) return;  // already first
+  if (p && *p) env += std::string(":") + p;
   setenv("PYTHONPATH", env.c_str(), 1);
+}
+
+int draw_figures(const std::string& tool, const std::string& python, const std::string& dir) {
+  // The figures are drawn by the Python package (halfway.figures).
+  build_package_first();
   std::fflush(stdout);  // this program's lines first
   const std::string failed = run_program({python, "-m", "halfway.figures", dir});
   if (failed.empty()) return 0;

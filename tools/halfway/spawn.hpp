@@ -18,6 +18,10 @@ std::string run_program(const std::vector<std::string>& args);
 /// Whether `program` names an executable file: a path as given, a bare name in PATH.
 bool program_exists(const std::string& program);
 
+/// Put the build tree's Python package (build/python) first on PYTHONPATH, for the Python
+/// programs this one starts (halfway.figures, an experiment's run.py).
+void build_package_first();
+
 /// `PYTHON -m halfway.figures DIR` (the build tree's package first), for a command's --plot.
 /// Returns 0, or 1 after one line on stderr naming `tool` and where the results are.
 int draw_figures(const std::string& tool, const std::string& python, const std::string& dir);
