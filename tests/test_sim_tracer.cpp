@@ -55,6 +55,36 @@ TEST_CASE("counts and histogram of one rounding into fp16", "[sim][tracer]") {
   CHECK(v[1] == 0.0);
   CHECK(v[2] == std::ldexp(1.0, -24));
   CHECK(std::isinf(v[6]));
+  // The error sums, by hand, over the finite values within fp16's range (0, 1.5·2^-27,
+  // 1.5·2^-25, 2^-16, 1, 65504; not 1.5·2^16, 2^20 or NaN): 1.5·2^-27 flushes (error its own
+  // square), 1.5·2^-25 rounds to 2^-24 (error 2^-26), the rest are exact. The exact signal
+  // 65504² + 1 + (terms below 2^-31) rounds once to 65504² + 1.
+  const double noise = std::ldexp(2.25, -54) + std::ldexp(1.0, -52);
+  CHECK(r.noise.value() == noise);
+  CHECK(r.flushed_sq.value() == std::ldexp(2.25, -54));
+  CHECK(r.signal.value() == 65504.0 * 65504.0 + 1.0);
+  CHECK(r.snr_db() == 10.0 * std::log10((65504.0 * 65504.0 + 1.0) / noise));
+  CHECK(r.flushed_l2_fraction() == std::sqrt(std::ldexp(2.25, -54) / (65504.0 * 65504.0 + 1.0)));
+}
+
+TEST_CASE("a binary32 tensor rounded in place: the error sums see the values before rounding",
+          "[sim][tracer]") {
+  Tracer tr;
+  Runtime rt;
+  rt.tracer = &tr;
+  tr.begin_step(0, 1.0);
+  // bf16 keeps 8 bits: 1 + 2^-9 rounds to 1 and 3 + 2^-8 to 3 (below half an ulp), the
+  // subnormal 2^-130 (a multiple of bf16's 2^-133) and -2 are exact.
+  Values v(std::vector<float>{1.0f + 0x1p-9f, 3.0f + 0x1p-8f, 0x1p-130f, -2.0f});
+  REQUIRE(!v.wide());
+  const TraceTag tag{"w", "test", TraceKind::weight};
+  round_into(rt, DType::low(formats::bf16), v, &tag);
+  const TraceRecord r = tr.end_step().records.at(0);
+  CHECK(v.visit([](const auto* p) { return double(p[0]) == 1.0 && double(p[1]) == 3.0; }));
+  CHECK(r.noise.value() == std::ldexp(1.0, -18) + std::ldexp(1.0, -16));
+  CHECK(r.flushed_sq.value() == 0.0);
+  const double x0 = 1.0 + 0x1p-9, x1 = 3.0 + 0x1p-8;
+  CHECK(r.signal.value() == x0 * x0 + x1 * x1 + 4.0);  // 2^-260 is below its last bit
 }
 
 TEST_CASE("a rounding split over threads gives the values, events and histogram of one pass",
@@ -100,6 +130,9 @@ TEST_CASE("a rounding split over threads gives the values, events and histogram 
     CHECK(rt.nonfinite_in == r1.nonfinite_in);
     CHECK(rt.max_abs == r1.max_abs);
     CHECK(rt.min_abs == r1.min_abs);
+    CHECK(rt.signal == r1.signal);  // exact sums: the split cannot change a bit
+    CHECK(rt.noise == r1.noise);
+    CHECK(rt.flushed_sq == r1.flushed_sq);
   }
   CHECK(r1.events.total == v.size());
   CHECK(r1.nonfinite_in > 0);

@@ -81,10 +81,20 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
   parallel_slices(np, n, [&](int p, uint64_t lo, uint64_t hi) {
     if constexpr (!kFloatIn)
       for (size_t i = lo; i < hi; ++i) pw[i] = static_cast<float>(src[i]);
-    if (tr) add_values(hist[size_t(p)], pv + lo, hi - lo);
+    // Rounded in place, the values before rounding are kept for the error sums.
+    thread_local std::vector<float> kept;
+    const float* x = pv + lo;
+    if (tr) {
+      add_values(hist[size_t(p)], x, hi - lo);
+      if (static_cast<const void*>(x) == static_cast<const void*>(ov + lo)) {
+        kept.assign(x, x + (hi - lo));
+        x = kept.data();
+      }
+    }
     BulkOptions op = o;
     op.offset = o.offset + lo;
     quantize_f32(dt.fmt, pv + lo, ov + lo, hi - lo, op, tr ? &ev[size_t(p)] : nullptr);
+    if (tr) add_rounding(hist[size_t(p)], dt.fmt, x, ov + lo, hi - lo);
     if constexpr (!kFloatOut)
       for (size_t i = lo; i < hi; ++i) dst[i] = static_cast<double>(ov[i]);
   });

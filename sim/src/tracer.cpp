@@ -140,12 +140,23 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const TraceRecord& val
   merge_values(current_.records[index_.at(tag.name)], values);
 }
 
+void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n) {
+  Env env;
+  const float fmax = static_cast<float>(to_f64(fmt, fmt.max_mag(), env));
+  for (size_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) <= fmax) r.signal.add(x[i]);  // finite, within the range
+  add_rounding_error(x, q, n, fmax, r.noise, r.flushed_sq);
+}
+
 void merge_values(TraceRecord& into, const TraceRecord& part) {
   for (size_t j = 0; j < size_t(TraceRecord::kBins); ++j) {
     into.hist[j] += part.hist[j];
     into.pow2[j] += part.pow2[j];
   }
   into.nonfinite_in += part.nonfinite_in;
+  into.signal += part.signal;
+  into.noise += part.noise;
+  into.flushed_sq += part.flushed_sq;
   if (part.has_values()) {
     into.max_abs = std::max(into.max_abs, part.max_abs);
     into.min_abs = into.has_values() ? std::min(into.min_abs, part.min_abs) : part.min_abs;
@@ -266,7 +277,7 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
 
 const char* const kTraceCsvHeader =
     "step,name,op,kind,dtype,total,zeros,flushed,subnormal,overflow,nan,inexact,nonfinite_in,"
-    "vanished,small_update,min_exp,max_exp,max_abs,hist\n";
+    "vanished,small_update,min_exp,max_exp,max_abs,hist,signal,noise,snr_db,flushed_l2_fraction\n";
 const char* const kWindowCsvHeader =
     "step,loss_scale,k,values,flushed,flushed_fraction,overflow,safe\n";
 
@@ -304,6 +315,23 @@ void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
       first = false;
       put_num(line, i + TraceRecord::kMinExp), line += ':', put_num(line, t.hist[size_t(i)]);
     }
+  line += ',';
+  append_number(line, t.signal.value());
+  line += ',';
+  append_number(line, t.noise.value());
+  line += ',';
+  append_number(line, t.snr_db());
+  line += ',';
+  append_number(line, t.flushed_l2_fraction());
+}
+
+void append_number(std::string& line, double v) {
+  if (std::isnan(v)) return;  // empty: not defined (no values)
+  if (std::isinf(v)) {
+    line += v > 0 ? "inf" : "-inf";
+    return;
+  }
+  put_num(line, v);
 }
 
 void append_block_columns(std::string& line, int step, const BlockRecord& r) {
@@ -316,9 +344,7 @@ void append_block_columns(std::string& line, int step, const BlockRecord& r) {
                      e.nan_scales, r.zero_scales})
     put_num(line, v), line += ',';
   put_num(line, r.signal), line += ',', put_num(line, r.noise), line += ',';
-  const double snr = r.snr_db();
-  if (std::isinf(snr)) line += "inf";
-  else if (!std::isnan(snr)) put_num(line, snr);
+  append_number(line, r.snr_db());
   line += ',';
   if (!r.scale_hist.empty()) {
     put_num(line, r.scale_hist.begin()->first), line += ',';

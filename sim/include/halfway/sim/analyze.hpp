@@ -29,22 +29,6 @@
 
 namespace halfway::sim {
 
-/// The exact sum of the squares of binary32 values. v = m·2^(e-150) with an integer m < 2^24,
-/// so v² = m²·2^(2e-300) with m² < 2^48: each biased exponent e has an integer bin, which can
-/// take 2^80 values before it could wrap. value() is the exact sum rounded once to the nearest
-/// double (ties to even), so it depends only on the multiset of values added.
-class SquareSum {
- public:
-  void add(float v);  ///< v finite
-  /// Take out the squares of `o`'s values, which must all have been added here too.
-  SquareSum& operator-=(const SquareSum& o);
-  double value() const;
-  bool operator==(const SquareSum&) const = default;
-
- private:
-  std::array<unsigned __int128, 255> bins_{};
-};
-
 struct AnalyzeOptions {
   int k_min = -20, k_max = 40;       ///< the loss scales 2^k of the window
   double flush_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
@@ -127,9 +111,9 @@ AnalysisFormats parse_analysis_formats(const std::string& text);
 /// "K_MIN..K_MAX" → {k_min, k_max}, each in [-300, 300], k_min <= k_max. Throws InputError.
 std::pair<int, int> parse_scale_range(const std::string& text);
 
-/// The columns appended to kTraceCsvHeader's in analyze's trace.csv: SNR, flushed norm and the
-/// tensor's own safe window (empty when no scale is safe).
-extern const char* const kAnalyzeExtraColumns;  ///< ",snr_db,flushed_l2_fraction,k_low,k_high"
+/// The columns appended to kTraceCsvHeader's (which end in the SNR and the flushed norm) in
+/// analyze's trace.csv: the tensor's own safe window (empty when no scale is safe).
+extern const char* const kAnalyzeExtraColumns;  ///< ",k_low,k_high"
 /// Append the columns of kAnalyzeExtraColumns (with their leading commas) for `f`.
 void append_analyze_columns(std::string& line, const FormatAnalysis& f);
 

@@ -22,6 +22,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/dtype.hpp"
+#include "halfway/sim/square_sum.hpp"
 #include "halfway/sim/tensor.hpp"
 
 namespace halfway::sim {
@@ -47,8 +48,14 @@ struct TraceRecord {
   /// value can land exactly on the underflow threshold, a tie that rounds to zero. (Gradients
   /// computed from fp16 subnormals, which have few significant bits, often are powers of two.)
   std::array<uint64_t, kBins> pow2{};
+  /// The rounding's error (square_sum.hpp), over the finite values within the dtype's range:
+  /// the signal Σx², the noise Σ(x − q)² and Σx² of the values flushed to zero, exact. Every
+  /// traced rounding fills them (add_rounding); trace.csv gives snr_db and flushed_l2_fraction.
+  SquareSum signal, noise, flushed_sq;
 
   bool has_values() const { return min_abs > 0; }
+  double snr_db() const { return sim::snr_db(signal, noise); }
+  double flushed_l2_fraction() const { return sim::flushed_l2_fraction(signal, flushed_sq); }
   int min_exp() const;  ///< floor(log2 min_abs); INT_MIN when no non-zero value
   int max_exp() const;  ///< floor(log2 max_abs); INT_MIN when no non-zero value
   bool is_grad() const {
@@ -107,8 +114,11 @@ struct TracerOptions {
 /// and the non-finite count. The tracer's one pass over a tensor; a tensor added in chunks gives
 /// the same record as added whole, in any split.
 void add_values(TraceRecord& r, const float* pre, size_t n);
-/// Adds the value statistics of `part` (add_values over other values) to `into`: what
-/// add_values over both sets of values gives, whatever the split.
+/// Add the error of rounding x[0..n) to q[0..n) in `fmt` to r's signal, noise and flushed
+/// sums. Exact sums: a tensor added in chunks gives the same record as added whole.
+void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n);
+/// Adds the value statistics of `part` (add_values and add_rounding over other values) to
+/// `into`: what they give over both sets of values, whatever the split.
 void merge_values(TraceRecord& into, const TraceRecord& part);
 
 /// Rows k = k_min .. k_max with nothing counted yet.
@@ -136,6 +146,9 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
 extern const char* const kTraceCsvHeader;   ///< "step,name,...,hist\n"
 extern const char* const kWindowCsvHeader;  ///< "step,loss_scale,k,...,safe\n"
 extern const char* const kBlocksCsvHeader;  ///< blocks.csv: "step,name,gemm,...,scale_hist\n"
+/// Append a binary64 as trace.csv writes numbers: the shortest text that reads back to it,
+/// "inf" or "-inf", and nothing for NaN (an empty cell: not defined).
+void append_number(std::string& line, double v);
 /// Append the columns of kTraceCsvHeader for `r` at `step`, without the line end.
 void append_trace_columns(std::string& line, int step, const TraceRecord& r);
 /// Append the columns of kWindowCsvHeader for `w`, without the line end: safe when it does
