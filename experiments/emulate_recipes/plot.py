@@ -1,14 +1,14 @@
 """emulate_recipes: a PyTorch nn.TransformerEncoder trained under halfway.torch.emulate with
 seven recipes: training loss curves (mean of the seeds, band min-max), the quantization SNR of
-the linear layers' GEMM operands (X the input, W the weight, dY the output gradient) for the
-recipes that record it, and per recipe and layer the share of those operands' elements flushed
+the linear layers' GEMM operands (X the input, W the weight, dY the output gradient) for
+every recipe that rounds them, and per recipe and layer the share of those elements flushed
 to zero and saturated (or overflowed); a table of the same numbers per recipe.
 
 Every share pools the seeds, the traced steps and, for the block-scaled recipes, each operand's
 copies (fprop, dgrad, wgrad), from blocks.csv (block recipes: elements, flushed, saturated,
 signal, noise) or trace.csv (per-tensor recipes: the rows of the same operands rounded to a
-low-precision dtype: total, flushed, overflow). SNR is 10·log10(Σx² / Σ(x − q)²); trace.csv
-records no signal and noise, so the per-tensor recipes (bf16, fp8) have no SNR here.
+low-precision dtype: total, flushed, overflow, signal, noise). SNR is 10·log10(Σx² / Σ(x − q)²)
+over the pooled rows, the same metric for a per-tensor cast and a block-scaled copy.
 
 usage: plot.py RESULTS_DIR
 """
@@ -52,7 +52,8 @@ def counts(results, row):
         parts.append(b[["layer", "role", "elements", "flushed", "saturated", "signal", "noise"]])
     if len(t):
         t = operands(t, t["name"]).rename(columns={"total": "elements", "overflow": "saturated"})
-        t["signal"] = t["noise"] = np.nan
+        if "signal" not in t:  # a trace.csv from before the error sums
+            t["signal"] = t["noise"] = np.nan
         parts.append(t[["layer", "role", "elements", "flushed", "saturated", "signal", "noise"]])
     if not parts:
         return pd.DataFrame(columns=["layer", "role", "elements", "flushed", "saturated",
@@ -65,7 +66,9 @@ def final_loss(s):
 
 
 def snr_db(signal, noise):
-    return 10.0 * np.log10(signal / noise)
+    """inf when every rounding was exact (noise 0)."""
+    with np.errstate(divide="ignore"):
+        return 10.0 * np.log10(signal / noise)
 
 
 def heatmap(ax, cases, layers, share, title):
@@ -97,7 +100,7 @@ def main(results):
         steps[case] = [style.read_run_csv(results, r, "steps.csv") for r in rows]
         ops[case] = pd.concat([counts(results, r) for r in rows])
     layers = sorted({x for c in cases for x in ops[c]["layer"]}, key=lambda s: (s == "head", s))
-    fig, ax = plt.subplots(2, 2, figsize=(12, 7.5))
+    fig, ax = plt.subplots(2, 2, figsize=(13, 7.5))
     ax = ax.ravel()
     for i, case in enumerate(cases):
         g = pd.concat(steps[case]).groupby("step")["loss"]
@@ -116,15 +119,19 @@ def main(results):
         o = ops[case]
         vals = [snr_db(o[o["role"] == r]["signal"].sum(), o[o["role"] == r]["noise"].sum())
                 for _, r in ROLES]
-        bars = ax[1].bar(np.arange(len(ROLES)) + (k - (len(with_snr) - 1) / 2) * width, vals,
-                         width, color=style.color(cases.index(case)), label=case)
-        ax[1].bar_label(bars, fmt="%.1f", fontsize=7)
+        # An exact operand (inf dB: bf16's dY arrives in bf16) has no bar, only its label.
+        bars = ax[1].bar(np.arange(len(ROLES)) + (k - (len(with_snr) - 1) / 2) * width,
+                         [v if np.isfinite(v) else 0 for v in vals], width,
+                         color=style.color(cases.index(case)), label=case)
+        ax[1].bar_label(bars, labels=["%.1f" % v if np.isfinite(v) else "inf" for v in vals],
+                        fontsize=6.5, rotation=90, padding=2)
     ax[1].set_xticks(range(len(ROLES)), [label for label, _ in ROLES])
     ax[1].set_ylabel("SNR (dB)")
+    ax[1].margins(y=0.15)  # room for the labels above the bars
     ax[1].set_title("quantization SNR of the linear layers' GEMM operands")
     without = [c for c in cases if c not in with_snr]
     if without:  # below the axis: the bars keep the whole panel
-        ax[1].text(0.0, -0.12, "no SNR recorded (per-tensor casts, trace.csv): " +
+        ax[1].text(0.0, -0.12, "no low-precision operand, no SNR: " +
                    ", ".join(without), transform=ax[1].transAxes, va="top", fontsize=7)
     if with_snr:
         style.legend_right(ax[1])
@@ -139,7 +146,7 @@ def main(results):
     fig.tight_layout()
     style.caption(fig, results, "PyTorch nn.TransformerEncoder (%d layers, d_model %d, %d heads, "
                   "seq %d, batch %d), AdamW, %d seeds; shares and SNR pool every seed and traced "
-                  "step; '-': no low-precision operand" % (
+                  "step; inf dB: every rounding exact; '-': no low-precision operand" % (
                       d["definition"]["model"]["layers"], d["definition"]["model"]["d_model"],
                       d["definition"]["model"]["heads"], d["definition"]["model"]["seq_len"],
                       d["definition"]["data"]["batch_size"], df["seed"].nunique()))

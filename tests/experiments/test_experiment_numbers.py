@@ -962,8 +962,8 @@ EMU_OPERAND = re.compile(r"^(?:encoder\.layers\.(\d+)\.(?:self_attn\.in_proj|"
 
 
 def emulate_operand_rows(res, row):
-    """[(layer, role, elements, flushed, saturated, signal or None, noise or None)] of one run:
-    blocks.csv's rows, and trace.csv's rows rounded to a dtype other than fp32."""
+    """[(layer, role, elements, flushed, saturated, signal, noise)] of one run: blocks.csv's
+    rows, and trace.csv's rows rounded to a dtype other than fp32."""
     out = []
     for file in ("blocks.csv", "trace.csv"):
         t = run_csv(res, row, file)
@@ -977,7 +977,7 @@ def emulate_operand_rows(res, row):
                             int(r["saturated"]), float(r["signal"]), float(r["noise"])))
             else:
                 out.append((layer, m.group(3), int(r["total"]), int(r["flushed"]),
-                            int(r["overflow"]), None, None))
+                            int(r["overflow"]), float(r["signal"]), float(r["noise"])))
     return out
 
 
@@ -1003,8 +1003,8 @@ def check_emulate_recipes(res, figs, con):
     doc = figs["emulate_recipes"]
     m = d["model"]
     doc.expect("PyTorch nn.TransformerEncoder ({I} layers, d_model {I}, {I} heads, seq {I}, batch "
-               "{I}), AdamW, {I} seeds; shares and SNR pool every seed and traced step; '-': no "
-               "low-precision operand | ", m["layers"], m["d_model"], m["heads"], m["seq_len"],
+               "{I}), AdamW, {I} seeds; shares and SNR pool every seed and traced step; inf dB: every "
+               "rounding exact; '-': no low-precision operand | ", m["layers"], m["d_model"], m["heads"], m["seq_len"],
                d["data"]["batch_size"], df["seed"].nunique())
     provenance(doc, res)
     for t in ("step", "training loss (nats)", "training loss: mean of the seeds, band min-max",
@@ -1032,7 +1032,9 @@ def check_emulate_recipes(res, figs, con):
         for ro in roles:
             sel = [x for x in o if x[1] == ro and x[5] is not None]
             if sel:
-                snr.append(10 * math.log10(sum(x[5] for x in sel) / sum(x[6] for x in sel)))
+                noise = sum(x[6] for x in sel)
+                snr.append(10 * math.log10(sum(x[5] for x in sel) / noise) if noise
+                           else math.inf)
         if snr:
             doc.text(case)  # the SNR panel's legend
             bars += snr
@@ -1044,7 +1046,7 @@ def check_emulate_recipes(res, figs, con):
             values += [100 * sum(x[3] for x in o) / n, 100 * sum(x[4] for x in o) / n]
         con.row(case, values)
     # The bar labels, recipe by recipe, X W dY, are drawn just before the note (or the label).
-    note = "no SNR recorded (per-tensor casts, trace.csv): " + ", ".join(without)
+    note = "no low-precision operand, no SNR: " + ", ".join(without)
     take_in_order(doc, note if without else "SNR (dB)", bars)
     if without:
         doc.text(note)
