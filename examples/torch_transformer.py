@@ -7,7 +7,8 @@
 
 The task: read a sequence of tokens and name its first token (a copy task every encoder learns
 in a few hundred steps). Output: DIR/trace.csv, scale_window.csv, steps.csv, manifest.json and
-the figures fraction_lost.png, histograms.png, safe_window.png (docs/analyze.md).
+the figures fraction_lost.png, histograms.png, safe_window.png (docs/analyze.md); it prints, per
+format, the tensor that loses most of its L2 norm to flushing and the safe loss scales.
 """
 import argparse
 import os
@@ -21,6 +22,7 @@ import halfway.figures
 import halfway.torch
 
 VOCAB, SEQ, D_MODEL, BATCH = 16, 12, 32, 32
+FORMATS = ["fp16", "bf16", "e4m3", "e5m2"]
 
 
 class Encoder(torch.nn.Module):
@@ -63,11 +65,41 @@ def train_step(model, opt, step, tr=None):
 
 def run(out, steps, every):
     model, opt = setup()
-    with halfway.torch.trace(model, opt, formats=["fp16", "bf16", "e4m3", "e5m2"], every=every,
-                             out=out) as tr:
+    with halfway.torch.trace(model, opt, formats=FORMATS, every=every, out=out) as tr:
         for step in range(steps):
             train_step(model, opt, step, tr)
     return halfway.figures.draw(out)
+
+
+def summary(out, formats=FORMATS):
+    """What the trace found at its last traced step, from its CSVs: per format, the tensor that
+    loses the largest part of its L2 norm to flushing (flushed_l2_fraction), and the loss
+    scales 2^k that are safe for every gradient at once (scale_window.csv's combined rows)."""
+    import csv
+    with open(os.path.join(out, "trace.csv")) as f:
+        rows = list(csv.DictReader(f))
+    with open(os.path.join(out, "scale_window.csv")) as f:
+        window = list(csv.DictReader(f))
+    last = max(int(r["step"]) for r in rows)
+    lines = ["at step %d (the last traced), for each format:" % last]
+    for fmt in formats:
+        rs = [r for r in rows if int(r["step"]) == last and r["dtype"] == fmt and
+              r["flushed_l2_fraction"] != ""]
+        worst = max(rs, key=lambda r: float(r["flushed_l2_fraction"]), default=None)
+        if worst is None or float(worst["flushed_l2_fraction"]) == 0:
+            what = "no tensor loses a value to flushing"
+        else:
+            what = "worst tensor %s: %.3g%% of its values flushed, %.3g of its L2 norm" % (
+                worst["name"], 100 * int(worst["flushed"]) / int(worst["total"]),
+                float(worst["flushed_l2_fraction"]))
+        combined = [w for w in window if int(w["step"]) == last and w["dtype"] == fmt and
+                    w["name"] == ""]
+        tried = [int(w["k"]) for w in combined]
+        ks = [int(w["k"]) for w in combined if w["safe"] == "1"]
+        safe = "2^%d .. 2^%d" % (min(ks), max(ks)) if ks else "none"
+        lines.append("  %-5s %s; safe loss scales: %s (of 2^%d .. 2^%d tried)"
+                     % (fmt, what, safe, min(tried), max(tried)))
+    return lines
 
 
 def bench(steps, reps=5):
@@ -87,7 +119,7 @@ def bench(steps, reps=5):
                 else:
                     every = int(mode.split("=")[1])
                     with halfway.torch.trace(model, opt, every=every, out=os.path.join(d, mode),
-                                             formats=["fp16", "bf16", "e4m3", "e5m2"]) as tr:
+                                             formats=FORMATS) as tr:
                         for s in range(steps):
                             train_step(model, opt, s, tr)
                 times[mode].append((time.perf_counter() - t0) / steps)
@@ -109,7 +141,9 @@ def main(argv):
     if a.bench:
         bench(a.steps)
         return
-    for path in run(a.out, a.steps, a.every):
+    paths = run(a.out, a.steps, a.every)
+    print("\n".join(summary(a.out)))
+    for path in paths:
         print(path)
 
 

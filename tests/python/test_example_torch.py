@@ -26,6 +26,34 @@ def check(cond, msg):
         raise AssertionError(msg)
 
 
+def check_summary(out, stdout):
+    """The example's closing lines, recomputed from trace.csv and scale_window.csv here."""
+    t = pd.read_csv(os.path.join(out, "trace.csv"))
+    w = pd.read_csv(os.path.join(out, "scale_window.csv"), keep_default_na=False)
+    last = int(t["step"].max())
+    want = [f"at step {last} (the last traced), for each format:"]
+    for fmt in ("fp16", "bf16", "e4m3", "e5m2"):
+        rows = t[(t["step"] == last) & (t["dtype"] == fmt) & t["flushed_l2_fraction"].notna()]
+        top = rows.sort_values("flushed_l2_fraction", kind="stable", ascending=False).iloc[0]
+        if top["flushed_l2_fraction"] == 0:
+            what = "no tensor loses a value to flushing"
+        else:
+            what = (f"worst tensor {top['name']}: {100 * top['flushed'] / top['total']:.3g}% of "
+                    f"its values flushed, {top['flushed_l2_fraction']:.3g} of its L2 norm")
+        c = w[(w["step"].astype(int) == last) & (w["dtype"] == fmt) & (w["name"] == "")]
+        ks = c[c["safe"].astype(int) == 1]["k"].astype(int)
+        safe = f"2^{ks.min()} .. 2^{ks.max()}" if len(ks) else "none"
+        want.append(f"  {fmt:5s} {what}; safe loss scales: {safe} (of 2^{c['k'].astype(int).min()}"
+                    f" .. 2^{c['k'].astype(int).max()} tried)")
+    got = stdout.splitlines()[:len(want)]
+    check(got == want, "the printed summary is not what the CSVs say:\n%s\nwant:\n%s"
+          % ("\n".join(got), "\n".join(want)))
+    # A worst tensor that flushes something, and a format with no safe scale: the run must show
+    # both kinds of line, or the check above proves little.
+    check(any("worst tensor" in g for g in got) and any("scales: none" in g for g in got) and
+          any("no tensor loses" in g for g in got), f"summary lacks a kind of line: {got}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "trace")
@@ -33,6 +61,7 @@ def main():
                             "--out", out, "--steps", "300", "--every", "50"],
                            capture_output=True, text=True)
         check(r.returncode == 0, f"example failed: {r.stderr[-3000:]}")
+        check_summary(out, r.stdout)
         for f in ("trace.csv", "scale_window.csv", "steps.csv", "manifest.json",
                   "fraction_lost.png", "histograms.png", "safe_window.png"):
             check(os.path.getsize(os.path.join(out, f)) > 0, f"{f} missing")
