@@ -5,7 +5,11 @@ activations, W the weights, dY the output gradients) over training; a table of e
 final validation losses and its operands' SNR, flushes, saturations and clamped scales.
 
 SNR and shares pool every seed, layer and copy (fprop, dgrad, wgrad) of a traced step (or of
-all traced steps, in the table): 10·log10(Σx² / Σ(x − q)²) from blocks.csv's signal and noise.
+all traced steps, in the table): 10·log10(Σx² / Σ(x − q)²) from blocks.csv's signal and noise
+for the block-scaled recipes, and from trace.csv's for the per-tensor fp8 recipes, whose GEMM
+operand casts are the same tensors (the linear layers' input, weight and grad_output rows, op
+`linear`), so every fp8 and block recipe shares one metric. bf16 autocast casts other tensors
+(whatever reaches a linear layer in fp32) and is not drawn there.
 
 usage: plot.py RESULTS_DIR
 """
@@ -35,6 +39,23 @@ def role_of(names):
     return names.str.rsplit(".", n=1).str[1]
 
 
+def operand_copies(results, row):
+    """One run's GEMM operand copies: blocks.csv's rows, or for a per-tensor fp8 run (no block
+    copies) trace.csv's linear operand casts in blocks.csv's column names (no block scales)."""
+    b = style.read_run_csv(results, row, "blocks.csv")
+    if len(b):
+        return b
+    t = style.read_run_csv(results, row, "trace.csv")
+    if "signal" not in t:  # a trace.csv from before the error sums
+        return b
+    t = t[(t["op"] == "linear") & role_of(t["name"]).isin([r for _, r, _ in ROLES]) &
+          t["dtype"].str.startswith(("e4m3", "e5m2"))]
+    t = t.rename(columns={"total": "elements", "overflow": "saturated"})
+    t["scales_clamped"] = np.nan
+    return t[["step", "name", "elements", "flushed", "saturated", "scales_clamped", "signal",
+              "noise"]]
+
+
 def main(results):
     style.setup()
     df, _ = style.load(results)
@@ -43,7 +64,7 @@ def main(results):
     for case in cases:
         rows = [r for _, r in df[df["case"] == case].iterrows()]
         steps[case] = [style.read_run_csv(results, r, "steps.csv") for r in rows]
-        b = pd.concat([style.read_run_csv(results, r, "blocks.csv") for r in rows])
+        b = pd.concat([operand_copies(results, r) for r in rows])
         b["role"] = role_of(b["name"])
         blocks[case] = b
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.9))
@@ -78,8 +99,9 @@ def main(results):
     extra = [(Line2D([], [], color="#555555", ls=ls), label) for label, _, ls in ROLES]
     style.legend_below(fig, ax, ncol=11, extra=extra)
     style.caption(fig, results, "English fortune-cookie database, byte-level; loss: mean of the "
-                                "%d seeds, band: min-max; SNR and flushes: block-scaled recipes, every seed, layer "
-                                "and copy of the traced steps" % df["run.seed"].nunique())
+                                "%d seeds, band: min-max; SNR and flushes: block copies and per-tensor fp8 casts "
+                                "of the linear layers' operands, every seed, layer and copy of the traced steps; "
+                                "bf16: other tensors, not drawn" % df["run.seed"].nunique())
     paths = style.save(fig, results, "block_formats")
 
     print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %8s" % (
@@ -96,8 +118,9 @@ def main(results):
                             for _, r, _ in ROLES)
             line += "".join(" %10.4f" % (100.0 * sums[r]["flushed"] / sums[r]["elements"])
                             for _, r, _ in ROLES)
-            line += " %9.4f %8d" % (100.0 * b["saturated"].sum() / b["elements"].sum(),
-                                    b["scales_clamped"].sum())
+            clamped = b["scales_clamped"]
+            line += " %9.4f %8s" % (100.0 * b["saturated"].sum() / b["elements"].sum(),
+                                    "%d" % clamped.sum() if clamped.notna().all() else "-")
         else:
             line += " %7s %7s %7s %10s %10s %10s %9s %8s" % (("-",) * 8)
         print(line)

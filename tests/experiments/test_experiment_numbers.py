@@ -906,8 +906,9 @@ def check_block_formats(res, figs, con):
               "flushed elements of the GEMM operands", "X", "W", "dY"):
         doc.text(t)
     doc.expect("English fortune-cookie database, byte-level; loss: mean of the {I} seeds, band: "
-               "min-max; SNR and flushes: block-scaled recipes, every seed, layer and copy of the "
-               "traced steps | ", df["run.seed"].nunique())
+               "min-max; SNR and flushes: block copies and per-tensor fp8 casts of the linear "
+               "layers' operands, every seed, layer and copy of the traced steps; bf16: other "
+               "tensors, not drawn | ", df["run.seed"].nunique())
     provenance(doc, res)
     roles = ["input", "weight", "grad_output"]
     con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
@@ -926,6 +927,14 @@ def check_block_formats(res, figs, con):
             if ("blocks" in policy) != (len(b) > 0):
                 con.errors.append("block_formats: %s: %d blocks.csv rows for policy %s"
                                   % (case, len(b), policy["name"]))
+            if "fp8_forward" in policy:  # per-tensor fp8: the linear operands' casts
+                t = run_csv(res, r, "trace.csv")
+                keep = [(op == "linear" and n.rsplit(".", 1)[-1] in roles and
+                         d.split(":")[0] in ("e4m3", "e5m2"))
+                        for op, n, d in zip(t["op"], t["name"], t["dtype"])]
+                b = pd.DataFrame({"name": t["name"][keep], "signal": t["signal"][keep],
+                                  "noise": t["noise"][keep], "flushed": t["flushed"][keep],
+                                  "elements": t["total"][keep], "saturated": t["overflow"][keep]})
             tables.append(b)
         all_finals[case] = finals
         values = [sum(finals) / len(finals), min(finals), max(finals)]
@@ -939,8 +948,9 @@ def check_block_formats(res, figs, con):
                            for k in ("signal", "noise", "flushed", "elements")}
             values += [10 * math.log10(tot[ro]["signal"] / tot[ro]["noise"]) for ro in roles]
             values += [100 * tot[ro]["flushed"] / tot[ro]["elements"] for ro in roles]
-            values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum()),
-                       int(b["scales_clamped"].sum())]
+            values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum())]
+            if "scales_clamped" in b:  # block scales only
+                values.append(int(b["scales_clamped"].sum()))
         con.row(case, values)
     # Differences from fp32 smaller than the seeds' spread are marked so.
     ref = all_finals.get("fp32")
