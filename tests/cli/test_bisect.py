@@ -144,6 +144,14 @@ EVIDENCE = {"exp_avg_sq": ".exp_avg_sq", "vanishing_update": ".update"}
 PLANTED["softmax_layer"] = (PLANTED["softmax"][0],) + PLANTED["softmax_layer"][1:]
 
 
+def write_config(tmp, name, text):
+    """TMP/NAME.toml holding `text`; its path."""
+    path = os.path.join(tmp, name + ".toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def read_csv(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -198,9 +206,8 @@ def check_outputs(name, out, stdout, want, budget):
 def check_evidence(name, tmp, text, want_suffix, stdout):
     """The trace evidence against `halfway train`'s own trace.csv and updates.csv of the same
     config with run.reference = "fp32"."""
-    cfg = os.path.join(tmp, name + "-train.toml")
-    with open(cfg, "w") as f:
-        f.write(text.replace("[run]\n", '[run]\nreference = "fp32"\n'))
+    cfg = write_config(tmp, name + "-train",
+                       text.replace("[run]\n", '[run]\nreference = "fp32"\n'))
     out = os.path.join(tmp, name + "-train")
     p = subprocess.run([HALFWAY, "train", cfg, "--out", out], capture_output=True, text=True)
     check(p.returncode == 0, f"{name}: halfway train: {p.stderr}")
@@ -225,9 +232,7 @@ def planted(tmp):
     with open(os.path.join(tmp, "corpus.txt"), "w") as f:  # a deterministic text for val_loss
         f.write(" ".join(words[(i * 7 + i // 3) % len(words)] for i in range(3000)))
     for name, (text, want, budget, extra) in PLANTED.items():
-        cfg = os.path.join(tmp, name + ".toml")
-        with open(cfg, "w") as f:
-            f.write(text)
+        cfg = write_config(tmp, name, text)
         out = os.path.join(tmp, name + ".bisect")
         rc, so, se = run([cfg, "--budget", str(budget), "--out", out] + extra)
         print(f"{name}: rc {rc}\n{so}{se}", end="")
@@ -241,9 +246,7 @@ def planted(tmp):
 def resume_and_jobs(tmp):
     """A second run into the same folder reuses every run; --jobs 2 gives the same answer."""
     text, want, budget, extra = PLANTED["exp_avg_sq"]
-    cfg = os.path.join(tmp, "resume.toml")
-    with open(cfg, "w") as f:
-        f.write(text)
+    cfg = write_config(tmp, "resume", text)
     out = os.path.join(tmp, "resume.bisect")
     rc1, so1, _ = run([cfg, "--budget", str(budget), "--out", out] + extra)
     with open(os.path.join(out, "bisect.csv")) as f:
@@ -275,9 +278,7 @@ def interrupted(tmp):
     import signal
     import time
     text = PLANTED["pair"][0].replace("steps = 300", "steps = 2000")
-    cfg = os.path.join(tmp, "stop.toml")
-    with open(cfg, "w") as f:
-        f.write(text)
+    cfg = write_config(tmp, "stop", text)
     args = ["--budget", "8", "--granularity", "role"]
     whole = os.path.join(tmp, "whole.bisect")
     rc, _, _ = run([cfg, "--out", whole] + args)
@@ -311,9 +312,7 @@ def budget_runs_out(tmp):
     """A budget that pays for the reference, the original and the full set only: the answer is
     the smallest set found (all parts), marked unfinished, exit code 1."""
     text = PLANTED["vanishing_update"][0]
-    cfg = os.path.join(tmp, "short.toml")
-    with open(cfg, "w") as f:
-        f.write(text)
+    cfg = write_config(tmp, "short", text)
     out = os.path.join(tmp, "short.bisect")
     rc, so, se = run([cfg, "--budget", "3", "--out", out])
     check(rc == 1, f"budget: exit {rc}: {se}")
@@ -326,13 +325,9 @@ def budget_runs_out(tmp):
 
 def bad_input(tmp):
     text = PLANTED["exp_avg_sq"][0]
-    cfg = os.path.join(tmp, "bad.toml")
-    with open(cfg, "w") as f:
-        f.write(text)
-    fp32 = os.path.join(tmp, "fp32.toml")
-    with open(fp32, "w") as f:
-        f.write(MLP + '[optimizer]\nkind = "adam"\nlr = 0.01\n[precision]\npolicy = "fp32"\n'
-                '[run]\nsteps = 3\n')
+    cfg = write_config(tmp, "bad", text)
+    fp32 = write_config(tmp, "fp32", MLP + '[optimizer]\nkind = "adam"\nlr = 0.01\n'
+                        '[precision]\npolicy = "fp32"\n[run]\nsteps = 3\n')
     cases = {
         "unknown granularity": ([cfg, "--granularity", "bogus"], "unknown granularity 'bogus'"),
         "reference not a config": ([cfg, "--against", os.path.join(tmp, "nope.toml")],
