@@ -16,25 +16,55 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: halfway COMMAND [ARGS...]\n"
-    "\n"
-    "commands:\n"
-    "  info [FORMAT...]                      numpy-finfo-like table of formats\n"
-    "  round VALUE... [--to F] [--rounding R] encoding, fields, exact value, neighbours, flags\n"
-    "  testfloat FUNCTION [OPTIONS]          Berkeley TestFloat-compatible filter (stdin->stdout)\n"
-    "  verify [--exhaustive] [--op OP] [--format F]  check against independent oracles\n"
-    "  bench [--json]                        throughput against hardware references\n"
-    "  hw-report [--backend NAME] [--exhaustive] [--json]  library vs hardware/vendor backends\n"
-    "  train CONFIG.toml [--out DIR]         simulate mixed-precision training, trace roundings\n"
-    "  analyze INPUT... [--formats F,...]    per-tensor rounding report for arrays of .npz files\n"
-    "  sweep SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]  resumable sweep over config keys\n"
-    "  merge DIR... [--out FILE]             one sweep.csv from the shards of a sweep\n"
-    "  run EXPERIMENT_DIR... | --all         run experiments and draw their figures\n"
-    "  bisect CONFIG.toml [--metric M] [--granularity G] [--budget N]  which rounding "
-    "costs the loss\n"
-    "\n"
-    "Run 'halfway COMMAND --help' for a command's options.\n";
+/// The commands: one row each makes the usage text, the dispatch and the list in the
+/// unknown-command message.
+struct Command {
+  const char* name;
+  const char* synopsis;  ///< the usage line after the name, padded to the description
+  const char* what;
+  int (*run)(int argc, char** argv);
+};
+
+constexpr Command kCommands[] = {
+    {"info", "[FORMAT...]", "numpy-finfo-like table of formats", halfway::cli::cmd_info},
+    {"round", "VALUE... [--to F] [--rounding R]", "encoding, fields, exact value, neighbours, flags",
+     halfway::cli::cmd_round},
+    {"testfloat", "FUNCTION [OPTIONS]", "Berkeley TestFloat-compatible filter (stdin->stdout)",
+     halfway::cli::cmd_testfloat},
+    {"verify", "[--exhaustive] [--op OP] [--format F]", "check against independent oracles",
+     halfway::cli::cmd_verify},
+    {"bench", "[--json]", "throughput against hardware references", halfway::cli::cmd_bench},
+    {"hw-report", "[--backend NAME] [--exhaustive] [--json]", "library vs hardware/vendor backends",
+     halfway::cli::cmd_hw_report},
+    {"train", "CONFIG.toml [--out DIR]", "simulate mixed-precision training, trace roundings",
+     halfway::cli::cmd_train},
+    {"analyze", "INPUT... [--formats F,...]", "per-tensor rounding report for arrays of .npz files",
+     halfway::cli::cmd_analyze},
+    {"sweep", "SWEEP.toml [--out DIR] [--jobs N] [--shard I/N]", "resumable sweep over config keys",
+     halfway::cli::cmd_sweep},
+    {"merge", "DIR... [--out FILE]", "one sweep.csv from the shards of a sweep",
+     halfway::cli::cmd_merge},
+    {"run", "EXPERIMENT_DIR... | --all", "run experiments and draw their figures",
+     halfway::cli::cmd_run},
+    {"bisect", "CONFIG.toml [--metric M] [--granularity G] [--budget N]",
+     "which rounding costs the loss", halfway::cli::cmd_bisect},
+};
+
+std::string usage() {
+  std::string u = "usage: halfway COMMAND [ARGS...]\n\ncommands:\n";
+  for (const Command& c : kCommands) {
+    std::string line = std::string("  ") + c.name + " " + c.synopsis;
+    line += line.size() < 40 ? std::string(40 - line.size(), ' ') : "  ";
+    u += line + c.what + "\n";
+  }
+  return u + "\nRun 'halfway COMMAND --help' for a command's options.\n";
+}
+
+std::string command_names() {
+  std::string n;
+  for (const Command& c : kCommands) n += (n.empty() ? "" : " ") + std::string(c.name);
+  return n;
+}
 
 // Standard output goes through this writer, which keeps the reason of the first failed write:
 // a command may flush (and fail) long before the end, when errno no longer says why.
@@ -93,18 +123,8 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
   using namespace halfway::cli;
   try {
     halfway::cpu::check_environment();  // HALFWAY_DISABLE_ISA names only known features
-    if (cmd == "info") return cmd_info(argc - 1, argv + 1);
-    if (cmd == "round") return cmd_round(argc - 1, argv + 1);
-    if (cmd == "testfloat") return cmd_testfloat(argc - 1, argv + 1);
-    if (cmd == "verify") return cmd_verify(argc - 1, argv + 1);
-    if (cmd == "bench") return cmd_bench(argc - 1, argv + 1);
-    if (cmd == "train") return cmd_train(argc - 1, argv + 1);
-    if (cmd == "analyze") return cmd_analyze(argc - 1, argv + 1);
-    if (cmd == "hw-report") return cmd_hw_report(argc - 1, argv + 1);
-    if (cmd == "sweep") return cmd_sweep(argc - 1, argv + 1);
-    if (cmd == "merge") return cmd_merge(argc - 1, argv + 1);
-    if (cmd == "run") return cmd_run(argc - 1, argv + 1);
-    if (cmd == "bisect") return cmd_bisect(argc - 1, argv + 1);
+    for (const Command& c : kCommands)
+      if (cmd == c.name) return c.run(argc - 1, argv + 1);
     if (cmd == "--version") {
       std::puts("halfway " HALFWAY_VERSION);
       return 0;
@@ -130,9 +150,8 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
                  printable(cmd).c_str(), printable(e.what()).c_str());
     return kExitInternal;
   }
-  std::fprintf(stderr, "halfway: error: unknown command '%s' (info round testfloat verify bench train analyze sweep merge run "
-               "hw-report bisect)\n",
-               printable(cmd).c_str());
+  std::fprintf(stderr, "halfway: error: unknown command '%s' (%s)\n", printable(cmd).c_str(),
+               command_names().c_str());
   return 2;
 }
 
@@ -141,7 +160,7 @@ int dispatch(const std::string& cmd, int argc, char** argv) {
 int main(int argc, char** argv) {
   checked_stdout();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(usage().c_str(), argc < 2 ? stderr : stdout);
     return finish("", argc < 2 ? 2 : 0);
   }
   const std::string cmd = argv[1];
