@@ -1392,7 +1392,8 @@ class Emulator {
 class OptimizerCore {
  public:
   OptimizerCore(py::dict cfg, py::list names, py::list values, const std::string& weights,
-                const std::string& update, const std::string& compensation, uint64_t seed) {
+                const std::string& update, const std::string& compensation, uint64_t seed,
+                int random_bits) {
     sim::OptimizerConfig c;
     c.kind = cfg["kind"].cast<std::string>();
     c.lr = cfg["lr"].cast<double>();
@@ -1425,6 +1426,7 @@ class OptimizerCore {
                             update + "'");
     }
     rt_.rounding.seed = seed;
+    rt_.rounding.random_bits = random_bits;  // checked (1..32) by halfway.torch.optimizer
     opt_ = std::make_unique<sim::Optimizer>(c, params_, u);
   }
 
@@ -1523,9 +1525,10 @@ void bind_emulation(py::module_& m) {
            py::arg("attrs"));
   py::class_<OptimizerCore>(m, "_Optimizer")
       .def(py::init<py::dict, py::list, py::list, const std::string&, const std::string&,
-                    const std::string&, uint64_t>(),
+                    const std::string&, uint64_t, int>(),
            py::arg("config"), py::arg("names"), py::arg("values"), py::arg("weights"),
-           py::arg("update"), py::arg("compensation"), py::arg("seed"))
+           py::arg("update"), py::arg("compensation"), py::arg("seed"),
+           py::arg("random_bits") = 32)
       .def("step", &OptimizerCore::step, py::arg("grads"), py::arg("step"), py::arg("rounding"))
       .def("weight", &OptimizerCore::weight, py::arg("i"))
       .def("dtype", &OptimizerCore::dtype, py::arg("i"))

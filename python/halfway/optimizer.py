@@ -60,6 +60,9 @@ class optimizer:
     compensation: the Kahan buffer's dtype, "fp32" or "low" (the weight dtype).
     state_dtype: the dtype of the optimizer state (fp32, bf16, fp16 or an 8-bit format).
     seed: the seed of the stochastic rounding's streams.
+    random_bits: the random bits of each stochastic rounding (1-32, as
+        `precision.sr_random_bits`): a value at fraction f of the spacing rounds up with
+        probability floor(f * 2^random_bits) / 2^random_bits.
     model: names the parameters (model.named_parameters()) in updates.csv; else param0, ...
     out: a folder for updates.csv (written after every step), or None.
 
@@ -67,7 +70,8 @@ class optimizer:
     """
 
     def __init__(self, opt, weights="fp32", update_rounding="near_even", update="plain",
-                 state_dtype="fp32", compensation="fp32", seed=0, model=None, out=None):
+                 state_dtype="fp32", compensation="fp32", seed=0, model=None, out=None,
+                 random_bits=32):
         import torch
         self._torch = torch
         for arg, v in (("weights", weights), ("update_rounding", update_rounding),
@@ -88,6 +92,7 @@ class optimizer:
             raise ValueError("halfway.torch.optimizer: compensation must be 'fp32' or 'low', "
                              f"not {compensation!r}")
         seed = _args.integer("torch.optimizer", "seed", seed, 0, _args.U64)
+        random_bits = _args.integer("torch.optimizer", "random_bits", random_bits, 1, 32)
         self.opt = opt
         self.params = list(opt.param_groups[0]["params"])
         for i, p in enumerate(self.params):
@@ -104,7 +109,7 @@ class optimizer:
         # dtype it cannot keep) are ValueErrors naming the option.
         self.core = _halfway._Optimizer(
             self.config, self.names, [p.detach().numpy() for p in self.params], weights,
-            update, compensation, seed)
+            update, compensation, seed, random_bits)
         self.step_count = 0
         self.rows = []
         self._write_weights()

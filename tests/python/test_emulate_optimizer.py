@@ -118,11 +118,11 @@ class AgainstSimulator(test_emulate.DefaultMlp, hwtest.unittest.TestCase):
 
 
 class Stochastic(hwtest.unittest.TestCase):
-    def run_steps(self, seed):
+    def run_steps(self, seed, lr=1e-3, **kw):
         torch.manual_seed(0)
         model = torch.nn.Linear(16, 4)
-        o = ht.optimizer(torch.optim.SGD(model.parameters(), lr=1e-3), weights="bf16",
-                         update_rounding="stochastic", seed=seed)
+        o = ht.optimizer(torch.optim.SGD(model.parameters(), lr=lr), weights="bf16",
+                         update_rounding="stochastic", seed=seed, **kw)
         x = torch.randn(8, 16)
         for _ in range(3):
             o.zero_grad()
@@ -139,6 +139,47 @@ class Stochastic(hwtest.unittest.TestCase):
         for p in a:  # the stored weights are bf16 values
             self.assertTrue(np.array_equal(halfway.round(p.numpy(), "bf16"), p.numpy()))
         self.assertEqual(set(o.vanished()), {"param0", "param1"})
+
+    def test_random_bits(self):
+        """With b random bits a value at fraction f of the spacing from its smaller-magnitude
+        neighbour rounds away from zero with probability floor(f·2^b)/2^b: with every weight
+        at 1.0 (bf16 spacing 2^-7 above) and every update positive and below 2^-10 (f < 1/8),
+        3 bits can never move a weight, while 32 bits move some of the 2080 x 3 roundings.
+        32 is the default."""
+        a, _ = self.run_steps(1)
+        b, _ = self.run_steps(1, random_bits=32)
+        self.assertTrue(all(torch.equal(u, v) for u, v in zip(a, b)))
+
+        def ones(random_bits):
+            torch.manual_seed(0)
+            model = torch.nn.Linear(64, 32)
+            for p in model.parameters():
+                torch.nn.init.constant_(p, 1.0)
+            lr = 0.01
+            o = ht.optimizer(torch.optim.SGD(model.parameters(), lr=lr), weights="bf16",
+                             update_rounding="stochastic", seed=3, random_bits=random_bits)
+            x = torch.rand(8, 64)  # positive: -mean(y) has negative gradients, w grows
+            largest, smallest = -1.0, 1.0
+            for _ in range(3):
+                o.zero_grad()
+                (-model(x).mean()).backward()
+                for p in model.parameters():
+                    largest = max(largest, lr * float(p.grad.max()))
+                    smallest = min(smallest, lr * float(p.grad.min()))
+                o.step()
+            return [p.detach().clone() for p in model.parameters()], largest, smallest
+
+        few, largest, smallest = ones(3)
+        many, _, _ = ones(32)
+        # The premise: every update -lr·g positive and below 2^-10.
+        self.assertLess(largest, 0.0)
+        self.assertGreater(smallest, -(2.0 ** -10))
+        self.assertTrue(all(bool((p == 1.0).all()) for p in few))
+        self.assertFalse(all(bool((p == 1.0).all()) for p in many))
+        with self.assertRaisesRegex(ValueError, "random_bits"):
+            self.run_steps(1, random_bits=0)
+        with self.assertRaisesRegex(ValueError, "random_bits"):
+            self.run_steps(1, random_bits=33)
 
     def test_bad_arguments(self):
         model = torch.nn.Linear(2, 2)
