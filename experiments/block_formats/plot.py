@@ -84,8 +84,10 @@ def main(results):
                                                      "elements"]].sum()
             ax[1].plot(g.index, snr_db(g["signal"], g["noise"]), ls, color=style.color(i),
                        lw=1.0, label=case)
-            ax[2].plot(g.index, 100.0 * g["flushed"] / g["elements"], ls, color=style.color(i),
-                       lw=1.0, label=case)
+            # A step that flushed nothing has no place on the log axis: the line breaks there.
+            share = 100.0 * g["flushed"] / g["elements"]
+            ax[2].plot(g.index, share.where(share > 0), ls, color=style.color(i), lw=1.0,
+                       label=case)
     later = pd.concat([s[s["step"] > 0]["val_loss"] for c in cases for s in steps[c]]).dropna()
     style.validation_loss_axes(ax[0], results, df.iloc[0], later)
     ax[1].set_xlabel("step")
@@ -101,7 +103,8 @@ def main(results):
     style.caption(fig, results, "English fortune-cookie database, byte-level; loss: mean of the "
                                 "%d seeds, band: min-max; SNR and flushes: block copies and per-tensor fp8 casts "
                                 "of the linear layers' operands, every seed, layer and copy of the traced steps; "
-                                "bf16: other tensors, not drawn" % df["run.seed"].nunique())
+                                "bf16: other tensors, not drawn; a flush line breaks at steps that flushed nothing"
+                                % df["run.seed"].nunique())
     paths = style.save(fig, results, "block_formats")
 
     print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %8s" % (

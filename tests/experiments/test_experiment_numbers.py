@@ -908,7 +908,8 @@ def check_block_formats(res, figs, con):
     doc.expect("English fortune-cookie database, byte-level; loss: mean of the {I} seeds, band: "
                "min-max; SNR and flushes: block copies and per-tensor fp8 casts of the linear "
                "layers' operands, every seed, layer and copy of the traced steps; bf16: other "
-               "tensors, not drawn | ", df["run.seed"].nunique())
+               "tensors, not drawn; a flush line breaks at steps that flushed nothing | ",
+               df["run.seed"].nunique())
     provenance(doc, res)
     roles = ["input", "weight", "grad_output"]
     con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
