@@ -1,5 +1,6 @@
 #include "halfway/sim/square_sum.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -7,14 +8,8 @@
 
 namespace halfway::sim {
 
-void SquareSum::add(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  b &= 0x7FFFFFFFu;
-  const uint32_t e = b >> 23;
-  // A subnormal (e = 0) is m·2^-149, the same scale as e = 1.
-  const uint64_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
-  bins_[e] += static_cast<unsigned __int128>(m * m);
+void SquareSum::add_bins(const uint64_t* bins) {
+  for (size_t e = 0; e < bins_.size(); ++e) bins_[e] += bins[e];
 }
 
 SquareSum& SquareSum::operator+=(const SquareSum& o) {
@@ -66,18 +61,47 @@ double SquareSum::value() const {
   return std::ldexp(static_cast<double>(mant), low - 298);
 }
 
+namespace {
+
+constexpr size_t kBins = 255;
+/// Values per chunk: a 64-bit bin holds 2^16 squares of 24-bit significands (each < 2^48).
+constexpr size_t kChunk = size_t(1) << 16;
+
+/// v² into its bin, as SquareSum::add does, in 64 bits.
+inline void put(uint64_t* bins, float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  b &= 0x7FFFFFFFu;
+  const uint32_t e = b >> 23;
+  const uint64_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
+  bins[e] += m * m;
+}
+
+}  // namespace
+
 void add_rounding_error(const float* x, const float* q, size_t n, float fmax, SquareSum& noise,
-                        SquareSum& flushed, SquareSum* beyond) {
-  // Only what the rounding changed adds to the sums.
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x[i], r = q[i];
-    if (v == r) continue;  // exact (NaN never compares equal, and goes on to the next test)
-    if (!(std::fabs(v) <= fmax)) {  // beyond the range, inf or NaN: not in the sums
-      if (beyond && std::isfinite(v)) beyond->add(v);
-      continue;
+                        SquareSum& flushed, SquareSum* beyond, SquareSum* signal) {
+  // Chunks of 2^16 values summed in 64-bit bins, then added to the exact sums: the same exact
+  // result as SquareSum::add per value, with a cheaper inner loop (the tracer runs it on every
+  // traced value).
+  for (size_t lo = 0; lo < n; lo += kChunk) {
+    const size_t hi = std::min(n, lo + kChunk);
+    uint64_t sig[kBins] = {}, noi[kBins] = {}, fl[kBins] = {}, bey[kBins] = {};
+    for (size_t i = lo; i < hi; ++i) {
+      const float v = x[i], r = q[i];
+      if (!(std::fabs(v) <= fmax)) {  // beyond the range, inf or NaN: not in the sums
+        if (std::isfinite(v)) put(bey, v);
+        continue;
+      }
+      put(sig, v);
+      if (v == r) continue;  // exact: only what the rounding changed adds to the error sums
+      put(noi, v - r);
+      if (r == 0.0f) put(fl, v);  // v != r, so v is not zero
     }
-    noise.add(v - r);
-    if (r == 0.0f) flushed.add(v);  // v != r, so v is not zero
+    if (signal) signal->add_bins(sig);
+    if (beyond) beyond->add_bins(bey);
+    noise.add_bins(noi);
+    flushed.add_bins(fl);
   }
 }
 

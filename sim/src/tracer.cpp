@@ -143,9 +143,7 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const TraceRecord& val
 void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n) {
   Env env;
   const float fmax = static_cast<float>(to_f64(fmt, fmt.max_mag(), env));
-  for (size_t i = 0; i < n; ++i)
-    if (std::fabs(x[i]) <= fmax) r.signal.add(x[i]);  // finite, within the range
-  add_rounding_error(x, q, n, fmax, r.noise, r.flushed_sq);
+  add_rounding_error(x, q, n, fmax, r.noise, r.flushed_sq, nullptr, &r.signal);
 }
 
 void merge_values(TraceRecord& into, const TraceRecord& part) {

@@ -9,6 +9,8 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 namespace halfway::sim {
 
@@ -18,7 +20,18 @@ namespace halfway::sim {
 /// double (ties to even), so it depends only on the multiset of values added.
 class SquareSum {
  public:
-  void add(float v);  ///< v finite
+  void add(float v) {  ///< v finite; inline: the tracer adds every traced value
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b &= 0x7FFFFFFFu;
+    const uint32_t e = b >> 23;
+    // A subnormal (e = 0) is m·2^-149, the same scale as e = 1.
+    const uint64_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
+    bins_[e] += static_cast<unsigned __int128>(m * m);
+  }
+  /// Add partial sums kept in 64 bits: bins[e] is Σm² of values of biased exponent e (at most
+  /// 2^16 of them, so that it cannot wrap). add_rounding_error's inner loop.
+  void add_bins(const uint64_t* bins);
   SquareSum& operator+=(const SquareSum& o);
   /// Take out the squares of `o`'s values, which must all have been added here too.
   SquareSum& operator-=(const SquareSum& o);
@@ -30,12 +43,14 @@ class SquareSum {
 };
 
 /// Add the rounding error of x[0..n) rounded to q[0..n) to `noise` (Σ(x − q)²) and `flushed`
-/// (Σx² of the non-zero values rounded to zero), over the finite values within the format's
-/// range (|x| <= fmax); the finite values beyond it are added to `beyond` when it is given
-/// (events.overflow counts them). x − q is exact in binary32: q is x rounded to at most 24
-/// bits, so both are multiples of x's binary32 ulp and |x − q| <= |x|.
+/// (Σx² of the non-zero values rounded to zero), and Σx² to `signal` when it is given, over
+/// the finite values within the format's range (|x| <= fmax); the finite values beyond it are
+/// added to `beyond` when it is given (events.overflow counts them). x − q is exact in
+/// binary32: q is x rounded to at most 24 bits, so both are multiples of x's binary32 ulp and
+/// |x − q| <= |x|.
 void add_rounding_error(const float* x, const float* q, size_t n, float fmax, SquareSum& noise,
-                        SquareSum& flushed, SquareSum* beyond = nullptr);
+                        SquareSum& flushed, SquareSum* beyond = nullptr,
+                        SquareSum* signal = nullptr);
 
 /// 10·log10(signal / noise): +inf when the rounding was exact (noise 0, signal > 0), NaN when
 /// there is no signal.
