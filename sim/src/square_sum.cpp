@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include "halfway/config.hpp"
 
 namespace halfway::sim {
 
@@ -66,15 +69,38 @@ namespace {
 constexpr size_t kBins = 255;
 /// Values per chunk: a 64-bit bin holds 2^16 squares of 24-bit significands (each < 2^48).
 constexpr size_t kChunk = size_t(1) << 16;
+/// Values per pass of the vectorised half; bin kSkip (255, no biased exponent of a finite
+/// value) takes what a sum leaves out.
+constexpr size_t kPass = 2048;
+constexpr uint8_t kSkip = 255;
 
-/// v² into its bin, as SquareSum::add does, in 64 bits.
-inline void put(uint64_t* bins, float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  b &= 0x7FFFFFFFu;
-  const uint32_t e = b >> 23;
-  const uint64_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
-  bins[e] += m * m;
+/// For each value: the bin (biased exponent) and squared 24-bit significand of v for the
+/// signal, of v − r for the noise, and whether it is flushed or beyond the range: branch-free,
+/// so that the compiler vectorises it (SquareSum::add's split of a value, in bulk).
+HALFWAY_VECTOR_CLONES void squares(const float* __restrict x, const float* __restrict q,
+                                   size_t n, float fmax, uint8_t* __restrict es,
+                                   uint64_t* __restrict ms, uint8_t* __restrict ed,
+                                   uint64_t* __restrict md, uint8_t* __restrict flushed,
+                                   uint8_t* __restrict beyond) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i], r = q[i], d = v - r;
+    uint32_t b, c;
+    std::memcpy(&b, &v, 4);
+    std::memcpy(&c, &d, 4);
+    b &= 0x7FFFFFFFu;
+    c &= 0x7FFFFFFFu;
+    const uint32_t e = b >> 23, f = c >> 23;
+    const uint32_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
+    const uint32_t k = f ? (c & 0x7FFFFFu) | 0x800000u : c;
+    const bool in = std::fabs(v) <= fmax;  // finite, within the range (NaN: false)
+    const bool changed = in & (v != r);
+    es[i] = in ? uint8_t(e) : kSkip;
+    ms[i] = uint64_t(m) * m;
+    ed[i] = changed ? uint8_t(f) : kSkip;
+    md[i] = uint64_t(k) * k;
+    flushed[i] = changed & (r == 0.0f);  // v != r, so v is not zero
+    beyond[i] = !in & (e != 255u);          // finite (not inf or NaN) beyond the range
+  }
 }
 
 }  // namespace
@@ -82,26 +108,34 @@ inline void put(uint64_t* bins, float v) {
 void add_rounding_error(const float* x, const float* q, size_t n, float fmax, SquareSum& noise,
                         SquareSum& flushed, SquareSum* beyond, SquareSum* signal) {
   // Chunks of 2^16 values summed in 64-bit bins, then added to the exact sums: the same exact
-  // result as SquareSum::add per value, with a cheaper inner loop (the tracer runs it on every
-  // traced value).
+  // result as SquareSum::add per value. Per pass of 2048 values, a vectorised loop splits the
+  // values and a scalar one adds them into their bins (the tracer runs it on every value).
+  thread_local std::vector<uint8_t> es, ed, fl, by;
+  thread_local std::vector<uint64_t> ms, md;
+  es.resize(kPass), ed.resize(kPass), fl.resize(kPass), by.resize(kPass);
+  ms.resize(kPass), md.resize(kPass);
   for (size_t lo = 0; lo < n; lo += kChunk) {
     const size_t hi = std::min(n, lo + kChunk);
-    uint64_t sig[kBins] = {}, noi[kBins] = {}, fl[kBins] = {}, bey[kBins] = {};
-    for (size_t i = lo; i < hi; ++i) {
-      const float v = x[i], r = q[i];
-      if (!(std::fabs(v) <= fmax)) {  // beyond the range, inf or NaN: not in the sums
-        if (std::isfinite(v)) put(bey, v);
-        continue;
+    uint64_t sig[kBins + 1] = {}, noi[kBins + 1] = {}, flb[kBins + 1] = {}, bey[kBins + 1] = {};
+    for (size_t p = lo; p < hi; p += kPass) {
+      const size_t m = std::min(kPass, hi - p);
+      squares(x + p, q + p, m, fmax, es.data(), ms.data(), ed.data(), md.data(), fl.data(),
+              by.data());
+      for (size_t i = 0; i < m; ++i) {
+        sig[es[i]] += ms[i];
+        noi[ed[i]] += md[i];
+        if (fl[i]) flb[es[i]] += ms[i];
+        if (by[i]) {  // rare: its bin again here, from its bits
+          uint32_t b;
+          std::memcpy(&b, x + p + i, 4);
+          bey[(b >> 23) & 0xFFu] += ms[i];
+        }
       }
-      put(sig, v);
-      if (v == r) continue;  // exact: only what the rounding changed adds to the error sums
-      put(noi, v - r);
-      if (r == 0.0f) put(fl, v);  // v != r, so v is not zero
     }
-    if (signal) signal->add_bins(sig);
+    if (signal) signal->add_bins(sig);  // bin kSkip (index 255) is left out: add_bins reads 255
     if (beyond) beyond->add_bins(bey);
     noise.add_bins(noi);
-    flushed.add_bins(fl);
+    flushed.add_bins(flb);
   }
 }
 

@@ -3,6 +3,7 @@
 // memory.csv and manifest.json.
 // `halfway train --bench`: the training benchmark (ratios measured in one run, interleaved).
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -59,7 +60,9 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--bench-scaling", b.scaling, "GPT rows over widths 64..384 and depths 1..8 "
                                              "instead (docs/performance.md's plot)");
   app.add_flag("--json", b.json, "with --bench: one JSON record per line");
-  app.add_option("--python", b.python, "Python with PyTorch for --bench (default: python3)");
+  if (const char* p = std::getenv("HALFWAY_PYTHON"); p && *p) b.python = p;
+  app.add_option("--python", b.python, "Python with PyTorch for --bench (default: "
+                                       "$HALFWAY_PYTHON, else python3)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
