@@ -83,23 +83,16 @@ HALFWAY_VECTOR_CLONES void squares(const float* __restrict x, const float* __res
                                    uint64_t* __restrict md, uint8_t* __restrict flushed,
                                    uint8_t* __restrict beyond) {
   for (size_t i = 0; i < n; ++i) {
-    const float v = x[i], r = q[i], d = v - r;
-    uint32_t b, c;
-    std::memcpy(&b, &v, 4);
-    std::memcpy(&c, &d, 4);
-    b &= 0x7FFFFFFFu;
-    c &= 0x7FFFFFFFu;
-    const uint32_t e = b >> 23, f = c >> 23;
-    const uint32_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
-    const uint32_t k = f ? (c & 0x7FFFFFu) | 0x800000u : c;
+    const float v = x[i], r = q[i];
+    const uint32_t b = SquareSum::abs_bits(v), c = SquareSum::abs_bits(v - r);
     const bool in = std::fabs(v) <= fmax;  // finite, within the range (NaN: false)
     const bool changed = in & (v != r);
-    es[i] = in ? uint8_t(e) : kSkip;
-    ms[i] = uint64_t(m) * m;
-    ed[i] = changed ? uint8_t(f) : kSkip;
-    md[i] = uint64_t(k) * k;
-    flushed[i] = changed & (r == 0.0f);  // v != r, so v is not zero
-    beyond[i] = !in & (e != 255u);          // finite (not inf or NaN) beyond the range
+    es[i] = in ? uint8_t(SquareSum::bin(b)) : kSkip;
+    ms[i] = SquareSum::significand_square(b);
+    ed[i] = changed ? uint8_t(SquareSum::bin(c)) : kSkip;
+    md[i] = SquareSum::significand_square(c);
+    flushed[i] = changed & (r == 0.0f);           // v != r, so v is not zero
+    beyond[i] = !in & (SquareSum::bin(b) != 255u);  // finite (not inf or NaN) beyond the range
   }
 }
 
@@ -125,11 +118,7 @@ void add_rounding_error(const float* x, const float* q, size_t n, float fmax, Sq
         sig[es[i]] += ms[i];
         noi[ed[i]] += md[i];
         if (fl[i]) flb[es[i]] += ms[i];
-        if (by[i]) {  // rare: its bin again here, from its bits
-          uint32_t b;
-          std::memcpy(&b, x + p + i, 4);
-          bey[(b >> 23) & 0xFFu] += ms[i];
-        }
+        if (by[i]) bey[SquareSum::bin(SquareSum::abs_bits(x[p + i]))] += ms[i];  // rare
       }
     }
     if (signal) signal->add_bins(sig);  // bin kSkip (index 255) is left out: add_bins reads 255

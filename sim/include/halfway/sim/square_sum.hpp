@@ -20,14 +20,22 @@ namespace halfway::sim {
 /// double (ties to even), so it depends only on the multiset of values added.
 class SquareSum {
  public:
-  void add(float v) {  ///< v finite; inline: the tracer adds every traced value
+  void add(float v) {  ///< v finite
+    const uint32_t b = abs_bits(v);
+    bins_[bin(b)] += static_cast<unsigned __int128>(significand_square(b));
+  }
+  /// How a value is split into its bin and its square there (also add_rounding_error's
+  /// vectorised split): |v|'s bits, their biased exponent, and m² for the 24-bit significand
+  /// m (a subnormal, e = 0, is m·2^-149, the same scale as e = 1).
+  static uint32_t abs_bits(float v) {
     uint32_t b;
     std::memcpy(&b, &v, 4);
-    b &= 0x7FFFFFFFu;
-    const uint32_t e = b >> 23;
-    // A subnormal (e = 0) is m·2^-149, the same scale as e = 1.
-    const uint64_t m = e ? (b & 0x7FFFFFu) | 0x800000u : b;
-    bins_[e] += static_cast<unsigned __int128>(m * m);
+    return b & 0x7FFFFFFFu;
+  }
+  static uint32_t bin(uint32_t abs_bits) { return abs_bits >> 23; }
+  static uint64_t significand_square(uint32_t abs_bits) {
+    const uint64_t m = bin(abs_bits) ? (abs_bits & 0x7FFFFFu) | 0x800000u : abs_bits;
+    return m * m;
   }
   /// Add partial sums kept in 64 bits: bins[e] is Σm² of values of biased exponent e (at most
   /// 2^16 of them, so that it cannot wrap). add_rounding_error's inner loop.
