@@ -526,16 +526,12 @@ def check_fp8_accumulation(res, figs, con):
                 con.row(c, cells)
             else:
                 con.row(c, cells + [a / b])
+    expect_seed_spread(con, {c: [final[c, x] for x in seeds] for c in cases},
+                       "final validation loss")
     for c in cases:
         if c == "fp32":
             continue
         v, ref = [final[c, x] for x in seeds], [final["fp32", x] for x in seeds]
-        d = float(np.mean(v)) - float(np.mean(ref))
-        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
-        con.expect("%s: mean final validation loss {N} against fp32's, %s the seed spread (spread "
-                   "over {I} seeds: {N} %s, {N} fp32)"
-                   % (c, "within" if abs(d) < max(sa, sr) else "beyond", c),
-                   d, len(v), sa, sr, full=True)
         diff = [a - b for a, b in zip(v, ref)]
         con.expect("%s - fp32, same seed: final validation loss {N} to {N}, above fp32's on {I} "
                    "of {I} seeds" % c, min(diff), max(diff), sum(x > 0 for x in diff),
@@ -897,6 +893,22 @@ def check_text_lm(res, figs, con):
                             ss["grad_flushed"], ss["skipped"]] + counts)
 
 
+def expect_seed_spread(con, finals, what, *what_values):
+    """Each recipe's seed-spread line (`finals`: {case: [the final value of each seed]}): its
+    mean `what` (a template, with `what_values`) against fp32's, marked within or beyond the
+    larger of the two spreads over seeds."""
+    ref = finals.get("fp32")
+    for case, v in finals.items():
+        if ref is None or case == "fp32":
+            continue
+        d = float(np.mean(v)) - float(np.mean(ref))
+        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
+        con.expect("%s: mean %s {N} against fp32's, %s the seed spread (spread over {I} seeds: "
+                   "{N} %s, {N} fp32)"
+                   % (case, what, "within" if abs(d) < max(sa, sr) else "beyond", case),
+                   *what_values, d, len(v), sa, sr, full=True)
+
+
 def check_block_formats(res, figs, con):
     df = sweep(res)
     doc = figs["block_formats"]
@@ -953,17 +965,7 @@ def check_block_formats(res, figs, con):
             if "scales_clamped" in b:  # block scales only
                 values.append(int(b["scales_clamped"].sum()))
         con.row(case, values)
-    # Differences from fp32 smaller than the seeds' spread are marked so.
-    ref = all_finals.get("fp32")
-    for case, v in all_finals.items():
-        if ref is None or case == "fp32":
-            continue
-        d = float(np.mean(v)) - float(np.mean(ref))
-        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
-        con.expect("%s: mean final validation loss {N} against fp32's, %s the seed spread (spread "
-                   "over {I} seeds: {N} %s, {N} fp32)"
-                   % (case, "within" if abs(d) < max(sa, sr) else "beyond", case),
-                   d, len(v), sa, sr, full=True)
+    expect_seed_spread(con, all_finals, "final validation loss")
 
 
 # The linear layers' GEMM operands of emulate_recipes' encoder, by name: (layer, role).
@@ -1072,16 +1074,7 @@ def check_emulate_recipes(res, figs, con):
                 cells.append(100 * sum(x[col] for x in sel) / n if n else None)
         take_in_order(doc, title, cells)
         doc.text(title)
-    ref = finals.get("fp32")
-    for case, v in finals.items():
-        if ref is None or case == "fp32":
-            continue
-        dd = float(np.mean(v)) - float(np.mean(ref))
-        sa, sr = float(np.ptp(v)), float(np.ptp(ref))
-        con.expect("%s: mean final loss (last {I} steps) {N} against fp32's, %s the seed spread "
-                   "(spread over {I} seeds: {N} %s, {N} fp32)"
-                   % (case, "within" if abs(dd) < max(sa, sr) else "beyond", case),
-                   10, dd, len(v), sa, sr, full=True)
+    expect_seed_spread(con, finals, "final loss (last {I} steps)", 10)
 
 
 CHECKERS = {"accumulation": check_accumulation,
