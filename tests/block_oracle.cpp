@@ -33,45 +33,6 @@ std::vector<size_t> block_indices(size_t br, size_t bc, size_t tr, size_t tc, si
   return idx;
 }
 
-/// Sylvester's construction of the 16×16 Hadamard matrix, rows multiplied by TE's signs and
-/// the whole by 1/4.
-std::vector<std::vector<float>> rht_matrix() {
-  std::vector<std::vector<float>> h{{1.0f}};
-  while (h.size() < 16) {
-    const size_t n = h.size();
-    std::vector<std::vector<float>> g(2 * n, std::vector<float>(2 * n));
-    for (size_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < n; ++j) {
-        g[i][j] = g[i][j + n] = g[i + n][j] = h[i][j];
-        g[i + n][j + n] = -h[i][j];
-      }
-    h = g;
-  }
-  for (size_t k = 0; k < 16; ++k)
-    for (size_t j = 0; j < 16; ++j) h[k][j] *= halfway::detail::kRhtSigns[k] * 0.25f;
-  return h;
-}
-
-void apply_rht(std::vector<float>& x, size_t rows, size_t cols, halfway::BlockAxis axis) {
-  static const auto m = rht_matrix();
-  const size_t nb = axis == halfway::BlockAxis::last ? rows * (cols / 16) : (rows / 16) * cols;
-  for (size_t b = 0; b < nb; ++b) {
-    size_t idx[16];
-    for (size_t k = 0; k < 16; ++k) {
-      if (axis == halfway::BlockAxis::last)
-        idx[k] = (b / (cols / 16)) * cols + (b % (cols / 16)) * 16 + k;
-      else
-        idx[k] = ((b / cols) * 16 + k) * cols + b % cols;
-    }
-    float out[16];
-    for (size_t j = 0; j < 16; ++j) {
-      float acc = x[idx[0]] * m[0][j];
-      for (size_t k = 1; k < 16; ++k) acc += x[idx[k]] * m[k][j];
-      out[j] = acc;
-    }
-    for (size_t k = 0; k < 16; ++k) x[idx[k]] = out[k];
-  }
-}
 
 /// The smallest k with 2^k ≥ v > 0, by a search over powers of two.
 int ceil_log2(double v) {
@@ -257,7 +218,7 @@ uint8_t te_e2m1_code(float y) {
 Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_t rows,
               size_t cols, const halfway::BlockOptions& o) {
   std::vector<float> x = x0;
-  if (o.rht) apply_rht(x, rows, cols, o.axis);
+  if (o.rht) hadamard(x, rows, cols, o.axis);
   const auto [tr, tc] = halfway::block_tile(s, o.axis);
   const size_t sr = rows / tr, sc = cols / tc, nb = sr * sc;
   Result res;
@@ -295,6 +256,46 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
     res.events += ev;
   }
   return res;
+}
+
+/// Sylvester's construction of the 16×16 Hadamard matrix, rows multiplied by TE's signs and
+/// the whole by 1/4.
+static std::vector<std::vector<float>> rht_matrix() {
+  std::vector<std::vector<float>> h{{1.0f}};
+  while (h.size() < 16) {
+    const size_t n = h.size();
+    std::vector<std::vector<float>> g(2 * n, std::vector<float>(2 * n));
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) {
+        g[i][j] = g[i][j + n] = g[i + n][j] = h[i][j];
+        g[i + n][j + n] = -h[i][j];
+      }
+    h = g;
+  }
+  for (size_t k = 0; k < 16; ++k)
+    for (size_t j = 0; j < 16; ++j) h[k][j] *= halfway::detail::kRhtSigns[k] * 0.25f;
+  return h;
+}
+
+void hadamard(std::vector<float>& x, size_t rows, size_t cols, halfway::BlockAxis axis) {
+  static const auto m = rht_matrix();
+  const size_t nb = axis == halfway::BlockAxis::last ? rows * (cols / 16) : (rows / 16) * cols;
+  for (size_t b = 0; b < nb; ++b) {
+    size_t idx[16];
+    for (size_t k = 0; k < 16; ++k) {
+      if (axis == halfway::BlockAxis::last)
+        idx[k] = (b / (cols / 16)) * cols + (b % (cols / 16)) * 16 + k;
+      else
+        idx[k] = ((b / cols) * 16 + k) * cols + b % cols;
+    }
+    float out[16];
+    for (size_t j = 0; j < 16; ++j) {
+      float acc = x[idx[0]] * m[0][j];
+      for (size_t k = 1; k < 16; ++k) acc += x[idx[k]] * m[k][j];
+      out[j] = acc;
+    }
+    for (size_t k = 0; k < 16; ++k) x[idx[k]] = out[k];
+  }
 }
 
 }  // namespace block_oracle

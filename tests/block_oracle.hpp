@@ -29,6 +29,10 @@ struct Result {
 Result encode(const halfway::BlockScheme& s, const std::vector<float>& x, size_t rows,
               size_t cols, const halfway::BlockOptions& o = {});
 
+/// The random Hadamard transform of every 16-element block along `axis`, in place: the matrix
+/// from Sylvester's doubling, each output summed in fp32 in the order k = 0..15.
+void hadamard(std::vector<float>& x, size_t rows, size_t cols, halfway::BlockAxis axis);
+
 /// Transformer Engine's `cast_to_fp4x2` table for one value (already clamped to ±6).
 uint8_t te_e2m1_code(float y);
 

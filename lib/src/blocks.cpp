@@ -27,22 +27,76 @@
 
 namespace halfway {
 
+// The element-pass loops and the Hadamard transform are plain C++ that the compiler vectorises (halfway/config.hpp).
+#define HALFWAY_BLOCKS_CLONES HALFWAY_VECTOR_CLONES
+
 namespace detail {
 const float kRhtSigns[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
+
+namespace {
+/// T = diag(s) · H16 / 4: T[k][j] = s_k · (−1)^popcount(k & j) · 0.25, exact in fp32.
+struct RhtMatrix {
+  float t[16][16];
+  RhtMatrix() {
+    for (int k = 0; k < 16; ++k)
+      for (int j = 0; j < 16; ++j)
+        t[k][j] = kRhtSigns[k] * ((__builtin_popcount(unsigned(k & j)) & 1) ? -0.25f : 0.25f);
+  }
+};
+const RhtMatrix kRht;
+
+// Both loops keep the definition's order for every output, y_j = ((v_0·T_0j + v_1·T_1j) + ...)
+// + v_15·T_15j, each product and sum its own fp32 rounding (this file is compiled with
+// -ffp-contract=off); only independent outputs share a vector.
+
+/// Blocks of 16 consecutive values, `n` of them: the 16 outputs of a block in one vector pass
+/// per k.
+HALFWAY_BLOCKS_CLONES void rht_rows(float* __restrict v, size_t n) {
+  for (size_t b = 0; b < n; ++b, v += 16) {
+    float in[16], acc[16];
+    for (int k = 0; k < 16; ++k) in[k] = v[k];
+    for (int j = 0; j < 16; ++j) acc[j] = in[0] * kRht.t[0][j];
+    for (int k = 1; k < 16; ++k)
+      for (int j = 0; j < 16; ++j) acc[j] = acc[j] + in[k] * kRht.t[k][j];
+    for (int j = 0; j < 16; ++j) v[j] = acc[j];
+  }
+}
+
+/// One group of 16 rows of `cols` values (rows `cols` apart), transformed down each column;
+/// `in` holds a copy of the group. Vectorised along the row.
+HALFWAY_BLOCKS_CLONES void rht_columns(float* __restrict v, const float* __restrict in,
+                                       size_t cols) {
+  for (int j = 0; j < 16; ++j) {
+    float* __restrict out = v + size_t(j) * cols;
+    const float t0 = kRht.t[0][j];
+    for (size_t c = 0; c < cols; ++c) out[c] = in[c] * t0;
+    for (int k = 1; k < 16; ++k) {
+      const float* __restrict row = in + size_t(k) * cols;
+      const float t = kRht.t[k][j];
+      for (size_t c = 0; c < cols; ++c) out[c] = out[c] + row[c] * t;
+    }
+  }
+}
+}  // namespace
 
 void rht16(float* v, size_t stride) {
   float in[16];
   for (int k = 0; k < 16; ++k) in[k] = v[size_t(k) * stride];
-  for (int j = 0; j < 16; ++j) {
-    float acc = 0;
-    for (int k = 0; k < 16; ++k) {
-      // Sylvester's Hadamard entry H_kj = (−1)^popcount(k & j), with TE's row sign s_k and
-      // the normalisation 1/sqrt(16): the matrix entry is ±0.25 exactly.
-      const float h = (__builtin_popcount(unsigned(k & j)) & 1) ? -0.25f : 0.25f;
-      const float p = in[k] * (kRhtSigns[k] * h);
-      acc = k == 0 ? p : acc + p;
-    }
-    v[size_t(j) * stride] = acc;
+  rht_rows(in, 1);
+  for (int j = 0; j < 16; ++j) v[size_t(j) * stride] = in[j];
+}
+
+void apply_rht(float* v, size_t rows, size_t cols, BlockAxis axis) {
+  if (axis == BlockAxis::last) {
+    rht_rows(v, rows * cols / 16);
+    return;
+  }
+  thread_local std::vector<float> group;  // scratch kept between calls
+  group.resize(16 * cols);
+  for (size_t r = 0; r + 16 <= rows; r += 16) {
+    float* g = v + r * cols;
+    std::copy(g, g + 16 * cols, group.begin());
+    rht_columns(g, group.data(), cols);
   }
 }
 }  // namespace detail
@@ -101,8 +155,6 @@ std::string scheme_list() {
 
 constexpr uint32_t kAbs = 0x7FFFFFFFu;
 
-// The element-pass loops are plain C++ that the compiler vectorises (halfway/config.hpp).
-#define HALFWAY_BLOCKS_CLONES HALFWAY_VECTOR_CLONES
 constexpr uint32_t kInfBits = 0x7F800000u;
 
 // Reductions over the blocks, compiled for AVX-512 and AVX2 too: a tensor has many blocks.
@@ -159,15 +211,6 @@ struct Job {
   size_t specials = 0;         ///< how many blocks are not kPlainScale
 };
 
-void apply_rht(std::vector<float>& v, size_t rows, size_t cols, BlockAxis axis) {
-  if (axis == BlockAxis::last) {
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < cols; j += 16) detail::rht16(v.data() + r * cols + j, 1);
-  } else {
-    for (size_t r = 0; r < rows; r += 16)
-      for (size_t c = 0; c < cols; ++c) detail::rht16(v.data() + r * cols + c, cols);
-  }
-}
 
 /// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
 void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
@@ -1106,7 +1149,7 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   std::vector<float> transformed;
   if (o.rht) {
     transformed.assign(x, x + n);
-    apply_rht(transformed, rows, cols, o.axis);
+    detail::apply_rht(transformed.data(), rows, cols, o.axis);
     x = transformed.data();
   }
   Job j{s, o, x, rows, cols, tr, tc, rows / tr, cols / tc, false, nullptr, nullptr};

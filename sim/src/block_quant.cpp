@@ -28,14 +28,7 @@ BlockOptions block_options(Runtime& rt, const BlockCopy& c) {
 
 /// The values the scheme quantized: x itself, or its random Hadamard transform.
 void reference_values(const BlockCopy& c, std::vector<float>& v, size_t rows, size_t cols) {
-  if (!c.rht) return;
-  if (c.axis == BlockAxis::last) {
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j + 16 <= cols; j += 16) detail::rht16(v.data() + r * cols + j, 1);
-  } else {
-    for (size_t r = 0; r + 16 <= rows; r += 16)
-      for (size_t j = 0; j < cols; ++j) detail::rht16(v.data() + r * cols + j, cols);
-  }
+  if (c.rht) detail::apply_rht(v.data(), rows, cols, c.axis);
 }
 
 /// A record of copy `c` under `tag`, with nothing counted yet.

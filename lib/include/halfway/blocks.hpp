@@ -182,6 +182,9 @@ namespace detail {
 /// between elements): y_j = Σ_k x_k · s_k · H_kj / 4, H the Sylvester Hadamard matrix, s TE's
 /// wgrad sign vector, summed in fp32 in the order k = 0..15.
 void rht16(float* v, size_t stride);
+/// rht16 on every 16-element block of a rows × cols row-major tensor along `axis` (rows, or
+/// cols for BlockAxis::last, a multiple of 16), in place, vectorised.
+void apply_rht(float* v, size_t rows, size_t cols, BlockAxis axis);
 /// TE's fixed sign vector of the wgrad RHT.
 extern const float kRhtSigns[16];
 }  // namespace detail
