@@ -1262,14 +1262,12 @@ class Emulator {
     const auto [tr, tc] = sim::copy_tile(c);
     if (prows % tr || pcols % tc)
       throw py::value_error("halfway.torch.emulate: padded size not a multiple of the tile");
-    const sim::Values v(std::vector<float>(in.data(), in.data() + in.size()));
     const sim::TraceTag tag{name, op_literal(op), kind_from_name(kind)};
     py::array_t<float> out({py::ssize_t(prows), py::ssize_t(pcols)});
     float* po = out.mutable_data();
     {
       py::gil_scoped_release release;
-      const std::vector<float> q = sim::block_copy(rt_, c, tag, v, rows, cols, prows, pcols);
-      std::copy(q.begin(), q.end(), po);
+      sim::block_copy(rt_, c, tag, in.data(), rows, cols, prows, pcols, po);
     }
     return out;
   }

@@ -1,5 +1,6 @@
 #include "halfway/sim/block_quant.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -46,11 +47,11 @@ BlockRecord empty_record(const BlockCopy& c, const TraceTag& tag) {
 }
 
 BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEncoding& e,
-                        std::vector<float>& x, const std::vector<float>& q) {
+                        std::vector<float>& x, const float* q) {
   BlockRecord r = empty_record(c, tag);
   r.events = e.events;
   reference_values(c, x, e.rows, e.cols);
-  add_block_errors(r, e, x.data(), q.data(), e.scale_rows());
+  add_block_errors(r, e, x.data(), q, e.scale_rows());
   return r;
 }
 
@@ -104,25 +105,45 @@ std::pair<size_t, size_t> copy_tile(const BlockCopy& c) {
   return block_tile(parse_block_scheme(c.scheme), c.axis);
 }
 
-std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
-                              const Values& x, size_t rows, size_t cols, size_t prows,
-                              size_t pcols) {
+namespace {
+
+/// block_copy into `out` (prows×pcols). The padded operand lives in a per-thread scratch kept
+/// between calls: a copy is made once per GEMM operand, and fresh buffers of that size cost
+/// more in page faults than the quantization itself.
+template <class T>
+void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x, size_t rows,
+               size_t cols, size_t prows, size_t pcols, float* out) {
   if (prows < rows || pcols < cols) throw std::logic_error("block_copy: padding below the size");
   const BlockScheme s = parse_block_scheme(c.scheme);
   const BlockOptions o = block_options(rt, c);
-  std::vector<float> xf(prows * pcols);
-  x.visit([&](const auto* v) { pad_blocks(v, rows, cols, xf.data(), prows, pcols); });
+  thread_local std::vector<float> xf;
+  xf.resize(prows * pcols);
+  pad_blocks(x, rows, cols, xf.data(), prows, pcols);
   if (s.family != BlockFamily::mx && !all_finite(xf)) {
     // lib refuses NaN and infinity for NVFP4 and fp8_block (TE's kernels define no result):
     // the copy becomes NaN, so the step's gradients are non-finite and a scaler skips it.
     if (rt.tracer && rt.tracer->active())
       rt.tracer->record_blocks(nonfinite_record(c, tag, s, prows, pcols));
-    return std::vector<float>(xf.size(), std::numeric_limits<float>::quiet_NaN());
+    std::fill(out, out + xf.size(), std::numeric_limits<float>::quiet_NaN());
+    return;
   }
   const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
-  std::vector<float> q(xf.size());
-  decode_blocks(s, e, q.data());
-  if (rt.tracer && rt.tracer->active()) rt.tracer->record_blocks(make_record(c, tag, e, xf, q));
+  decode_blocks(s, e, out);
+  if (rt.tracer && rt.tracer->active()) rt.tracer->record_blocks(make_record(c, tag, e, xf, out));
+}
+
+}  // namespace
+
+void block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const float* x,
+                size_t rows, size_t cols, size_t prows, size_t pcols, float* out) {
+  copy_into(rt, c, tag, x, rows, cols, prows, pcols, out);
+}
+
+std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
+                              const Values& x, size_t rows, size_t cols, size_t prows,
+                              size_t pcols) {
+  std::vector<float> q(prows * pcols);
+  x.visit([&](const auto* v) { copy_into(rt, c, tag, v, rows, cols, prows, pcols, q.data()); });
   return q;
 }
 

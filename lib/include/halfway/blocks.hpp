@@ -151,9 +151,13 @@ std::pair<size_t, size_t> padded_shape(const BlockScheme& s, BlockAxis axis, siz
 /// block-scaled GEMMs pad their operands to whole blocks, and what Python's pad=True does.
 template <class T>
 void pad_blocks(const T* x, size_t rows, size_t cols, float* out, size_t prows, size_t pcols) {
-  for (size_t r = 0; r < prows; ++r)
-    for (size_t c = 0; c < pcols; ++c)
-      out[r * pcols + c] = r < rows && c < cols ? static_cast<float>(x[r * cols + c]) : 0.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    const T* src = x + r * cols;
+    float* dst = out + r * pcols;
+    for (size_t c = 0; c < cols; ++c) dst[c] = static_cast<float>(src[c]);
+    for (size_t c = cols; c < pcols; ++c) dst[c] = 0.0f;
+  }
+  for (size_t i = rows * pcols; i < prows * pcols; ++i) out[i] = 0.0f;
 }
 
 /// Check a call before any work: the shape divides into blocks, the options fit the scheme.

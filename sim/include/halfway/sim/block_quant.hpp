@@ -39,6 +39,9 @@ std::pair<size_t, size_t> copy_tile(const BlockCopy& c);
 std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
                               const Values& x, size_t rows, size_t cols, size_t prows,
                               size_t pcols);
+/// The same copy of fp32 x written into `out` (prows×pcols floats).
+void block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const float* x,
+                size_t rows, size_t cols, size_t prows, size_t pcols, float* out);
 
 /// One block of an encoding, as add_block_errors visits it.
 struct BlockStat {
