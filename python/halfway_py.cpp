@@ -1280,18 +1280,18 @@ class Emulator {
     const Format f = backward ? st.config().bwd : st.config().fwd;
     const FloatInput in = float_input(x, "emulate");
     const size_t n = size_t(in.arr.size());
-    std::vector<double> xd(n), q;
+    const sim::TraceTag tag{key, op_literal(op), kind_from_name(kind)};
+    py::array_t<float> out(shape_of(in.arr));
+    float scale;
     if (in.f64) {
       const double* p = static_cast<const double*>(in.arr.data());
-      std::copy(p, p + n, xd.begin());
+      std::vector<double> q;
+      scale = st.quantize(key, f, p, n, q, rt_, &tag);
+      std::copy(q.begin(), q.end(), out.mutable_data());
     } else {
-      const float* p = static_cast<const float*>(in.arr.data());
-      std::copy(p, p + n, xd.begin());
+      scale = st.quantize(key, f, static_cast<const float*>(in.arr.data()), n,
+                          out.mutable_data(), rt_, &tag);
     }
-    const sim::TraceTag tag{key, op_literal(op), kind_from_name(kind)};
-    const float scale = st.quantize(key, f, xd.data(), n, q, rt_, &tag);
-    py::array_t<float> out(shape_of(in.arr));
-    std::copy(q.begin(), q.end(), out.mutable_data());
     return py::make_tuple(out, 1.0f / scale);
   }
 

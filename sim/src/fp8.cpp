@@ -36,8 +36,9 @@ void Fp8State::update(Entry& e, float amax, float fmax) const {
   e.scale = fp8_scale_from_amax(a, fmax, cfg_.margin, e.scale);
 }
 
-float Fp8State::quantize(const std::string& key, const Format& f, const double* x, size_t n,
-                         std::vector<double>& q, Runtime& rt, const TraceTag* tag) {
+template <class T>
+float Fp8State::cast(const std::string& key, const Format& f, const T* x, size_t n, T* q,
+                     Runtime& rt, const TraceTag* tag) {
   float amax = 0.0f;
   for (size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(static_cast<float>(x[i])));
   Env env;
@@ -46,14 +47,24 @@ float Fp8State::quantize(const std::string& key, const Format& f, const double* 
   const float s = cfg_.scaling == Fp8Scaling::current
                       ? fp8_scale_from_amax(amax, fmax, cfg_.margin, 1.0f)
                       : e.scale;
-  q.resize(n);
-  for (size_t i = 0; i < n; ++i) q[i] = static_cast<double>(static_cast<float>(x[i]) * s);
-  round_into(rt, DType::low(f), q, tag);
+  for (size_t i = 0; i < n; ++i) q[i] = static_cast<T>(static_cast<float>(x[i]) * s);
+  round_into(rt, DType::low(f), q, n, tag);
   if (cfg_.scaling == Fp8Scaling::current)
     e.scale = s;
   else
     update(e, amax, fmax);
   return s;
+}
+
+float Fp8State::quantize(const std::string& key, const Format& f, const double* x, size_t n,
+                         std::vector<double>& q, Runtime& rt, const TraceTag* tag) {
+  q.resize(n);
+  return cast(key, f, x, n, q.data(), rt, tag);
+}
+
+float Fp8State::quantize(const std::string& key, const Format& f, const float* x, size_t n,
+                         float* q, Runtime& rt, const TraceTag* tag) {
+  return cast(key, f, x, n, q, rt, tag);
 }
 
 }  // namespace halfway::sim

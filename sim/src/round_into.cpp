@@ -1,5 +1,6 @@
 // round_into: every rounding of the simulator into a tensor's dtype, traced and observed.
 #include <algorithm>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -118,6 +119,11 @@ Values rounded_from(Runtime& rt, const DType& dt, const S* v, size_t n, const Tr
 }  // namespace
 
 void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTag* tag) {
+  round_values(rt, dt, v, v, n, tag);
+}
+
+void round_into(Runtime& rt, const DType& dt, float* v, size_t n, const TraceTag* tag) {
+  if (dt.is_f64()) throw std::logic_error("round_into: fp64 values in binary32 storage");
   round_values(rt, dt, v, v, n, tag);
 }
 

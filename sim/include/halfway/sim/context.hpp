@@ -110,6 +110,8 @@ void round_into(Runtime& rt, const DType& dt, double* v, size_t n, const TraceTa
 inline void round_into(Runtime& rt, const DType& dt, std::vector<double>& v, const TraceTag* tag) {
   round_into(rt, dt, v.data(), v.size(), tag);
 }
+/// The same rounding in place on binary32 values (`dt` not fp64).
+void round_into(Runtime& rt, const DType& dt, float* v, size_t n, const TraceTag* tag);
 /// The same rounding of n values into a tensor's storage for `dt` (binary64 only for fp64).
 /// From binary32 values (a GEMM's fp32 results) the first rounding is exact.
 Values rounded(Runtime& rt, const DType& dt, const double* v, size_t n, const TraceTag* tag);

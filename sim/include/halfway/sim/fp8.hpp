@@ -32,6 +32,9 @@ class Fp8State {
   /// scaling then updates the tensor's amax history and its scale for the next cast.
   float quantize(const std::string& key, const Format& f, const double* x, size_t n,
                  std::vector<double>& q, Runtime& rt, const TraceTag* tag);
+  /// The same cast of binary32 values into q[0..n) (binary32 storage: no binary64 copies).
+  float quantize(const std::string& key, const Format& f, const float* x, size_t n, float* q,
+                 Runtime& rt, const TraceTag* tag);
   /// Delayed scaling: the scale the next cast of `key` will use; current scaling: the scale
   /// of its last cast. 1 for an unseen key.
   float scale(const std::string& key) const;
@@ -43,6 +46,9 @@ class Fp8State {
     size_t next = 0;             ///< slot of the oldest value once the buffer is full
     float scale = 1.0f;
   };
+  template <class T>
+  float cast(const std::string& key, const Format& f, const T* x, size_t n, T* q, Runtime& rt,
+             const TraceTag* tag);
   /// Records `amax` in the entry's history and recomputes its scale (delayed scaling).
   void update(Entry& e, float amax, float fmax) const;
   Fp8Config cfg_;
