@@ -1146,7 +1146,7 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   e.tile_cols = tc;
   e.axis = o.axis;
   const size_t n = rows * cols;
-  std::vector<float> transformed;
+  thread_local std::vector<float> transformed;  // scratch kept between calls: no page faults
   if (o.rht) {
     transformed.assign(x, x + n);
     detail::apply_rht(transformed.data(), rows, cols, o.axis);
