@@ -943,6 +943,56 @@ void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t*
 using EncodeRowFn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
                             uint32_t*);
 
+/// n elements, each with its own multiplier m[i], into codes and per-element event flags (0
+/// or 1): encode_one in one loop that vectorises whatever the row length.
+template <bool Divide, bool Clamp>
+HALFWAY_BLOCKS_CLONES void encode_flat(const ElementGrid& g_, const float* __restrict x,
+                                       const float* __restrict m, uint8_t* __restrict codes,
+                                       uint8_t* __restrict sat, uint8_t* __restrict flushed,
+                                       size_t n) {
+  const ElementGrid g = g_;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t s = 0, f = 0;
+    codes[i] = encode_one<Divide, Clamp>(g, x[i], m[i], s, f);
+    sat[i] = uint8_t(s);
+    flushed[i] = uint8_t(f);
+  }
+}
+
+using EncodeFlatFn = void (*)(const ElementGrid&, const float*, const float*, uint8_t*,
+                              uint8_t*, uint8_t*, size_t);
+
+/// Rows narrower than this, with blocks down the columns, are encoded a block row at a time
+/// (encode_narrow_columns): encode_row's loop over one row would run scalar, its vector
+/// loop being 32 or 64 codes wide.
+constexpr size_t kNarrowColumns = 64;
+
+/// Blocks down the columns (tc = 1) of a tensor with short rows: each block row (tr rows of
+/// `cols` values, contiguous) is one flat loop, with each column's multiplier repeated down
+/// the rows; the per-element events are then added into their column's block. The same
+/// element steps as encode_row, so the same codes and counts.
+void encode_narrow_columns(const Job& j, const ElementGrid& g, EncodeFlatFn fn, uint8_t* codes,
+                           uint32_t* sat, uint32_t* flushed) {
+  const size_t cols = j.cols, n = j.tr * cols;
+  thread_local std::vector<float> m;  // scratch kept between calls
+  thread_local std::vector<uint8_t> s, f;
+  m.resize(n);
+  s.resize(n);
+  f.resize(n);
+  for (size_t br = 0; br < j.sr; ++br) {
+    const float* mb = j.mult + br * j.sc;
+    for (size_t r = 0; r < j.tr; ++r) std::copy(mb, mb + cols, m.begin() + r * cols);
+    fn(g, j.x + br * n, m.data(), codes + br * n, s.data(), f.data(), n);
+    uint32_t* st = sat + br * j.sc;
+    uint32_t* ft = flushed + br * j.sc;
+    for (size_t r = 0; r < j.tr; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        st[c] += s[r * cols + c];
+        ft[c] += f[r * cols + c];
+      }
+  }
+}
+
 #ifdef HALFWAY_BLOCKS_AVX512
 using EncodeRowAvx512Fn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
                                    uint32_t*, uint64_t*);
@@ -1038,7 +1088,12 @@ void encode_elements(const Job& j, BlockEncoding& e) {
         fn(j, g, r, e.codes.data(), sat.data(), flushed.data(), unused);
     } else
 #endif
-    {
+    if (j.tc == 1 && j.cols < kNarrowColumns) {
+      const EncodeFlatFn fn = j.s.family == BlockFamily::nvfp4 ? encode_flat<false, true>
+                              : j.divide                       ? encode_flat<true, false>
+                                                               : encode_flat<false, false>;
+      encode_narrow_columns(j, g, fn, e.codes.data(), sat.data(), flushed.data());
+    } else {
       const EncodeRowFn fn = j.s.family == BlockFamily::nvfp4 ? encode_row<false, true>
                              : j.divide                       ? encode_row<true, false>
                                                               : encode_row<false, false>;
