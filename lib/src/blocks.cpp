@@ -27,7 +27,8 @@
 
 namespace halfway {
 
-// The element-pass loops and the Hadamard transform are plain C++ that the compiler vectorises (halfway/config.hpp).
+// The element-pass loops and the Hadamard transform are plain C++ that the compiler
+// vectorises (halfway/config.hpp).
 #define HALFWAY_BLOCKS_CLONES HALFWAY_VECTOR_CLONES
 
 namespace detail {
@@ -210,7 +211,6 @@ struct Job {
   uint8_t* special = nullptr;  ///< per block: kPlainScale, kZeroScale (NVFP4), kNanScale (MX)
   size_t specials = 0;         ///< how many blocks are not kPlainScale
 };
-
 
 /// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
 void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
