@@ -293,6 +293,10 @@ TEST_CASE("nvfp4: stochastic rounding on gradients only, the Hadamard transform 
   CHECK(by["input/wgrad"]->signal == Approx(energy).epsilon(1e-5));
   CHECK(by["input/fprop"]->signal == energy);
   CHECK(by["input/wgrad"]->signal != energy);
+  // The noise too is against the transformed values: against the input itself the decoded
+  // transform would be noise as large as the signal (about -3 dB); nvfp4's own is far below.
+  CHECK(by["input/wgrad"]->snr_db() > 10.0);
+  CHECK(by["input/wgrad"]->snr_db() == Approx(by["input/fprop"]->snr_db()).margin(6.0));
 }
 
 TEST_CASE("a NaN in an nvfp4 or fp8_block operand gives NaN results, not an error",

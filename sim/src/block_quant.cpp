@@ -27,11 +27,6 @@ BlockOptions block_options(Runtime& rt, const BlockCopy& c) {
   return o;
 }
 
-/// The values the scheme quantized: x itself, or its random Hadamard transform.
-void reference_values(const BlockCopy& c, std::vector<float>& v, size_t rows, size_t cols) {
-  if (c.rht) detail::apply_rht(v.data(), rows, cols, c.axis);
-}
-
 /// A record of copy `c` under `tag`, with nothing counted yet.
 BlockRecord empty_record(const BlockCopy& c, const TraceTag& tag) {
   BlockRecord r;
@@ -46,12 +41,12 @@ BlockRecord empty_record(const BlockCopy& c, const TraceTag& tag) {
   return r;
 }
 
+/// x: the values the scheme quantized (the operand, or its random Hadamard transform).
 BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEncoding& e,
-                        std::vector<float>& x, const float* q) {
+                        const float* x, const float* q) {
   BlockRecord r = empty_record(c, tag);
   r.events = e.events;
-  reference_values(c, x, e.rows, e.cols);
-  add_block_errors(r, e, x.data(), q, e.scale_rows());
+  add_block_errors(r, e, x, q, e.scale_rows());
   return r;
 }
 
@@ -115,7 +110,7 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
                size_t cols, size_t prows, size_t pcols, float* out) {
   if (prows < rows || pcols < cols) throw std::logic_error("block_copy: padding below the size");
   const BlockScheme s = parse_block_scheme(c.scheme);
-  const BlockOptions o = block_options(rt, c);
+  BlockOptions o = block_options(rt, c);
   thread_local std::vector<float> xf;
   xf.resize(prows * pcols);
   pad_blocks(x, rows, cols, xf.data(), prows, pcols);
@@ -127,9 +122,15 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
     std::fill(out, out + xf.size(), std::numeric_limits<float>::quiet_NaN());
     return;
   }
+  if (o.rht) {  // transformed here, once: the encoding and the trace read the same values
+    check_blocks(s, prows, pcols, o);
+    detail::apply_rht(xf.data(), prows, pcols, o.axis);
+    o.rht = false;
+  }
   const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
   decode_blocks(s, e, out);
-  if (rt.tracer && rt.tracer->active()) rt.tracer->record_blocks(make_record(c, tag, e, xf, out));
+  if (rt.tracer && rt.tracer->active())
+    rt.tracer->record_blocks(make_record(c, tag, e, xf.data(), out));
 }
 
 }  // namespace
