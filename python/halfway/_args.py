@@ -2,6 +2,7 @@
 argument is a TypeError (wrong type) or ValueError (wrong value) that names the function and
 the argument, never pybind's "incompatible function arguments", a RuntimeError, an
 OverflowError, or a value silently taken for another (True for 1, None for NaN)."""
+import argparse
 import numbers
 import os
 
@@ -115,3 +116,21 @@ def rounding_options(fn, rounding, saturate, subnormals, seed, offset, tininess,
     name(fn, "tininess", tininess)
     flag(fn, "flags", flags)
     flag(fn, "counts", counts)
+
+
+def tensorboard_dir(fn, logdir, out):
+    """The `tensorboard=` folder of a context manager that writes the run folder `out`."""
+    if logdir is None:
+        return None
+    logdir = path(fn, "tensorboard", logdir)
+    if out is None:
+        raise ValueError(f"halfway.{fn}: tensorboard needs out (the run folder it exports)")
+    return logdir
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse for the package's `python3 -m halfway.X` commands: a usage error is one line on
+    stderr and exit status 2, as every other bad input."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

@@ -480,12 +480,14 @@ class emulate:
         match winning; a GEMM runs under the recipe of the innermost module around it.
     every: trace steps 0, every, 2·every, ... (emulation itself happens on every step).
     threads: GEMM threads (no result depends on them).
+    tensorboard: a folder; at a clean exit, `out` is also exported there as a TensorBoard run
+        (halfway.tensorboard; needs `out`).
 
     A step ends when the model's forward starts again with autograd on, and at the exit.
     """
 
     def __init__(self, model, recipe="fp32", accumulation=None, seed=0, out=None, rules=None,
-                 every=1, threads=1, random_bits=None):
+                 every=1, threads=1, random_bits=None, tensorboard=None):
         import torch
         self._torch = torch
         if not isinstance(model, torch.nn.Module):
@@ -517,6 +519,7 @@ class emulate:
         self.rules = self._check_rules(rules, names)
         self._module_recipe = self._assign(model)
         self.out = None if out is None else _args.path("torch.emulate", "out", out)
+        self.tensorboard = _args.tensorboard_dir("torch.emulate", tensorboard, self.out)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)  # OSError names the folder
         self.core = _halfway._Emulator(seed, threads, self.out or "", random_bits)
@@ -607,6 +610,9 @@ class emulate:
         self._end_step()
         if self.out is not None:
             self._write_files(complete=exc_type is None)
+            if exc_type is None and self.tensorboard is not None:
+                from . import tensorboard
+                tensorboard.export([self.out], self.tensorboard)
         return False
 
     def log_loss(self, loss):

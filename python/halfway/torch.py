@@ -67,13 +67,15 @@ class trace:
     save_tensors: also save each traced step's tensors to out/tensors/step<N>.npz.
     tensor_windows: also write each tensor's rows to scale_window.csv (one per tensor, format
         and scale: large); trace.csv has each tensor's k_low and k_high anyway.
+    tensorboard: a folder; at a clean exit, `out` is also exported there as a TensorBoard run
+        (halfway.tensorboard).
     loss: call `tr.log_loss(loss)` to put a loss in steps.csv; with a scaler, the loss passed
         to scaler.scale() is taken automatically.
     """
 
     def __init__(self, model, optimizer=None, *, formats=DEFAULT_FORMATS, every=1, out="trace",
                  scaler=None, save_tensors=False, scales=DEFAULT_SCALES, flush_tolerance=0.0,
-                 tensor_windows=False, chunk=CHUNK):
+                 tensor_windows=False, chunk=CHUNK, tensorboard=None):
         import torch
         if not isinstance(model, torch.nn.Module):
             raise TypeError("halfway.torch.trace: model must be a torch.nn.Module")
@@ -92,6 +94,7 @@ class trace:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.every, self.out, self.chunk = every, _args.path("torch.trace", "out", out), chunk
         self.save_tensors = save_tensors
+        self.tensorboard = _args.tensorboard_dir("torch.trace", tensorboard, self.out)
         k_min, k_max = scale_range(scales)
         flush_tolerance = check_flush_tolerance(flush_tolerance)
         _halfway._check_analysis_options(format_list(formats), k_min, k_max)
@@ -377,5 +380,8 @@ class trace:
                     "scaler": self.scaler is not None,
                     "complete": exc_type is None}
         self._run.commit(json.dumps(manifest))
+        if exc_type is None and self.tensorboard is not None:
+            from . import tensorboard
+            tensorboard.export([self.out], self.tensorboard)
         return False
 

@@ -4,6 +4,7 @@
 
 namespace halfway::cli {
 int cmd_info(int argc, char** argv);
+int cmd_tensorboard(int argc, char** argv);
 int cmd_round(int argc, char** argv);
 int cmd_testfloat(int argc, char** argv);
 int cmd_verify(int argc, char** argv);

@@ -48,6 +48,8 @@ constexpr Command kCommands[] = {
      halfway::cli::cmd_run},
     {"bisect", "CONFIG.toml [--metric M] [--granularity G] [--budget N]",
      "which rounding costs the loss", halfway::cli::cmd_bisect},
+    {"tensorboard", "RUN_DIR... --out LOGDIR", "run folders as TensorBoard event files",
+     halfway::cli::cmd_tensorboard},
 };
 
 std::string usage() {

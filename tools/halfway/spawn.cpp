@@ -51,21 +51,43 @@ int run_captured(const std::vector<std::string>& args, std::string& out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-std::string run_program(const std::vector<std::string>& args) {
+namespace {
+
+/// Spawn args[0] (PATH lookup, no shell) and wait: its wait status in `st`; "" or why not.
+std::string spawn_wait(const std::vector<std::string>& args, int& st) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = -1;
   const int err = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   if (err != 0) return "cannot run '" + args[0] + "': " + std::strerror(err);
-  int st = 0;
+  st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
+  return "";
+}
+
+}  // namespace
+
+std::string run_program(const std::vector<std::string>& args) {
+  int st = 0;
+  const std::string failed = spawn_wait(args, st);
+  if (!failed.empty()) return failed;
   if (WIFEXITED(st))
     return WEXITSTATUS(st) == 0 ? "" : "exit status " + std::to_string(WEXITSTATUS(st));
   const int sig = WTERMSIG(st);
   const char* name = sigabbrev_np(sig);
   return "killed by " + (name ? "SIG" + std::string(name) : "signal " + std::to_string(sig));
+}
+
+int run_forwarding(const std::string& tool, const std::vector<std::string>& args) {
+  int st = 0;
+  const std::string failed = spawn_wait(args, st);
+  if (!failed.empty()) {
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), printable(failed).c_str());
+    return 2;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 bool program_exists(const std::string& program) {

@@ -15,6 +15,10 @@ int run_captured(const std::vector<std::string>& args, std::string& out);
 /// "cannot run 'python3': No such file or directory", "exit status 1", "killed by SIGSEGV".
 std::string run_program(const std::vector<std::string>& args);
 
+/// Run args[0] as run_program does and return its exit status (128 + the signal if killed);
+/// if it cannot run, one line on stderr naming `tool`, and 2.
+int run_forwarding(const std::string& tool, const std::vector<std::string>& args);
+
 /// Whether `program` names an executable file: a path as given, a bare name in PATH.
 bool program_exists(const std::string& program);
 
