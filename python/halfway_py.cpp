@@ -1717,6 +1717,15 @@ PYBIND11_MODULE(_halfway, m) {
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
         py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false);
   m.def("block_schemes", &block_scheme_names, "Names of the block quantization schemes.");
+  m.def("cpu_info", [] {
+    py::dict d;
+    d["model"] = cpu::model_name();
+    d["features"] = cpu::feature_names(cpu::supported());
+    d["target"] = cpu::target_name(cpu::target());
+    d["bulk_path"] = detail::bulk_path_name(detail::bulk_path());
+    return d;
+  }, "The machine as halfway sees it: the processor's name, the instruction-set features it may "
+     "use (after HALFWAY_DISABLE_ISA), its vector target and the bulk kernels' path.");
 #if HALFWAY_PY_SIM
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");

@@ -20,7 +20,7 @@ ValueError (unknown format or rounding) or TypeError (wrong dtype). See docs/pyt
 import numpy as _np
 
 from . import _halfway, _args
-from ._halfway import Counts, Format, formats, roundings
+from ._halfway import Counts, Format, cpu_info, formats, roundings
 from ._halfway import INEXACT, UNDERFLOW, OVERFLOW, INFINITE, INVALID
 from .analysis import AnalysisResult, analyze
 
@@ -30,7 +30,7 @@ __all__ = [
     "round", "encode", "decode", "add", "sub", "mul", "div", "fma", "sqrt", "finfo", "format",
     "formats", "roundings", "Format", "Counts", "flag_names", "bench", "train", "TrainResult",
     "encode_blocks", "decode_blocks", "quantize_blocks", "block_schemes", "BlockCounts", "gemm",
-    "dot", "accumulations", "recipes", "analyze", "AnalysisResult",
+    "dot", "accumulations", "recipes", "analyze", "AnalysisResult", "cpu_info",
     "INEXACT", "UNDERFLOW", "OVERFLOW", "INFINITE", "INVALID",
 ]
 

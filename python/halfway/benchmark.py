@@ -2,6 +2,7 @@
 
     python3 -m halfway.benchmark [--n N] [--repeats R] [--threads T] [--json]
     python3 -m halfway.benchmark --emulate [--repeats R] [--inner I] [--json]
+    python3 -m halfway.benchmark --peers [--n N] [--repeats R] [--threads T] [--json]
 
 For each data set, every repetition times the contenders back to back on the same array;
 the ratio of each repetition is reference time / halfway time, and the median ratio over the
@@ -20,6 +21,7 @@ import time
 import numpy as np
 
 import halfway
+from halfway import _args
 
 
 def _datasets(n, seed=2024):
@@ -104,7 +106,7 @@ def _run(n, repeats, threads, inner, quiet):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python3 -m halfway.benchmark", description=__doc__,
+    p = _args.Parser(prog="python3 -m halfway.benchmark", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1 << 20, help="elements (default 2^20)")
     p.add_argument("--repeats", type=int, default=7, help="repetitions (default 7)")
@@ -114,12 +116,22 @@ def main(argv=None):
     p.add_argument("--emulate", action="store_true",
                    help="time halfway.torch.emulate's training steps instead (see "
                         "halfway.emulate_bench)")
+    p.add_argument("--peers", action="store_true",
+                   help="time halfway against ml_dtypes, torch, QPyTorch, pychop and torchao "
+                        "instead (see halfway.peer_bench)")
     args = p.parse_args(argv)
     if args.n < 1 or args.repeats < 1 or args.inner < 1 or args.threads < 1:
         print("halfway.benchmark: error: --n, --repeats, --inner and --threads must be >= 1",
               file=sys.stderr)
         return 2
-    if args.emulate:
+    if args.emulate and args.peers:
+        print("halfway.benchmark: error: --emulate and --peers are two benchmarks: give one",
+              file=sys.stderr)
+        return 2
+    if args.peers:
+        from . import peer_bench
+        res = peer_bench.run(args.n, args.repeats, args.threads, args.inner, quiet=args.json)
+    elif args.emulate:
         from . import emulate_bench
         res = emulate_bench.run(repeats=args.repeats, inner=args.inner, quiet=args.json)
     else:

@@ -3,10 +3,11 @@
 // `vcvtps2ph`, AVX512-BF16 `vcvtneps2bf16`, and their round trips back to f32), the hardware
 // sequence of fp16/bf16 arithmetic (widen, fp32 op, narrow), native fp32 arithmetic, or the
 // same kernel without event counts; the simulator's GEMMs against an FMA-throughput loop, their
-// scalar models and the fp32 GEMM. One thread; ours and the reference alternate on the same data for several
-// repetitions and the median of the per-repetition ratios is reported, so machine drift during
-// the run cancels out. Goals are printed next to the ratios; a missed goal is reported, never an
-// error (exit status 0).
+// scalar models and the fp32 GEMM. One thread; ours and the reference alternate on the same
+// data for several repetitions and the median of the per-repetition ratios is reported, so
+// machine drift during the run cancels out. `--peers` runs the Python peer benchmark instead
+// (halfway.peer_bench: ml_dtypes, torch, QPyTorch, pychop, torchao). Goals are printed next
+// to the ratios; a missed goal is reported, never an error (exit status 0).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include "halfway/softfloat.hpp"
 #include "halfway/sim/accumulate.hpp"
 #include "halfway/thread_pool.hpp"
+#include "spawn.hpp"
 #include "verify_oracle.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -47,6 +49,12 @@ namespace {
 
 const char* kHelp =
     "usage: halfway bench [--json] [--quick] [--exhaustive] [--filter TEXT]\n"
+    "       halfway bench --peers [--python PYTHON] [--json] [--n N] [--repeats R] [--threads T]\n"
+    "\n"
+    "--peers: halfway against ml_dtypes, torch, QPyTorch, pychop and torchao, in one Python\n"
+    "process on the same data (python3 -m halfway.benchmark --peers; docs/python.md, Speed);\n"
+    "the other options go to it. PYTHON: default $HALFWAY_PYTHON, else the interpreter the\n"
+    "Python module was built for.\n"
     "\n"
     "Throughput of the bulk kernels, single thread, each figure against a reference measured in\n"
     "the same run (alternating, several repetitions, median ratio): F16C vcvtps2ph for f32->fp16,\n"
@@ -880,9 +888,33 @@ class Bench {
   }
 };
 
+// `halfway bench --peers ...`: the Python peer benchmark, every other argument passed on.
+int bench_peers(int argc, char** argv) {
+  const char* env = std::getenv("HALFWAY_PYTHON");
+  std::string python = env && *env ? env : HALFWAY_BUILD_PYTHON;
+  std::vector<std::string> cmd = {"", "-m", "halfway.benchmark", "--peers"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--peers") continue;
+    if (a == "--python") {
+      if (i + 1 >= argc) throw InputError("--python: needs a program");
+      python = argv[++i];
+    } else {
+      cmd.push_back(a);
+    }
+  }
+  if (python.empty() || !program_exists(python))
+    throw InputError("--python: no program '" + python + "' (--python, $HALFWAY_PYTHON)");
+  cmd[0] = python;
+  build_package_first();
+  return run_forwarding("halfway bench --peers", cmd);
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--peers") return bench_peers(argc, argv);
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
