@@ -1,6 +1,8 @@
 """`pip install .` the way a user does it: build a wheel of the repository (pyproject.toml,
 scikit-build-core), install it into a new virtual environment that has nothing else, and import
-it there, away from the build tree.
+it there, away from the build tree. Then `pip install -e .` into the same environment (the
+build tools pinned in python/requirements.txt installed there, the wheel's CMake build folder
+reused): the package must import from the repository's python/halfway, with the extension.
 
     test_wheel.py SCRATCH_DIR
 
@@ -27,6 +29,24 @@ assert np.array_equal(got, want), f"halfway.round gave {got!r}, expected {want!r
 assert int(halfway.encode(np.float32([448.0]), "e4m3")[0]) == 126
 print("ok:", halfway.__version__, where)
 """
+# The check after `pip install -e .`: the pure-Python files are the repository's, and it rounds.
+EDITABLE_CHECK = """
+import os, sys, numpy as np, halfway, halfway.tensorboard
+src = sys.argv[1]
+for m in (halfway, halfway.tensorboard):
+    assert os.path.realpath(m.__file__).startswith(src), f"{m.__name__} from {m.__file__}"
+assert halfway.round(np.float32([0.1]), "bf16")[0] == np.float32(0.10009765625)
+print("ok: editable,", os.path.dirname(halfway.__file__))
+"""
+
+
+def pinned(name):
+    """name==version as python/requirements.txt pins it."""
+    with open(os.path.join(ROOT, "python", "requirements.txt")) as f:
+        for line in f:
+            if line.lower().startswith(name + "=="):
+                return line.split()[0]
+    sys.exit(f"FAIL: python/requirements.txt pins no {name}")
 
 
 def run(cmd, **kw):
@@ -80,6 +100,17 @@ def main(scratch):
     out = check(run([pip[0], "-c", IMPORT_CHECK], env=env, cwd=scratch), "import halfway")
     print(out.strip())
     print(f"ok: {os.path.basename(wheels[0])} installs and imports in a new environment")
+
+    check(run(pip + ["uninstall", "--quiet", "--yes", "halfway"], env=env), "pip uninstall")
+    check(run(pip + ["install", "--quiet", pinned("scikit-build-core"), pinned("pybind11")],
+              env=env), "pip install scikit-build-core pybind11")
+    check(run(pip + ["install", "--quiet", "--no-build-isolation", "--no-deps", "--editable",
+                     ROOT, "--config-settings", f"build-dir={os.path.join(scratch, 'build')}"],
+              env=env), "pip install -e .")
+    src = os.path.realpath(os.path.join(ROOT, "python", "halfway"))
+    out = check(run([pip[0], "-c", EDITABLE_CHECK, src], env=env, cwd=scratch),
+                "import halfway (editable)")
+    print(out.strip())
     return 0
 
 
