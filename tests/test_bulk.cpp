@@ -45,12 +45,15 @@ struct NamedFormat {
 };
 
 /// Every preset the vector kernels serve, and custom formats that exercise other biases,
-/// widths, specials, overflow modes and flush modes.
+/// widths, specials, overflow modes and flush modes. The two p = 1 formats with an even bias
+/// (P3109's binary8p1 is e7m0:fnuz:bias=64) have ties whose even encoding is not the even f32
+/// exponent: the vector kernels once chose the f32 one (found by gfloat, test_peer_gfloat).
 std::vector<NamedFormat> test_formats() {
   std::vector<NamedFormat> v;
   for (const std::string& n : preset_names()) v.push_back({n, parse_format(n)});
   for (const char* n : {"e5m7", "e3m4:fn", "e6m9", "e2m5:nospecials", "e7m3:bias=70", "e4m3:sat",
-                        "e8m14", "fp16:ftz", "bf16:ftz:daz", "e4m3:ftz", "e5m2fnuz:sat"})
+                        "e8m14", "fp16:ftz", "bf16:ftz:daz", "e4m3:ftz", "e5m2fnuz:sat", "e4m0:bias=8",
+                        "e7m0:fnuz:bias=64"})
     v.push_back({n, parse_format(n)});
   return v;
 }

@@ -25,7 +25,7 @@ const char* const kFormats[] = {
     "fp16",  "bf16",      "tf32",         "fp32",     "e4m3",     "e5m2",     "e4m3fnuz",
     "e5m2fnuz", "e2m3",   "e3m2",         "e2m1",     "e8m0",     "e5m7",     "e3m4:fnuz",
     "fp16:ftz:daz", "bf16:sat", "e4m3:sat", "e5m2:sat", "fp16:ftz", "e4m3fnuz:daz:ftz",
-    "e5m0",  "fp16:overflow_nan",
+    "e5m0",  "fp16:overflow_nan", "e4m0:bias=8",
 };
 
 struct Subject {
