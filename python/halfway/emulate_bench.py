@@ -13,6 +13,8 @@ for element recipes and 3x for block recipes, with fp32 accumulation 3x and 4x.
 import statistics
 import time
 
+import halfway
+
 RECIPES = ("torch-cpu-bf16", "fp8-hybrid", "mxfp8", "nvfp4")
 BLOCK = {"mxfp8", "nvfp4"}
 
@@ -127,7 +129,9 @@ def _time(fn, inner):
 
 
 def run(repeats=3, inner=5, quiet=False):
-    """Measure and print; return a list of dicts (model, recipe, contender, ratio, goal)."""
+    """Measure and print; return a list of dicts (model, recipe, contender, ratio, goal, met:
+    the goal, and for native also faster than fake-quant; None without a goal; fp32_step_ms,
+    cpu)."""
     import torch
     torch.set_num_threads(1)
     say = (lambda *a: None) if quiet else print
@@ -153,14 +157,17 @@ def run(repeats=3, inner=5, quiet=False):
             fake_ratio = statistics.median(ratios[contenders[2][0]])
             for label, acc, fake, goal in contenders:
                 r = statistics.median(ratios[label])
-                verdict = ""
+                verdict, met = "", None
                 if goal is not None:
+                    met = r <= goal and (acc != "native" or r < fake_ratio)
                     verdict = f"goal <= {goal:g}x: " + ("met" if r <= goal else "MISSED")
                     if acc == "native":
                         verdict += ("; faster than fake-quant" if r < fake_ratio
                                     else "; MISSED: not faster than fake-quant")
                 say(f"  {recipe:15s} {label:42s} {r:7.2f}x  {verdict}")
                 out.append({"model": mname, "recipe": recipe, "contender": label,
-                            "ratio": r, "goal": goal, "fp32_step_ms": statistics.median(base_ms)})
+                            "ratio": r, "goal": goal, "met": met,
+                            "fp32_step_ms": statistics.median(base_ms),
+                            "cpu": halfway.cpu_info()["model"]})
         say(f"  (PyTorch fp32 step: {statistics.median(base_ms):.3f} ms)")
     return out

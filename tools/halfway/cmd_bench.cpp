@@ -5,8 +5,8 @@
 // same kernel without event counts; the simulator's GEMMs against an FMA-throughput loop, their
 // scalar models and the fp32 GEMM. One thread; ours and the reference alternate on the same
 // data for several repetitions and the median of the per-repetition ratios is reported, so
-// machine drift during the run cancels out. `--peers` runs the Python peer benchmark instead
-// (halfway.peer_bench: ml_dtypes, torch, QPyTorch, pychop, torchao). Goals are printed next
+// machine drift during the run cancels out. `--peers` and `--torch` run the Python benchmarks
+// instead (halfway.peer_bench, halfway.emulate_bench). Goals are printed next
 // to the ratios; a missed goal is reported, never an error (exit status 0).
 #include <fmt/format.h>
 
@@ -50,11 +50,14 @@ namespace {
 const char* kHelp =
     "usage: halfway bench [--json] [--quick] [--exhaustive] [--filter TEXT]\n"
     "       halfway bench --peers [--python PYTHON] [--json] [--n N] [--repeats R] [--threads T]\n"
+    "       halfway bench --torch [--python PYTHON] [--json] [--repeats R] [--inner I]\n"
     "\n"
     "--peers: halfway against ml_dtypes, torch, QPyTorch, pychop and torchao, in one Python\n"
-    "process on the same data (python3 -m halfway.benchmark --peers; docs/python.md, Speed);\n"
-    "the other options go to it. PYTHON: default $HALFWAY_PYTHON, else the interpreter the\n"
-    "Python module was built for.\n"
+    "process on the same data (python3 -m halfway.benchmark --peers; docs/python.md, Speed).\n"
+    "--torch: halfway.torch.emulate's training steps against PyTorch's and the fake-quant\n"
+    "versions (python3 -m halfway.benchmark --emulate; docs/emulate.md, The benchmark).\n"
+    "The other options go to the Python benchmark. PYTHON: default $HALFWAY_PYTHON, else the\n"
+    "interpreter the Python module was built for.\n"
     "\n"
     "Throughput of the bulk kernels, single thread, each figure against a reference measured in\n"
     "the same run (alternating, several repetitions, median ratio): F16C vcvtps2ph for f32->fp16,\n"
@@ -888,14 +891,16 @@ class Bench {
   }
 };
 
-// `halfway bench --peers ...`: the Python peer benchmark, every other argument passed on.
-int bench_peers(int argc, char** argv) {
+// `halfway bench --peers ...` and `halfway bench --torch ...`: the Python benchmarks
+// (python3 -m halfway.benchmark --peers / --emulate), every other argument passed on.
+int bench_python(const std::string& mode, int argc, char** argv) {
   const char* env = std::getenv("HALFWAY_PYTHON");
   std::string python = env && *env ? env : HALFWAY_BUILD_PYTHON;
-  std::vector<std::string> cmd = {"", "-m", "halfway.benchmark", "--peers"};
+  std::vector<std::string> cmd = {"", "-m", "halfway.benchmark",
+                                  mode == "--torch" ? "--emulate" : "--peers"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--peers") continue;
+    if (a == mode) continue;
     if (a == "--python") {
       if (i + 1 >= argc) throw InputError("--python: needs a program");
       python = argv[++i];
@@ -907,14 +912,16 @@ int bench_peers(int argc, char** argv) {
     throw InputError("--python: no program '" + python + "' (--python, $HALFWAY_PYTHON)");
   cmd[0] = python;
   build_package_first();
-  return run_forwarding("halfway bench --peers", cmd);
+  return run_forwarding("halfway bench " + mode, cmd);
 }
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--peers") return bench_peers(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--peers" || a == "--torch") return bench_python(a, argc, argv);
+  }
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
