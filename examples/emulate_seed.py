@@ -52,7 +52,7 @@ def train(out, recipe=None, scaler=None):
     opt = torch.optim.Adam(net.parameters(), lr=0.01)
     x, y = data()
     with ht.emulate(net, recipe=recipe or "fp32", accumulation=None if recipe else "native",
-                    out=out) as em:
+                    out=out, scaler=scaler) as em:
         for _ in range(EPOCHS):
             opt.zero_grad()
             loss = F.mse_loss(net(x), y)

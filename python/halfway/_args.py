@@ -128,6 +128,20 @@ def tensorboard_dir(fn, logdir, out):
     return logdir
 
 
+def scaler(fn, s):
+    """A torch.amp.GradScaler (anything with its scale/update/is_enabled/get_scale) or None."""
+    if s is not None and not all(callable(getattr(s, m, None))
+                                 for m in ("scale", "update", "is_enabled", "get_scale")):
+        raise TypeError(f"halfway.{fn}: scaler must be a torch.amp.GradScaler or None, not "
+                        f"{type(s).__name__}")
+    return s
+
+
+def loss_scale(s):
+    """The scale a GradScaler applies now: 1.0 without one or when it is disabled."""
+    return float(s.get_scale()) if s is not None and s.is_enabled() else 1.0
+
+
 class Parser(argparse.ArgumentParser):
     """argparse for the package's `python3 -m halfway.X` commands: a usage error is one line on
     stderr and exit status 2, as every other bad input."""

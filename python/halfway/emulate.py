@@ -482,12 +482,14 @@ class emulate:
     threads: GEMM threads (no result depends on them).
     tensorboard: a folder; at a clean exit, `out` is also exported there as a TensorBoard run
         (halfway.tensorboard; needs `out`).
+    scaler: the loop's torch.amp.GradScaler, or None: steps.csv then has each step's
+        loss_scale, the scale in effect when the step's forward began (1 while disabled).
 
     A step ends when the model's forward starts again with autograd on, and at the exit.
     """
 
     def __init__(self, model, recipe="fp32", accumulation=None, seed=0, out=None, rules=None,
-                 every=1, threads=1, random_bits=None, tensorboard=None):
+                 every=1, threads=1, random_bits=None, tensorboard=None, scaler=None):
         import torch
         self._torch = torch
         if not isinstance(model, torch.nn.Module):
@@ -515,6 +517,7 @@ class emulate:
             raise ValueError(f"halfway.torch.emulate: random_bits must be an integer in 1..32, "
                              f"not {random_bits!r}")
         self.random_bits = random_bits
+        self.scaler = _args.scaler("torch.emulate", scaler)
         self.model, self.accumulation, self.seed, self.every = model, accumulation, seed, every
         self.rules = self._check_rules(rules, names)
         self._module_recipe = self._assign(model)
@@ -534,6 +537,7 @@ class emulate:
         self.emulated = {}
         self.losses = []
         self._loss = float("nan")
+        self._scale, self._scales = 1.0, []
         self._Function = _function_class(torch)
         self._SimFunction, self._Declare = _sim_function_class(torch)
         self.emulated_ops = {}
@@ -628,11 +632,13 @@ class emulate:
     def _begin_step(self):
         self._calls = {}
         self._loss = float("nan")
+        self._scale = _args.loss_scale(self.scaler)
         self.core.begin_step(self.step, self._traced() and self.out is not None, 1.0)
 
     def _end_step(self):
         self.core.end_step()
         self.losses.append((self.step, self._loss))
+        self._scales.append(self._scale)
 
     def _enter_module(self, name):
         def hook(module, inputs):
@@ -1105,8 +1111,13 @@ class emulate:
         every file finished under a temporary name, the old manifest removed, the files
         renamed into place, manifest.json last (io.hpp's publish_folder)."""
         from . import __version__
-        rows = ["step,loss\n"] + [f"{s},{'' if l != l else repr(float(np.float32(l)))}\n"
-                                  for s, l in self.losses]
+        def cell(v):
+            return "" if v != v else repr(float(np.float32(v)))
+        if self.scaler is None:
+            rows = ["step,loss\n"] + [f"{s},{cell(v)}\n" for s, v in self.losses]
+        else:
+            rows = ["step,loss,loss_scale\n"] + [f"{s},{cell(v)},{sc!r}\n" for (s, v), sc
+                                                  in zip(self.losses, self._scales)]
         manifest = {
             "tool": "halfway.torch.emulate",
             "recipe": str(self.recipe),
@@ -1116,6 +1127,7 @@ class emulate:
             "accumulation": self.accumulation or "recipe",
             "seed": self.seed,
             "every": self.every,
+            "scaler": self.scaler is not None,
             "steps": len(self.losses),
             "torch_version": self._torch.__version__,
             "halfway_version": __version__,

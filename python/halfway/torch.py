@@ -86,10 +86,7 @@ class trace:
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("halfway.torch.trace: optimizer must be a torch.optim.Optimizer or "
                             f"None, not {type(optimizer).__name__}")
-        if scaler is not None and not all(callable(getattr(scaler, m, None))
-                                          for m in ("scale", "update", "is_enabled")):
-            raise TypeError("halfway.torch.trace: scaler must be a torch.amp.GradScaler or "
-                            f"None, not {type(scaler).__name__}")
+        _args.scaler("torch.trace", scaler)
         self._torch = torch
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.every, self.out, self.chunk = every, _args.path("torch.trace", "out", out), chunk
@@ -121,9 +118,7 @@ class trace:
         return self.step % self.every == 0
 
     def _scale(self):
-        if self.scaler is not None and self.scaler.is_enabled():
-            return float(self.scaler.get_scale())
-        return 1.0
+        return _args.loss_scale(self.scaler)
 
     def _record(self, name, kind, op, t, loss_scale=1.0):
         torch = self._torch
