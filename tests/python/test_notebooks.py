@@ -1,5 +1,9 @@
 """Execute every notebook in notebooks/ with nbclient (a fresh kernel running this
-interpreter, so it imports the same halfway); any cell that raises fails the test."""
+interpreter, so it imports the same halfway); any cell that raises fails the test. The
+notebooks are committed with their outputs, so they read without running: re-executing must
+reproduce every stored text output (printed lines and results, not stderr) exactly, and every notebook must
+draw at least one figure. Images are not compared byte for byte (the numbers drawn are the
+printed ones). Negative control: a stored output changed by one character must be reported."""
 
 import glob
 import json
@@ -18,11 +22,54 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
 
+def texts(nb):
+    """Per code cell: its text outputs (streams, and results that are not figures), joined;
+    a stream's consecutive chunks are one text, however the kernel flushed them."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        parts, last = [], None
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream" and o.name == "stderr":
+                continue  # warnings name the kernel's temporary files
+            if o.output_type == "stream" and last == o.name:
+                parts[-1] += o.text
+            elif o.output_type == "stream":
+                parts.append(f"[{o.name}]{o.text}")
+            elif o.output_type in ("execute_result", "display_data") and \
+                    "image/png" not in o.data and "text/plain" in o.data:
+                parts.append(o.data["text/plain"])
+            elif o.output_type == "error":
+                parts.append(f"[error]{o.ename}")
+            last = o.name if o.output_type == "stream" else None
+        out.append("".join(parts))
+    return out
+
+
+def figures(nb):
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", []))
+
+
+def mismatches(stored, fresh):
+    return [i for i, (a, b) in enumerate(zip(stored, fresh)) if a != b] + \
+        ([-1] if len(stored) != len(fresh) else [])
+
+
 class Notebooks(hwtest.unittest.TestCase):
     def test_there_are_notebooks(self):
-        self.assertTrue(NOTEBOOKS, "no notebooks found in notebooks/")
+        self.assertGreaterEqual(len(NOTEBOOKS), 5, "notebooks/ should hold 01-04 and 06")
 
-    def test_every_notebook_runs(self):
+    def test_comparison_sees_a_change(self):
+        nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+        stored = texts(nb)
+        i = next(k for k, t in enumerate(stored) if t)
+        changed = list(stored)
+        changed[i] = changed[i][:-1] + ("x" if changed[i][-1] != "x" else "y")
+        self.assertEqual(mismatches(stored, changed), [i])
+
+    def test_every_notebook_runs_and_reproduces_its_outputs(self):
         with tempfile.TemporaryDirectory() as tmp:
             # A kernel spec for this interpreter: the notebook sees the same PYTHONPATH and
             # numpy as the test, whatever kernels the machine has installed.
@@ -36,10 +83,17 @@ class Notebooks(hwtest.unittest.TestCase):
             for path in NOTEBOOKS:
                 with self.subTest(notebook=os.path.basename(path)):
                     nb = nbformat.read(path, as_version=4)
+                    stored = texts(nb)
+                    self.assertGreater(sum(map(len, stored)), 0, "no stored outputs")
                     client = nbclient.NotebookClient(
                         nb, timeout=300, kernel_name="halfway-test",
                         resources={"metadata": {"path": os.path.dirname(path)}})
                     client.execute()  # raises CellExecutionError on the first failing cell
+                    fresh = texts(nb)
+                    bad = mismatches(stored, fresh)
+                    self.assertEqual(bad, [], "outputs differ from the stored ones in cells "
+                                     f"{bad}: {[(stored[i], fresh[i]) for i in bad[:1]]}")
+                    self.assertGreater(figures(nb), 0, "the notebook draws no figure")
 
 
 if __name__ == "__main__":
