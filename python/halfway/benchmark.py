@@ -39,6 +39,21 @@ def _time(fn, inner):
     return (time.perf_counter() - t0) / inner
 
 
+def measure(ours, theirs, repeats, inner):
+    """Time two contenders back to back on the same data after one warm-up call each:
+    (median time of ours, median time of theirs, median of the per-repetition ratios theirs /
+    ours), so that machine drift during the run cancels out."""
+    ours(), theirs()  # warm up (allocations, lazy initialisation, JIT builds)
+    ratios, t_ours, t_ref = [], [], []
+    for _ in range(repeats):
+        a = _time(ours, inner)
+        b = _time(theirs, inner)
+        t_ours.append(a)
+        t_ref.append(b)
+        ratios.append(b / a)
+    return statistics.median(t_ours), statistics.median(t_ref), statistics.median(ratios)
+
+
 def _same_bits(a, b):
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
@@ -75,23 +90,16 @@ def _run(n, repeats, threads, inner, quiet):
         for fmt, ref_name, ref, goal in contenders:
             ours = lambda: halfway.round(x, fmt)  # noqa: E731
             theirs = lambda: ref(x)  # noqa: E731
-            ours(), theirs()  # warm up (allocations, lazy initialisation)
-            ratios, t_ours, t_ref = [], [], []
-            for _ in range(repeats):
-                a = _time(ours, inner)
-                b = _time(theirs, inner)
-                t_ours.append(a)
-                t_ref.append(b)
-                ratios.append(b / a)
+            t_ours, t_ref, ratio = measure(ours, theirs, repeats, inner)
             # The bench data have no NaN, so the results must agree bit for bit.
             same = _same_bits(ours(), theirs())
             r = {
                 "data": name,
                 "format": fmt,
                 "reference": ref_name,
-                "halfway_gelem_s": n / statistics.median(t_ours) / 1e9,
-                "reference_gelem_s": n / statistics.median(t_ref) / 1e9,
-                "ratio": statistics.median(ratios),
+                "halfway_gelem_s": n / t_ours / 1e9,
+                "reference_gelem_s": n / t_ref / 1e9,
+                "ratio": ratio,
                 "goal": goal,
                 "identical": same,
             }

@@ -16,13 +16,12 @@ block rows). Each repetition times halfway and the peer back to back; the ratio 
 halfway time, and the median over the repetitions is reported with the goal: >= 1 (ahead of the
 peer) on every row. halfway runs single-threaded, and so does torch (torch.set_num_threads).
 """
-import statistics
-import time
 import warnings
 
 import numpy as np
 
 import halfway
+from halfway.benchmark import measure
 
 # name: (halfway format, exponent bits, fraction bits, emax, ml_dtypes name, torch dtype name)
 CASTS = {
@@ -43,31 +42,12 @@ def _data(n, emax, seed=2024):
     return (rng.standard_normal(n) * 2.0 ** (emax - 3)).astype(np.float32)
 
 
-def _time(fn, inner):
-    t0 = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - t0) / inner
-
-
 def _differ(a, b):
     """The share of elements whose results differ (bits, any NaN equal to any NaN)."""
     a = np.asarray(a, dtype=np.float32).reshape(-1)
     b = np.asarray(b, dtype=np.float32).reshape(-1)
     same = (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
     return float(1.0 - same.mean())
-
-
-def _measure(ours, theirs, repeats, inner):
-    ours(), theirs()  # warm up (allocations, lazy initialisation, JIT builds)
-    ratios, t_ours, t_ref = [], [], []
-    for _ in range(repeats):
-        a = _time(ours, inner)
-        b = _time(theirs, inner)
-        t_ours.append(a)
-        t_ref.append(b)
-        ratios.append(b / a)
-    return statistics.median(t_ours), statistics.median(t_ref), statistics.median(ratios)
 
 
 def _peers(threads):
@@ -172,7 +152,7 @@ def _row(ours, theirs, compare, fmt, repeats, inner):
     (pychop's overflowing intermediates on the bf16 range) are its own and stay quiet."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        t_ours, t_ref, ratio = _measure(ours, theirs, repeats, inner)
+        t_ours, t_ref, ratio = measure(ours, theirs, repeats, inner)
         if compare == "blocks":
             differ = _block_differ(fmt, ours(), theirs())
         elif compare:
