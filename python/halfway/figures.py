@@ -38,20 +38,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .analysis import read_result  # noqa: E402
+from .columns import parse_hist  # noqa: E402
 
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
            "#000000"]  # Okabe-Ito, as experiments/style.py
 MAX_HIST = 24
-
-
-def parse_hist(text):
-    """'e:count;e:count' -> {e: count}."""
-    out = {}
-    if isinstance(text, str) and text:
-        for item in text.split(";"):
-            e, c = item.split(":")
-            out[int(e)] = out.get(int(e), 0) + int(c)
-    return out
 
 
 def format_range(fmt):

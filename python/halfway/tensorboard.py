@@ -33,6 +33,7 @@ import struct
 import sys
 
 from . import _args
+from .columns import parse_hist
 
 FILES = ("steps.csv", "trace.csv", "blocks.csv")
 EVENT_FILE = "events.out.tfevents.0.halfway"
@@ -142,15 +143,6 @@ def _num(text):
     return float(text) if text not in (None, "") else None
 
 
-def _hist(text):
-    """`e:count e:count ...` (trace.csv hist, blocks.csv scale_hist) as {e: count}."""
-    out = {}
-    for part in (text or "").replace(";", " ").split():
-        e, c = part.split(":")
-        out[int(e)] = out.get(int(e), 0) + int(c)
-    return out
-
-
 def _pooled(rows, key, sums, hist_col):
     """Rows grouped by key(row) in their order: the sums of `sums` and the merged histogram."""
     groups = {}
@@ -158,7 +150,7 @@ def _pooled(rows, key, sums, hist_col):
         g = groups.setdefault(key(r), {"hist": {}, **{c: 0.0 for c in sums}})
         for c in sums:
             g[c] += _num(r.get(c)) or 0.0
-        for e, n in _hist(r.get(hist_col)).items():
+        for e, n in parse_hist(r.get(hist_col)).items():
             g["hist"][e] = g["hist"].get(e, 0) + n
     return groups
 
