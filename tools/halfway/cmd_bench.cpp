@@ -894,25 +894,9 @@ class Bench {
 // `halfway bench --peers ...` and `halfway bench --torch ...`: the Python benchmarks
 // (python3 -m halfway.benchmark --peers / --emulate), every other argument passed on.
 int bench_python(const std::string& mode, int argc, char** argv) {
-  const char* env = std::getenv("HALFWAY_PYTHON");
-  std::string python = env && *env ? env : HALFWAY_BUILD_PYTHON;
-  std::vector<std::string> cmd = {"", "-m", "halfway.benchmark",
-                                  mode == "--torch" ? "--emulate" : "--peers"};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == mode) continue;
-    if (a == "--python") {
-      if (i + 1 >= argc) throw InputError("--python: needs a program");
-      python = argv[++i];
-    } else {
-      cmd.push_back(a);
-    }
-  }
-  if (python.empty() || !program_exists(python))
-    throw InputError("--python: no program '" + python + "' (--python, $HALFWAY_PYTHON)");
-  cmd[0] = python;
-  build_package_first();
-  return run_forwarding("halfway bench " + mode, cmd);
+  return forward_to_python("halfway bench " + mode, HALFWAY_BUILD_PYTHON,
+                           {"-m", "halfway.benchmark", mode == "--torch" ? "--emulate" : "--peers"},
+                           argc, argv, mode);
 }
 
 }  // namespace

@@ -3,23 +3,17 @@
 // context managers call too; this command runs it with the build tree's package first.
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "commands.hpp"
-#include "format_util.hpp"
-#include "halfway/names.hpp"
 #include "spawn.hpp"
 
 namespace halfway::cli {
 
 int cmd_tensorboard(int argc, char** argv) {
-  const char* env = std::getenv("HALFWAY_PYTHON");
-  std::string python = env && *env ? env : "/usr/bin/python3";
-  std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--python") ++i;  // its value is a program, never an option
     if (a == "--help" || a == "-h") {
       fmt::print(
           "usage: halfway tensorboard RUN_DIR... --out LOGDIR [--python PYTHON]\n"
@@ -30,19 +24,9 @@ int cmd_tensorboard(int argc, char** argv) {
           "the export (default $HALFWAY_PYTHON or /usr/bin/python3; it needs no package).\n");
       return 0;
     }
-    if (a == "--python") {
-      if (i + 1 >= argc) throw InputError("--python: needs a program");
-      python = argv[++i];
-      continue;
-    }
-    args.push_back(a);
   }
-  if (!program_exists(python))
-    throw InputError("--python: no program '" + python + "' (--python, $HALFWAY_PYTHON)");
-  build_package_first();
-  std::vector<std::string> cmd = {python, "-m", "halfway.tensorboard"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  return run_forwarding("halfway tensorboard", cmd);
+  return forward_to_python("halfway tensorboard", "/usr/bin/python3",
+                           {"-m", "halfway.tensorboard"}, argc, argv);
 }
 
 }  // namespace halfway::cli

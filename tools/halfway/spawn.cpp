@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "format_util.hpp"
+#include "halfway/names.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -111,6 +112,28 @@ void build_package_first() {
   if (p && std::string(p).rfind(env, 0) == 0) return;  // already first
   if (p && *p) env += std::string(":") + p;
   setenv("PYTHONPATH", env.c_str(), 1);
+}
+
+int forward_to_python(const std::string& tool, const std::string& fallback,
+                      std::vector<std::string> cmd, int argc, char** argv,
+                      const std::string& drop) {
+  const char* env = std::getenv("HALFWAY_PYTHON");
+  std::string python = env && *env ? env : fallback;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (!drop.empty() && a == drop) continue;
+    if (a == "--python") {
+      if (i + 1 >= argc) throw InputError("--python: needs a program");
+      python = argv[++i];
+    } else {
+      cmd.push_back(a);
+    }
+  }
+  if (!program_exists(python))
+    throw InputError("--python: no program '" + python + "' (--python, $HALFWAY_PYTHON)");
+  cmd.insert(cmd.begin(), python);
+  build_package_first();
+  return run_forwarding(tool, cmd);
 }
 
 int draw_figures(const std::string& tool, const std::string& python, const std::string& dir) {

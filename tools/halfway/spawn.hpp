@@ -26,6 +26,15 @@ bool program_exists(const std::string& program);
 /// programs this one starts (halfway.figures, an experiment's run.py).
 void build_package_first();
 
+/// `PYTHON -m MODULE...` for a command whose work is the Python package's: `cmd` is what follows
+/// the interpreter (`-m`, the module, its fixed arguments); argv[1..] follow it, except the
+/// words equal to `drop` and `--python P`, which chooses the interpreter (default
+/// $HALFWAY_PYTHON, else `fallback`). The build tree's package goes first on PYTHONPATH. A
+/// missing interpreter is an InputError naming --python; else the module's exit status.
+int forward_to_python(const std::string& tool, const std::string& fallback,
+                      std::vector<std::string> cmd, int argc, char** argv,
+                      const std::string& drop = "");
+
 /// `PYTHON -m halfway.figures DIR` (the build tree's package first), for a command's --plot.
 /// Returns 0, or 1 after one line on stderr naming `tool` and where the results are.
 int draw_figures(const std::string& tool, const std::string& python, const std::string& dir);
