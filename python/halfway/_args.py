@@ -142,6 +142,19 @@ def loss_scale(s):
     return float(s.get_scale()) if s is not None and s.is_enabled() else 1.0
 
 
+def scaler_outcome(s, step_scale):
+    """What a GradScaler did at the end of a step whose forward ran at `step_scale`, read after
+    its update(): {"found_inf", "skipped", "next_scale"} as steps.csv has them, or {} without an
+    enabled scaler. update() backs the scale off (backoff_factor < 1) exactly when it found inf
+    or NaN in the gradients, and then scaler.step skipped optimizer.step; otherwise the scale is
+    kept or grown."""
+    if s is None or not s.is_enabled():
+        return {}
+    nxt = float(s.get_scale())
+    found = int(nxt < step_scale)
+    return {"found_inf": found, "skipped": found, "next_scale": nxt}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse for the package's `python3 -m halfway.X` commands: a usage error is one line on
     stderr and exit status 2, as every other bad input."""

@@ -638,7 +638,7 @@ class emulate:
     def _end_step(self):
         self.core.end_step()
         self.losses.append((self.step, self._loss))
-        self._scales.append(self._scale)
+        self._scales.append((self._scale, _args.scaler_outcome(self.scaler, self._scale)))
 
     def _enter_module(self, name):
         def hook(module, inputs):
@@ -1115,9 +1115,12 @@ class emulate:
             return "" if v != v else repr(float(np.float32(v)))
         if self.scaler is None:
             rows = ["step,loss\n"] + [f"{s},{cell(v)}\n" for s, v in self.losses]
-        else:
-            rows = ["step,loss,loss_scale\n"] + [f"{s},{cell(v)},{sc!r}\n" for (s, v), sc
-                                                  in zip(self.losses, self._scales)]
+        else:  # a disabled scaler: scale 1, nothing found, nothing skipped, as halfway train
+            rows = ["step,loss,loss_scale,found_inf,skipped,next_scale\n"]
+            for (s, v), (sc, o) in zip(self.losses, self._scales):
+                o = o or {"found_inf": 0, "skipped": 0, "next_scale": sc}
+                rows.append(f"{s},{cell(v)},{sc!r},{o['found_inf']},{o['skipped']},"
+                            f"{o['next_scale']!r}\n")
         manifest = {
             "tool": "halfway.torch.emulate",
             "recipe": str(self.recipe),

@@ -181,12 +181,7 @@ class trace:
         if self.traced():
             if self.optimizer is not None:  # a skipped step (inf/NaN) did not call step()
                 self._record_grads()
-            info = {}
-            if self.scaler is not None and self.scaler.is_enabled():
-                # GradScaler.update backs the scale off exactly when it found inf/NaN (and the
-                # optimizer step was skipped); otherwise it keeps or grows it.
-                info["next_scale"] = float(self.scaler.get_scale())
-                info["found_inf"] = info["skipped"] = int(info["next_scale"] < self._step_scale)
+            info = _args.scaler_outcome(self.scaler, self._step_scale)
             self._run.end_step(self.step, loss=self._loss, loss_scale=self._step_scale,
                                **info)
             if self.save_tensors and self._saved:
