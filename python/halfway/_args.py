@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from . import _internal
+
 U64 = (1 << 64) - 1
 I64 = (1 << 63) - 1
 
@@ -139,7 +141,10 @@ def scaler(fn, s):
 
 def loss_scale(s):
     """The scale a GradScaler applies now: 1.0 without one or when it is disabled."""
-    return float(s.get_scale()) if s is not None and s.is_enabled() else 1.0
+    if s is None or not s.is_enabled():
+        return 1.0
+    with _internal.internal():  # get_scale reads the scaler's tensor: not the model's op
+        return float(s.get_scale())
 
 
 def scaler_outcome(s, step_scale):
@@ -150,7 +155,7 @@ def scaler_outcome(s, step_scale):
     kept or grown."""
     if s is None or not s.is_enabled():
         return {}
-    nxt = float(s.get_scale())
+    nxt = loss_scale(s)
     found = int(nxt < step_scale)
     return {"found_inf": found, "skipped": found, "next_scale": nxt}
 

@@ -29,13 +29,13 @@ import types
 
 import numpy as np
 
-from . import _args, _halfway
+from . import _args, _halfway, _internal
 
 __all__ = ["emulate", "recipe_from_toml"]
 
 _PRESERVING = ("relu", "reshape", "view", "flatten", "unflatten", "transpose", "permute",
                "contiguous", "clone", "t", "squeeze", "unsqueeze", "detach", "expand",
-               "__getitem__", "select", "narrow")
+               "__getitem__", "select", "narrow", "view_as")
 _TAG = "_halfway_dtype"
 
 
@@ -529,7 +529,6 @@ class emulate:
         self._recipes = {}
         self._handles = []
         self._stack = []
-        self._busy = 0
         self.step = 0
         self._forwarded = False
         self._calls = {}
@@ -672,24 +671,16 @@ class emulate:
                 self._stack.pop()
         return hook
 
-    class _Busy:
-        def __init__(self, em):
-            self.em = em
-
-        def __enter__(self):
-            self.em._busy += 1
-
-        def __exit__(self, *a):
-            self.em._busy -= 1
-
-    def busy(self):
-        """Torch calls made by the emulation itself are not the model's ops."""
-        return self._Busy(self)
+    @staticmethod
+    def busy():
+        """Torch calls made by the emulation itself are not the model's ops (nor are a nested
+        ht.trace's: halfway._internal)."""
+        return _internal.internal()
 
     # -- dispatch ---------------------------------------------------------------------------------
 
     def _dispatch(self, func, args, kwargs):
-        if self._busy:
+        if _internal.active():  # ours, or a nested ht.trace's
             return func(*args, **kwargs)
         torch = self._torch
         if func is torch.Tensor.backward and args:

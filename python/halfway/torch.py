@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from . import _args, _halfway
+from . import _args, _halfway, _internal
 from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_flush_tolerance,
                        format_list, scale_range)
 
@@ -121,6 +121,10 @@ class trace:
         return _args.loss_scale(self.scaler)
 
     def _record(self, name, kind, op, t, loss_scale=1.0):
+        with _internal.internal():  # not the model's ops, for an emulation around the model
+            self._record_tensor(name, kind, op, t, loss_scale)
+
+    def _record_tensor(self, name, kind, op, t, loss_scale):
         torch = self._torch
         if not traceable(torch, t):
             return
@@ -174,7 +178,9 @@ class trace:
     def log_loss(self, loss):
         """The loss of the step in progress, for steps.csv (a tensor or a number)."""
         if self.traced():
-            self._loss = float(loss.detach().float().item() if hasattr(loss, "detach") else loss)
+            with _internal.internal():
+                self._loss = float(loss.detach().float().item() if hasattr(loss, "detach")
+                                   else loss)
 
     def end_step(self):
         """Close the step in progress (called for you when the optimizer or scaler steps)."""
@@ -293,10 +299,13 @@ class trace:
                     self._record_grads()
                     params = [(n, p) for n, p in self.model.named_parameters()
                               if p.grad is not None]
-                    before = [p.detach().clone() for _, p in params]
+                    with _internal.internal():
+                        before = [p.detach().clone() for _, p in params]
                     r = original(*args, **kwargs)
                     for (n, p), b in zip(params, before):
-                        self._record(n + ".update", "update", "optimizer", p.detach() - b)
+                        with _internal.internal():
+                            delta = p.detach() - b
+                        self._record(n + ".update", "update", "optimizer", delta)
                     if self.scaler is None:
                         self.end_step()
                     return r
