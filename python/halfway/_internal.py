@@ -6,22 +6,37 @@ parameters and subtracts them: those calls must neither be rounded by the emulat
 in its manifest as the model's unemulated ops. Each tool runs its own torch calls inside
 `internal()`, and an emulation passes every call made there straight to PyTorch.
 """
-import contextlib
 import threading
 
-_state = threading.local()
+
+class _Depth(threading.local):
+    depth = 0
+
+
+_state = _Depth()
 
 
 def active():
     """Whether the calling thread is inside internal()."""
-    return getattr(_state, "depth", 0) > 0
+    return _state.depth > 0
 
 
-@contextlib.contextmanager
-def internal():
-    """Torch calls made in this block are halfway's own (nestable)."""
-    _state.depth = getattr(_state, "depth", 0) + 1
-    try:
-        yield
-    finally:
+class _Internal:
+    """A context manager (nestable; a class rather than a generator, since an emulation enters
+    it on nearly every call it handles)."""
+    __slots__ = ()
+
+    def __enter__(self):
+        _state.depth += 1
+
+    def __exit__(self, *exc):
         _state.depth -= 1
+        return False
+
+
+_INTERNAL = _Internal()
+
+
+def internal():
+    """Torch calls made in this block are halfway's own."""
+    return _INTERNAL
