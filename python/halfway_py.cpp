@@ -469,18 +469,21 @@ py::dict block_counts(const BlockEncoding& e) {
   d["saturated"] = e.events.saturated;
   d["flushed"] = e.events.flushed;
   d["scales_clamped"] = e.events.scales_clamped;
+  d["scales_clamped_harmless"] = e.events.scales_clamped_harmless;
   d["nan_scales"] = e.events.nan_scales;
   const std::vector<py::ssize_t> shape{py::ssize_t(e.scale_rows()), py::ssize_t(e.scale_cols())};
   py::array_t<uint32_t> sat(shape), fl(shape);
-  py::array_t<bool> clamped(shape);
+  py::array_t<bool> clamped(shape), harmless(shape);
   for (size_t b = 0; b < e.block_events.size(); ++b) {
     sat.mutable_data()[b] = uint32_t(e.block_events[b].saturated);
     fl.mutable_data()[b] = uint32_t(e.block_events[b].flushed);
     clamped.mutable_data()[b] = e.block_events[b].scales_clamped != 0;
+    harmless.mutable_data()[b] = e.block_events[b].scales_clamped_harmless != 0;
   }
   d["block_saturated"] = sat;
   d["block_flushed"] = fl;
   d["block_scales_clamped"] = clamped;
+  d["block_scales_clamped_harmless"] = harmless;
   return d;
 }
 

@@ -133,6 +133,9 @@ void nvfp4_block(const halfway::BlockScheme& s, const std::vector<float>& x, con
   float ds = float(blk.amax) * mult;
   if (ds > fmax) ds = fmax;
   bool clamped = ds > 448.0f;
+  // Harmless: e4m3's rounding of the unclamped scale is 448 too (at most the midpoint 464 to
+  // the next step, 480, which ties to 448's even significand).
+  ev.scales_clamped_harmless = clamped && ds <= 464.0f;
   if (ds > 448.0f) ds = 448.0f;
   halfway::Env env;
   const uint32_t sc = halfway::from_f32(halfway::formats::e4m3, ds, env);

@@ -53,7 +53,8 @@ bool same_codes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, si
 std::string describe(const BlockEvents& e) {
   return "elements " + std::to_string(e.elements) + " blocks " + std::to_string(e.blocks) +
          " saturated " + std::to_string(e.saturated) + " flushed " + std::to_string(e.flushed) +
-         " clamped " + std::to_string(e.scales_clamped) + " nan " + std::to_string(e.nan_scales);
+         " clamped " + std::to_string(e.scales_clamped) + " (harmless " +
+         std::to_string(e.scales_clamped_harmless) + ") nan " + std::to_string(e.nan_scales);
 }
 
 /// The library's encoding and decoding of x equal the oracle's, bit for bit, with the events,

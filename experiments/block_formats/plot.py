@@ -51,9 +51,18 @@ def operand_copies(results, row):
     t = t[(t["op"] == "linear") & role_of(t["name"]).isin([r for _, r, _ in ROLES]) &
           t["dtype"].str.startswith(("e4m3", "e5m2"))]
     t = t.rename(columns={"total": "elements", "overflow": "saturated"})
-    t["scales_clamped"] = np.nan
-    return t[["step", "name", "elements", "flushed", "saturated", "scales_clamped", "signal",
-              "noise"]]
+    t["scales_clamped"] = t["scales_clamped_harmless"] = np.nan
+    return t[["step", "name", "elements", "flushed", "saturated", "scales_clamped",
+              "scales_clamped_harmless", "signal", "noise"]]
+
+
+def clamp_split(b):
+    """(real, harmless) clamped scales of a recipe's copies as table cells: '-' for per-tensor
+    fp8 (no block scales) and for results from before blocks.csv split its clamps."""
+    if "scales_clamped_harmless" not in b or b["scales_clamped_harmless"].isna().any():
+        return ("-", "-")
+    harmless = int(b["scales_clamped_harmless"].sum())
+    return ("%d" % (int(b["scales_clamped"].sum()) - harmless), "%d" % harmless)
 
 
 def main(results):
@@ -107,9 +116,11 @@ def main(results):
                                 % df["run.seed"].nunique())
     paths = style.save(fig, results, "block_formats")
 
-    print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %8s" % (
+    # Clamped block scales, split: real clamps, and NVFP4's harmless one-ulp clamps of the
+    # blocks holding the tensor's amax (blocks.csv's scales_clamped_real, _harmless).
+    print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %10s %10s" % (
         "recipe", "val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY", "flush_X%",
-        "flush_W%", "flush_dY%", "satur%", "clamped"))
+        "flush_W%", "flush_dY%", "satur%", "clamp_real", "clamp_ulp"))
     for case in cases:
         vals = [final_val_loss(s) for s in steps[case]]
         line = "%-14s %9.4f %9.4f %9.4f" % (case, np.mean(vals), min(vals), max(vals))
@@ -121,11 +132,10 @@ def main(results):
                             for _, r, _ in ROLES)
             line += "".join(" %10.4f" % (100.0 * sums[r]["flushed"] / sums[r]["elements"])
                             for _, r, _ in ROLES)
-            clamped = b["scales_clamped"]
-            line += " %9.4f %8s" % (100.0 * b["saturated"].sum() / b["elements"].sum(),
-                                    "%d" % clamped.sum() if clamped.notna().all() else "-")
+            line += " %9.4f %10s %10s" % ((100.0 * b["saturated"].sum() / b["elements"].sum(),)
+                                          + clamp_split(b))
         else:
-            line += " %7s %7s %7s %10s %10s %10s %9s %8s" % (("-",) * 8)
+            line += " %7s %7s %7s %10s %10s %10s %9s %10s %10s" % (("-",) * 9)
         print(line)
     style.seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))

@@ -579,8 +579,14 @@ void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
   }
   j.specials = zero;
   e.events.scales_clamped += n_clamped;
-  for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b)
+  // A clamp from above leaves 448 (the harmless kind); one from below, a zero scale.
+  uint64_t harmless = 0;
+  for (size_t b = 0; b < nb && n_clamped; ++b) harmless += clamped[b] & (e.scales[b] == 448.0f);
+  e.events.scales_clamped_harmless += harmless;
+  for (size_t b = 0; b < nb && n_clamped && !e.block_events.empty(); ++b) {
     e.block_events[b].scales_clamped = clamped[b];
+    e.block_events[b].scales_clamped_harmless = clamped[b] & (e.scales[b] == 448.0f);
+  }
 }
 
 /// Each fp8_block block's scale, element multiplier (the divisor without pow2) and whether the

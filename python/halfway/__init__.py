@@ -202,9 +202,11 @@ _BLOCK_OPTIONS = """
         zero-padded at the end of each dimension to whole blocks, as the simulator pads its
         GEMM operands; encode_blocks returns the padded shape's codes and scales,
         quantize_blocks x's shape.
-    counts: also return a dict: elements, blocks, saturated, flushed, scales_clamped,
-        nan_scales, and per-block arrays block_saturated, block_flushed,
-        block_scales_clamped shaped like the scales.
+    counts: also return a dict: elements, blocks, saturated, flushed, scales_clamped (of which
+        scales_clamped_harmless: NVFP4 scales a few ulps above 448 clamped to it, the scale
+        e4m3 gives them anyway), nan_scales, and per-block arrays block_saturated,
+        block_flushed, block_scales_clamped, block_scales_clamped_harmless shaped like the
+        scales.
 
     Bad input raises ValueError: a shape that does not divide into blocks, an unknown scheme,
     a NaN or infinity with nvfp4/fp8_block (MX gives such a block a NaN scale), an option the
@@ -255,21 +257,24 @@ def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32,
 
 class BlockCounts(dict):
     """The event counts of a block quantization (counts=True), a dict: the totals elements,
-    blocks, saturated, flushed, scales_clamped, nan_scales, and the per-block arrays
-    block_saturated, block_flushed, block_scales_clamped shaped like the scales. Printed as one
-    short table: each total with the number of blocks it occurs in, not the arrays."""
+    blocks, saturated, flushed, scales_clamped, scales_clamped_harmless (the part of
+    scales_clamped that changed no scale), nan_scales, and the per-block arrays
+    block_saturated, block_flushed, block_scales_clamped, block_scales_clamped_harmless shaped
+    like the scales. Printed as one short table: each total with the number of blocks it
+    occurs in, not the arrays."""
 
     _PER_BLOCK = {"saturated": "block_saturated", "flushed": "block_flushed",
-                  "scales_clamped": "block_scales_clamped", "nan_scales": None}
+                  "scales_clamped": "block_scales_clamped",
+                  "scales_clamped_harmless": "block_scales_clamped_harmless", "nan_scales": None}
 
     def __repr__(self):
         shape = "x".join(str(n) for n in _np.shape(self["block_saturated"]))
         lines = [f"{self['elements']} elements in {self['blocks']} blocks ({shape})",
-                 f"{'count':<15}{'total':>10}{'in blocks':>11}"]
+                 f"{'count':<24}{'total':>10}{'in blocks':>11}"]
         for name, arr in self._PER_BLOCK.items():
             # nan_scales counts blocks already
             where = self[name] if arr is None else int(_np.count_nonzero(self[arr]))
-            lines.append(f"{name:<15}{self[name]:>10}{where:>11}")
+            lines.append(f"{name:<24}{self[name]:>10}{where:>11}")
         return "\n".join(lines)
 
     __str__ = __repr__

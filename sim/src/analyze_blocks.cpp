@@ -146,10 +146,11 @@ BlockAnalysis analyze_blocks(const BlockScheme& s, const BlockView& v, const Val
           ev.elements = tr * tc;
           ev.blocks = 1;
           a.record.events += ev;
-          // NVFP4's clamp at 448 leaves the scale as e4m3 would have rounded it anyway.
-          const bool harmless =
-              ev.scales_clamped && s.family == BlockFamily::nvfp4 && b.scale == 448.0f;
-          (harmless ? a.clamped_harmless : a.clamped_real) += ev.scales_clamped;
+          // NVFP4's clamp at 448 leaves the scale as e4m3 would have rounded it anyway (lib's
+          // count: BlockEvents::scales_clamped_harmless).
+          const bool harmless = ev.scales_clamped_harmless != 0;
+          a.clamped_harmless += ev.scales_clamped_harmless;
+          a.clamped_real += ev.scales_clamped - ev.scales_clamped_harmless;
           a.clipped_blocks += ev.saturated > 0;
           if (detail) detail(BlockDetail{m, r0 / tr + b.row, c0 / tc + b.col, ev, b, harmless});
         });
@@ -166,12 +167,11 @@ uint64_t block_working_set_bytes(size_t chunk) {
 }
 
 const char* const kAnalyzeBlockColumns =
-    ",values,tensor_axis,scales_clamped_harmless,scales_clamped_real,clipped_blocks,"
+    ",values,tensor_axis,clipped_blocks,"
     "clipped_fraction,scale_exp_mean,scale_exp_std";
 
 void append_analyze_block_columns(std::string& line, const BlockAnalysis& a, const BlockView& v) {
-  for (uint64_t n : {a.values, uint64_t(v.tensor_axis), a.clamped_harmless, a.clamped_real,
-                     a.clipped_blocks})
+  for (uint64_t n : {a.values, uint64_t(v.tensor_axis), a.clipped_blocks})
     line += ',', put_num(line, n);
   for (double d : {a.clipped_fraction(), a.scale_exp_mean(), a.scale_exp_std()})
     line += ',', put_real(line, d);

@@ -281,8 +281,8 @@ const char* const kWindowCsvHeader =
 
 const char* const kBlocksCsvHeader =
     "step,name,gemm,op,kind,scheme,axis,sr,rht,elements,blocks,flushed,saturated,"
-    "scales_clamped,nan_scales,zero_scales,signal,noise,snr_db,scale_min_exp,scale_max_exp,"
-    "scale_hist\n";
+    "scales_clamped,scales_clamped_harmless,scales_clamped_real,nan_scales,zero_scales,signal,"
+    "noise,snr_db,scale_min_exp,scale_max_exp,scale_hist\n";
 
 std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
 
@@ -339,6 +339,7 @@ void append_block_columns(std::string& line, int step, const BlockRecord& r) {
   line += r.axis == BlockAxis::first ? ",0," : ",-1,";
   put_num(line, int(r.sr)), line += ',', put_num(line, int(r.rht)), line += ',';
   for (uint64_t v : {e.elements, e.blocks, e.flushed, e.saturated, e.scales_clamped,
+                     e.scales_clamped_harmless, e.scales_clamped - e.scales_clamped_harmless,
                      e.nan_scales, r.zero_scales})
     put_num(line, v), line += ',';
   put_num(line, r.signal), line += ',', put_num(line, r.noise), line += ',';

@@ -925,7 +925,8 @@ def check_block_formats(res, figs, con):
     provenance(doc, res)
     roles = ["input", "weight", "grad_output"]
     con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
-                          "flush_X%", "flush_W%", "flush_dY%", "satur%", "clamped"])
+                          "flush_X%", "flush_W%", "flush_dY%", "satur%", "clamp_real",
+                          "clamp_ulp"])
     all_finals = {}
     for case in dict.fromkeys(df["case"]):
         doc.text(case)
@@ -962,8 +963,10 @@ def check_block_formats(res, figs, con):
             values += [10 * math.log10(tot[ro]["signal"] / tot[ro]["noise"]) for ro in roles]
             values += [100 * tot[ro]["flushed"] / tot[ro]["elements"] for ro in roles]
             values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum())]
-            if "scales_clamped" in b:  # block scales only
-                values.append(int(b["scales_clamped"].sum()))
+            if "scales_clamped" in b:  # block scales only: real, then harmless clamps
+                harmless = [int(h) for h in b["scales_clamped_harmless"]]
+                real = [int(c) - h for c, h in zip(b["scales_clamped"], harmless)]
+                values += [sum(real), sum(harmless)]
         con.row(case, values)
     expect_seed_spread(con, all_finals, "final validation loss")
 

@@ -366,6 +366,34 @@ def compare(x, scheme, want, **kw):
     return codes, scales, g
 
 
+def nvfp4_harmless_clamps():
+    """NVFP4's clamped scales split: harmless where the fp32 decode scale amax_b · fp32(g · 1/6)
+    (g = fp32(448 · 6 / amax), TE's reference, in numpy's float32 arithmetic here) was above
+    448 and at most 464, so that e4m3's own rounding gives 448 too; every other clamp (a
+    non-zero block whose scale rounded to 0) is real. Tensors whose blocks span a wide range
+    have both kinds."""
+    f = np.float32
+    seen = {"harmless": 0, "real": 0}
+    for seed in range(8):
+        x = mixed((64, 64), seed, -30, 30)
+        _, scales, g, c = halfway.encode_blocks(x, "nvfp4", counts=True)
+        amax_b = np.abs(x).reshape(64, 4, 16).max(axis=2).astype(f)
+        g_ref = f(448.0 * 6.0) / f(np.abs(x).max())
+        d = amax_b * (g_ref * (f(1.0) / f(6.0)))
+        harmless = (d > f(448.0)) & (d <= f(464.0))
+        real = (element_value(scales, "e4m3") == 0) & (amax_b > 0)
+        check(np.array_equal(c["block_scales_clamped_harmless"], harmless),
+              f"nvfp4 seed {seed}: harmless clamps at {np.argwhere(harmless).tolist()}, got "
+              f"{np.argwhere(c['block_scales_clamped_harmless']).tolist()}")
+        check(np.array_equal(c["block_scales_clamped"], harmless | real),
+              f"nvfp4 seed {seed}: clamped blocks")
+        check(c["scales_clamped_harmless"] == int(harmless.sum()) and
+              c["scales_clamped"] == int((harmless | real).sum()), f"nvfp4 seed {seed}: totals")
+        seen["harmless"] += int(harmless.sum())
+        seen["real"] += int(real.sum())
+    check(seen["harmless"] > 0 and seen["real"] > 0, f"nvfp4 clamps: both kinds needed, {seen}")
+
+
 def counts_summary():
     """counts=True prints as one short table; every number in it recomputed from the per-block
     arrays and the shapes (not from the totals it prints)."""
@@ -377,12 +405,13 @@ def counts_summary():
         codes, scales, _, c = halfway.encode_blocks(x, scheme, counts=True)
         text = repr(c)
         lines = text.splitlines()
-        check(len(lines) == 6, f"{scheme}: {len(lines)} lines: {text!r}")
+        check(len(lines) == 7, f"{scheme}: {len(lines)} lines: {text!r}")
         check(lines[0] == f"{x.size} elements in {scales.size} blocks "
               f"({scales.shape[0]}x{scales.shape[1]})", f"{scheme}: {lines[0]!r}")
         nan_blocks = int((scales == 0xFF).sum()) if scales.dtype == np.uint8 else 0
         want = {"saturated": c["block_saturated"], "flushed": c["block_flushed"],
-                "scales_clamped": c["block_scales_clamped"]}
+                "scales_clamped": c["block_scales_clamped"],
+                "scales_clamped_harmless": c["block_scales_clamped_harmless"]}
         for line in lines[2:]:
             name, total, blocks = line.split()
             if name == "nan_scales":
@@ -578,6 +607,7 @@ def main():
     check(c["block_saturated"].sum() == c["saturated"] and c["block_flushed"].sum() == c["flushed"]
           and c["block_scales_clamped"].sum() == c["scales_clamped"], f"counts {c}")
     check(c["elements"] == 64 * 64 and c["blocks"] == 64 * 4, f"counts {c}")
+    nvfp4_harmless_clamps()
 
     # MX: NaN and infinity give the block a NaN scale (e8m0 0xFF).
     x = np.ones((1, 64), dtype=F32)

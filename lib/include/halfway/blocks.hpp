@@ -103,6 +103,10 @@ struct BlockEvents {
   uint64_t flushed = 0;
   /// Blocks whose scale left the scale format's range and was clamped (docs/blocks.md).
   uint64_t scales_clamped = 0;
+  /// Of scales_clamped, the harmless ones: NVFP4 decode scales a few fp32 ulps above 448 (the
+  /// blocks that hold the tensor's amax), clamped to 448, the scale e4m3's rounding gives them
+  /// anyway. Every other clamp (MX, fp8_block, an NVFP4 scale that underflowed to 0) is real.
+  uint64_t scales_clamped_harmless = 0;
   /// MX blocks holding a NaN or an infinity: their scale is NaN (e8m0 0xFF).
   uint64_t nan_scales = 0;
 
@@ -112,6 +116,7 @@ struct BlockEvents {
     saturated += o.saturated;
     flushed += o.flushed;
     scales_clamped += o.scales_clamped;
+    scales_clamped_harmless += o.scales_clamped_harmless;
     nan_scales += o.nan_scales;
     return *this;
   }
