@@ -242,6 +242,39 @@ class _Gemm:
                                   self.dtypes[2])
         return ga, gb, gbias
 
+    # -- a batched matmul's items at once (element recipes, nothing stochastic, untraced) ------
+
+    def forward_items(self, A, B):
+        """forward() of every item of A [I, M, K] · B [I, K, N] ('matmul', no bias), each
+        rounding one call over all items: the same values as item by item, since rounding is
+        elementwise. Only where no rounding of the emulation draws a stream and the step is not
+        traced (emulate._items_at_once), for then neither the stream counter nor the per-item
+        trace names are seen."""
+        da, db, _ = self.dtypes
+        aq = self._cast(A, da, "input", "activation")
+        bq = self._cast(B, db, self.b_role, self._kind(self.b_role))
+        c = np.stack([self._gemm(aq[i], bq[i], None, self.dt, "nn") for i in range(len(aq))])
+        self.saved = (aq, bq)
+        return self._round(c, self.dt, False, "output")
+
+    def backward_items(self, g, need_a, need_b):
+        """backward() of forward_items' items (no bias gradient)."""
+        aq, bq = self.saved
+        dt = self.dt
+        G = self._round(g, dt, True, "grad_output", "activation_grad")
+        ga = gb = None
+        if need_a:
+            c = np.stack([self._gemm(G[i], np.ascontiguousarray(bq[i].T), None, dt, "nt")
+                          for i in range(len(G))])
+            ga = self._back_to(self._round(c, dt, True, "grad_input", "activation_grad"),
+                               self.dtypes[0])
+        if need_b:
+            c = np.stack([self._gemm(np.ascontiguousarray(aq[i].T), G[i], None, dt, "tn")
+                          for i in range(len(G))])
+            gb = self._back_to(self._round(c, dt, True, "grad_other", self._gkind(self.b_role)),
+                               self.dtypes[1])
+        return ga, gb
+
     def _back_to(self, g, src):
         """A cast's backward: the gradient rounded back into the source dtype."""
         if src == self.dt:
@@ -397,7 +430,11 @@ def _function_class(torch):
             A = _f32(a)
             Bv = _f32(b)
             bias_v = None if bias is None else _f32(bias)
-            if batched:
+            ctx.at_once = batched and bias_v is None and not sites[0].scaled \
+                and sites[0].em._items_at_once()
+            if ctx.at_once:
+                y = sites[0].forward_items(A, Bv)
+            elif batched:
                 ys = [s.forward(A[i], Bv[i], bias_v, need[1], need[2])
                       for i, s in enumerate(sites)]
                 y = np.stack(ys)
@@ -415,6 +452,9 @@ def _function_class(torch):
                 if not ctx.batched:
                     ga, gb, gbias = ctx.sites[0].backward(G, need[1], need[2], need[3])
                     return None, t(ga), t(gb), t(gbias)
+                if ctx.at_once:
+                    ga, gb = ctx.sites[0].backward_items(G, need[1], need[2])
+                    return None, t(ga), t(gb), None
                 parts = [s.backward(G[i], need[1], need[2], False)
                          for i, s in enumerate(ctx.sites)]
                 ga = np.stack([p[0] for p in parts]) if need[1] else None
@@ -527,6 +567,7 @@ class emulate:
             os.makedirs(self.out, exist_ok=True)  # OSError names the folder
         self.core = _halfway._Emulator(seed, threads, self.out or "", random_bits)
         self._recipes = {}
+        self._stochastic = None  # any recipe of the emulation stochastic (_items_at_once)
         self._handles = []
         self._stack = []
         self.step = 0
@@ -924,8 +965,19 @@ class emulate:
         self._calls[base] = n
         return base if n == 1 else f"{base}#{n}", module
 
+    def _items_at_once(self):
+        """Whether a batched matmul's items may be rounded and multiplied in one pass: no
+        recipe of this emulation rounds stochastically (so no call's stream index matters) and
+        the step in progress is not traced (so no per-item trace name is written)."""
+        if self._stochastic is None:
+            names = {self.recipe, *self._module_recipe.values()}
+            self._stochastic = any(self._recipe_for_name(n).stochastic for n in names)
+        return not self._stochastic and not (self.out is not None and self._traced())
+
     def _recipe_for(self, module):
-        name = self._module_recipe.get(module, self.recipe)
+        return self._recipe_for_name(self._module_recipe.get(module, self.recipe))
+
+    def _recipe_for_name(self, name):
         if name not in self._recipes:
             self._recipes[name] = Recipe(name)
         return self._recipes[name]
