@@ -172,35 +172,69 @@ def plots(report, outdir):
     checks = [c for n in ("conversions", "arith", "fma") for c in report["parts"].get(n, {}).get("checks", [])
               if "mismatches" in c]
     if checks:
-        fig, ax = plt.subplots(figsize=(11, 4.5))
-        ax.bar(range(len(checks)), [max(c["mismatches"], 0.5) for c in checks])
-        ax.set_xticks(range(len(checks)))
-        ax.set_xticklabels([f'{c["op"]}\n{c["source"]}' for c in checks], rotation=90, fontsize=6)
-        ax.set_yscale("log")
-        ax.set_ylabel("mismatches against the library")
-        ax.set_title("CUDA intrinsics vs halfway (0 drawn at 0.5)")
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, "elementwise_mismatches.png"), dpi=120)
-        plt.close(fig)
-        made.append("plots/elementwise_mismatches.png")
+        made.append(elementwise_plot(plt, checks, outdir))
     gemms = [g for g in report["parts"].get("cublas", {}).get("gemms", []) if "models" in g]
     if gemms:
-        models = [m["model"] for m in gemms[0]["models"]]
-        fig, ax = plt.subplots(figsize=(11, 5))
-        for g in gemms:
-            ax.plot([m["mean_ulp"] + 1e-3 for m in g["models"]], marker="o", linewidth=0.8,
-                    label=f'{g["config"]}, {g["compute"].replace("CUBLAS_COMPUTE_", "")}, k={g["k"]}')
-        ax.set_yscale("log")
-        ax.set_ylabel("mean |ulp| distance (+0.001)")
-        ax.set_xticks(range(len(models)))
-        ax.set_xticklabels(models, rotation=90, fontsize=6)
-        ax.set_title("cuBLAS GEMM vs accumulation models")
-        ax.legend(fontsize=5)
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, "cublas_models.png"), dpi=120)
-        plt.close(fig)
-        made.append("plots/cublas_models.png")
+        made.append(cublas_plot(plt, gemms, outdir))
     return "", made
+
+
+
+def nan_only(cls):
+    """A class of difference in a NaN's encoding alone (sign, payload, quieting): both results
+    are NaN."""
+    return cls["class"].startswith("nan_")
+
+
+def elementwise_plot(plt, checks, outdir):
+    """Mismatches per intrinsic, split into NaN-encoding differences and numeric ones, so that
+    a bar of NaN encodings is not read as a wrong result."""
+    nan = [sum(k["count"] for k in c.get("classes", []) if nan_only(k)) for c in checks]
+    num = [c["mismatches"] - n for c, n in zip(checks, nan)]
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    x = range(len(checks))
+    ax.bar(x, [max(v, 0.5) if v else 0 for v in num], color="tab:red", label="numeric difference")
+    ax.bar(x, [v if v else 0 for v in nan], bottom=[max(v, 0.5) if v else 0 for v in num],
+           color="tab:gray", label="NaN encoding only (both results NaN)")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([f'{c["op"]}\n{c["source"]}' for c in checks], rotation=90, fontsize=6)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(0, 3 * max(max(a + b for a, b in zip(num, nan)), 1))
+    ax.set_ylabel("outputs that differ from the library")
+    total_num = sum(num)
+    ax.set_title("CUDA intrinsics vs halfway: " + (f"{total_num:,} numeric differences"
+                 if total_num else "no numeric difference; NaN encodings only"))
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "elementwise_mismatches.png"), dpi=120)
+    plt.close(fig)
+    return "plots/elementwise_mismatches.png"
+
+
+def cublas_plot(plt, gemms, outdir):
+    """Share of bit-identical outputs per cuBLAS configuration (rows) and model (columns): a
+    grid, since neither axis is ordered."""
+    models = list(dict.fromkeys(m["model"] for g in gemms for m in g["models"]))
+    share = [{m["model"]: m["identical"] / g["outputs"] for m in g["models"]} for g in gemms]
+    grid = [[row.get(m, float("nan")) for m in models] for row in share]  # blank: not compared
+    fig, ax = plt.subplots(figsize=(13, 8))
+    im = ax.imshow(grid, aspect="auto", vmin=0, vmax=1, cmap="viridis")
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(models, rotation=90, fontsize=6)
+    ax.set_yticks(range(len(gemms)))
+    ax.set_yticklabels([f'{g["config"]}, {g["compute"].replace("CUBLAS_COMPUTE_", "")}, k={g["k"]}'
+                        for g in gemms], fontsize=6)
+    for r, row in enumerate(grid):
+        for c, v in enumerate(row):
+            if v == 1:
+                ax.text(c, r, "all", ha="center", va="center", fontsize=5, color="black")
+    fig.colorbar(im, ax=ax, label="share of outputs bit-identical to the model")
+    ax.set_title("cuBLAS GEMM vs accumulation models ('all': every output identical; "
+                 "blank: not compared)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "cublas_models.png"), dpi=120)
+    plt.close(fig)
+    return "plots/cublas_models.png"
 
 
 def main():
