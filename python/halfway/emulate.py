@@ -51,7 +51,19 @@ def _padded(n, a, b=1):
 
 
 def _f32(t):
+    """A tensor's values as a float32 array on the host (a CUDA tensor is copied)."""
     return np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float32)
+
+
+def _on(y, device):
+    """A result computed on the host (a numpy array, or None) as a tensor on the device its
+    operands came from: CUDA operands are copied to the host, emulated there, and their results
+    copied back."""
+    if y is None:
+        return None
+    import torch
+    t = torch.from_numpy(np.ascontiguousarray(y))
+    return t if device.type == "cpu" else t.to(device)
 
 
 def _write_atomic(path, text):
@@ -440,14 +452,14 @@ def _function_class(torch):
                 y = np.stack(ys)
             else:
                 y = sites[0].forward(A, Bv, bias_v, need[1], need[2])
-            ctx.sites, ctx.batched = sites, batched
-            return torch.from_numpy(np.ascontiguousarray(y))
+            ctx.sites, ctx.batched, ctx.device = sites, batched, a.device
+            return _on(y, a.device)
 
         @staticmethod
         def backward(ctx, g):
             need = ctx.needs_input_grad
             G = _f32(g)
-            t = lambda v: None if v is None else torch.from_numpy(np.ascontiguousarray(v))  # noqa: E731
+            t = lambda v: _on(v, ctx.device)  # noqa: E731
             with ctx.sites[0].em.busy():
                 if not ctx.batched:
                     ga, gb, gbias = ctx.sites[0].backward(G, need[1], need[2], need[3])
@@ -476,15 +488,15 @@ def _sim_function_class(torch):
             y, dt, handle = em.core.op(recipe.name, op, arrays, dtypes, needs, weights, scope,
                                        recipe.forward_rounding, attrs)
             ctx.em, ctx.handle, ctx.rounding = em, handle, recipe.backward_rounding
+            ctx.device = next(t.device for t in tensors if t is not None)
             em._last_dtype = dt
-            return torch.from_numpy(y)
+            return _on(y, ctx.device)
 
         @staticmethod
         def backward(ctx, g):
             with ctx.em.busy():
                 grads = ctx.handle.backward(_f32(g), ctx.rounding)
-                return (None, None) + tuple(None if v is None else torch.from_numpy(v)
-                                            for v in grads)
+                return (None, None) + tuple(_on(v, ctx.device) for v in grads)
 
     class Declare(torch.autograd.Function):
         """A tensor of fp32 values entering a recipe that keeps it in a low dtype (pure-*'s
@@ -495,8 +507,8 @@ def _sim_function_class(torch):
         def forward(ctx, em, t, dt, rounding, name, kind):
             if not name:  # a parameter: sim holds it in dt, rounded once to nearest when made,
                 # drawing no stochastic-rounding stream
-                return torch.from_numpy(_halfway.round(_f32(t), dt))
-            return torch.from_numpy(em.core.round(_f32(t), dt, rounding, name, "cast", kind))
+                return _on(_halfway.round(_f32(t), dt), t.device)
+            return _on(em.core.round(_f32(t), dt, rounding, name, "cast", kind), t.device)
 
         @staticmethod
         def backward(ctx, g):
@@ -855,7 +867,8 @@ class emulate:
             return NotImplemented
         with self.busy():
             if causal:
-                mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+                mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool,
+                                  device=q.device).tril()
             if mask is not None and mask.dtype == torch.bool:
                 mask = torch.where(mask.logical_not(), -math.inf, 0.0)
         sf = math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
@@ -1000,8 +1013,10 @@ class emulate:
     @staticmethod
     def _emulable(*ts):
         import torch
-        return all(t is None or (isinstance(t, torch.Tensor) and t.dtype == torch.float32
-                                 and t.device.type == "cpu") for t in ts)
+        ts = [t for t in ts if t is not None]
+        return all(isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                   and t.device.type in ("cpu", "cuda") for t in ts) \
+            and len({t.device for t in ts}) <= 1
 
     def _run(self, op, a, b, bias, stat, b_is_param=None):
         """a [M, K] or [B, M, K]; b [N, K] (linear) or [K, N] / [B, K, N]; bias [N] or None."""
