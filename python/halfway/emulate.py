@@ -265,7 +265,7 @@ class _Gemm:
         da, db, _ = self.dtypes
         aq = self._cast(A, da, "input", "activation")
         bq = self._cast(B, db, self.b_role, self._kind(self.b_role))
-        c = np.stack([self._gemm(aq[i], bq[i], None, self.dt, "nn") for i in range(len(aq))])
+        c = self._gemm_each(aq, bq, "nn")
         self.saved = (aq, bq)
         return self._round(c, self.dt, False, "output")
 
@@ -276,16 +276,19 @@ class _Gemm:
         G = self._round(g, dt, True, "grad_output", "activation_grad")
         ga = gb = None
         if need_a:
-            c = np.stack([self._gemm(G[i], np.ascontiguousarray(bq[i].T), None, dt, "nt")
-                          for i in range(len(G))])
+            c = self._gemm_each(G, bq.transpose(0, 2, 1), "nt")
             ga = self._back_to(self._round(c, dt, True, "grad_input", "activation_grad"),
                                self.dtypes[0])
         if need_b:
-            c = np.stack([self._gemm(np.ascontiguousarray(aq[i].T), G[i], None, dt, "tn")
-                          for i in range(len(G))])
+            c = self._gemm_each(aq.transpose(0, 2, 1), G, "tn")
             gb = self._back_to(self._round(c, dt, True, "grad_other", self._gkind(self.b_role)),
                                self.dtypes[1])
         return ga, gb
+
+    def _gemm_each(self, X, Y, layout):
+        """_gemm of every item pair X[i] · Y[i] (no bias, this site's dtype), stacked."""
+        return np.stack([self._gemm(np.ascontiguousarray(x), np.ascontiguousarray(y), None,
+                                    self.dt, layout) for x, y in zip(X, Y)])
 
     def _back_to(self, g, src):
         """A cast's backward: the gradient rounded back into the source dtype."""
