@@ -21,6 +21,18 @@ def require(module, purpose):
         sys.exit(SKIP)
 
 
+def tensor_bits(t):
+    """A float32 tensor's encodings as a uint32 array on the host (any device)."""
+    return t.detach().cpu().contiguous().numpy().view(np.uint32).copy()
+
+
+def same_runs(a, b):
+    """Two runs' records (lists of lists of arrays) equal, array by array, bit for bit."""
+    return len(a) == len(b) and all(len(x) == len(y) and all(np.array_equal(u, v)
+                                                             for u, v in zip(x, y))
+                                    for x, y in zip(a, b))
+
+
 def f32(bits):
     return np.asarray(bits, dtype=np.uint32).view(np.float32)
 

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import same_runs as same, tensor_bits as bits  # noqa: E402
 
 torch = hwtest.require("torch", "emulating a model on a CUDA device")
 if not torch.cuda.is_available():
@@ -39,10 +40,6 @@ def check(cond, what):
     if not cond:
         fails.append(what)
         print("FAIL:", what)
-
-
-def bits(t):
-    return t.detach().cpu().contiguous().numpy().view(np.uint32).copy()
 
 
 def mlp():
@@ -83,12 +80,6 @@ def train(build, device, recipe, accumulation, out, seed=0, steps=3):
         unemulated = dict(em.unemulated)
     seen.append([bits(p) for p in model.parameters()])
     return seen, unemulated, on_device
-
-
-def same(a, b):
-    return len(a) == len(b) and all(len(x) == len(y) and all(np.array_equal(u, v)
-                                                             for u, v in zip(x, y))
-                                    for x, y in zip(a, b))
 
 
 def folder_files(out):

@@ -13,10 +13,9 @@ import shutil
 import sys
 import tempfile
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import same_runs as same, tensor_bits as bits  # noqa: E402
 
 torch = hwtest.require("torch", "emulating a TransformerEncoder")
 import halfway.torch as ht  # noqa: E402
@@ -41,10 +40,6 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def bits(t):
-    return t.detach().contiguous().numpy().view(np.uint32).copy()
-
-
 def train(recipe, accumulation, out, steps=4):
     torch.manual_seed(1)
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
@@ -63,12 +58,6 @@ def train(recipe, accumulation, out, steps=4):
             opt.step()
     seen.append([bits(p) for p in model.parameters()])
     return seen, calls["items"]
-
-
-def same(a, b):
-    return len(a) == len(b) and all(len(x) == len(y) and all(np.array_equal(u, v)
-                                                             for u, v in zip(x, y))
-                                    for x, y in zip(a, b))
 
 
 tmp = tempfile.mkdtemp(prefix="halfway-emulate-items-")
