@@ -516,7 +516,7 @@ py::object encode_blocks_py(py::handle x, const std::string& scheme, int axis,
   std::copy(e.codes.begin(), e.codes.end(), codes.mutable_data());
   const std::vector<py::ssize_t> sshape{py::ssize_t(e.scale_rows()), py::ssize_t(e.scale_cols())};
   py::object scales;
-  if (s.family == BlockFamily::fp8_block) {
+  if (s.fp32_scales()) {
     py::array_t<float> v(sshape);
     std::copy(e.scales.begin(), e.scales.end(), v.mutable_data());
     scales = v;
@@ -537,18 +537,19 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
   BlockEncoding e;
   e.rows = size_t(c.shape(0));
   e.cols = size_t(c.shape(1));
-  const bool fp8 = s.family == BlockFamily::fp8_block;
+  const bool fp8 = s.fp32_scales();
   py::array sc = fp8 ? py::array(matrix_input<float>(scales, "decode_blocks", "scales", "float32"))
                      : py::array(matrix_input<uint8_t>(scales, "decode_blocks", "scales", "uint8"));
   const size_t srows = size_t(sc.shape(0)), scols = size_t(sc.shape(1));
   if (axis_arg.is_none()) {
     // The scales' shape tells the axis of 1-D blocks: [rows, cols/k] or [rows/k, cols].
-    e.axis = !s.two_d && srows * size_t(s.block) == e.rows && scols == e.cols ? BlockAxis::first
-                                                                            : BlockAxis::last;
+    e.axis = BlockAxis::last;
+    const auto [fr, fc] = block_tile(s, BlockAxis::first, e.rows, e.cols);
+    if (!s.two_d && srows * fr == e.rows && scols * fc == e.cols) e.axis = BlockAxis::first;
   } else {
     e.axis = to_axis(axis_arg.cast<int>(), "decode_blocks");
   }
-  const auto [tr, tc] = block_tile(s, e.axis);
+  const auto [tr, tc] = block_tile(s, e.axis, e.rows, e.cols);
   e.tile_rows = tr;
   e.tile_cols = tc;
   if (e.rows % tr || e.cols % tc || srows != e.rows / tr || scols != e.cols / tc)

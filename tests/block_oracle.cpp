@@ -116,7 +116,12 @@ void mx_block(const halfway::BlockScheme& s, const std::vector<float>& x, const 
     const double vc = std::fmax(-emax_val, std::fmin(emax_val, v));
     const uint32_t code = halfway::from_f64(s.element, std::isnan(v) ? v : vc, env);
     res.codes[i] = uint8_t(code);
-    const double value = halfway::to_f64(s.element, code, env);
+    double value = halfway::to_f64(s.element, code, env);
+    // MXINT8: the element is the integer value · 64 in int8 two's complement (no −0).
+    if (s.twos_complement) {
+      res.codes[i] = uint8_t(int8_t(std::lround(value * 64.0)));
+      value = double(int8_t(res.codes[i])) / 64.0;
+    }
     ev.saturated += std::fabs(v) > emax_val;
     ev.flushed += x[i] != 0.0f && value == 0.0;
     res.decoded[i] = float(value * std::ldexp(1.0, k));  // exact product, one rounding
@@ -203,6 +208,34 @@ void fp8_block(const halfway::BlockScheme& s, const std::vector<float>& x, const
   }
 }
 
+/// torchao's float8 rowwise: scale = elem_max / max(amax, 1e-12) in binary64, rounded to
+/// fp32 (pow2: 2^floor(log2) of that, by frexp); elements fp32(x · scale), clamped, cast to
+/// nearest even; decoded fp32(q / scale).
+void fp8_rowwise(const halfway::BlockScheme& s, const std::vector<float>& x, const Block& blk,
+                 const halfway::BlockOptions& o, Result& res, halfway::BlockEvents& ev,
+                 size_t b) {
+  const double m = largest(s.element);
+  float q = float(m / std::max(blk.amax, 1e-12));
+  ev.scales_clamped = blk.amax != 0 && blk.amax < 1e-12;
+  if (o.pow2_scales) {
+    int e;
+    std::frexp(q, &e);
+    q = std::ldexp(1.0f, e - 1);
+  }
+  res.scales[b] = q;
+  for (size_t i : blk.idx) {
+    const float y = x[i] * q;
+    halfway::Env env = element_env(o, i);
+    const float yc = std::fmax(-float(m), std::fmin(float(m), y));
+    const uint32_t code = halfway::from_f32(s.element, yc, env);
+    res.codes[i] = uint8_t(code);
+    const float value = halfway::to_f32(s.element, code, env);
+    ev.saturated += std::fabs(y) > float(m);
+    ev.flushed += x[i] != 0.0f && value == 0.0f;
+    res.decoded[i] = value / q;
+  }
+}
+
 }  // namespace
 
 uint8_t te_e2m1_code(float y) {
@@ -222,12 +255,12 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
               size_t cols, const halfway::BlockOptions& o) {
   std::vector<float> x = x0;
   if (o.rht) hadamard(x, rows, cols, o.axis);
-  const auto [tr, tc] = halfway::block_tile(s, o.axis);
+  const auto [tr, tc] = halfway::block_tile(s, o.axis, rows, cols);
   const size_t sr = rows / tr, sc = cols / tc, nb = sr * sc;
   Result res;
   res.codes.assign(rows * cols, 0);
   res.scales.assign(nb, 0.0f);
-  if (s.family != BlockFamily::fp8_block) res.scale_codes.assign(nb, 0);
+  if (!s.fp32_scales()) res.scale_codes.assign(nb, 0);
   res.decoded.assign(rows * cols, 0.0f);
   res.block_events.assign(nb, {});
   std::vector<Block> blocks(nb);
@@ -254,6 +287,7 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
     switch (s.family) {
       case BlockFamily::mx: mx_block(s, x, blocks[b], o, res, ev, b); break;
       case BlockFamily::nvfp4: nvfp4_block(s, x, blocks[b], g, o, cols, res, ev, b); break;
+      case BlockFamily::fp8_rowwise: fp8_rowwise(s, x, blocks[b], o, res, ev, b); break;
       default: fp8_block(s, x, blocks[b], o, res, ev, b); break;
     }
     res.events += ev;

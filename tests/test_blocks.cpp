@@ -187,11 +187,16 @@ std::vector<float> narrowed(std::vector<float> v) {
   return v;
 }
 
-const char* kMx[] = {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"};
+const char* kMx[] = {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8"};
 /// The MX scale-rule suffixes: none (floor), and each rule by name.
 const char* kMxRules[] = {"", ":ceil", ":rceil", ":even"};
 
 /// A scheme name and, for the MX ones, the name with every scale rule.
+/// The schemes with power-of-two scales as an option.
+bool has_pow2(const BlockScheme& s) {
+  return s.family == BlockFamily::fp8_block || s.family == BlockFamily::fp8_rowwise;
+}
+
 std::vector<std::string> with_rules(const std::string& name) {
   std::vector<std::string> v{name};
   if (name.rfind("mx", 0) == 0)
@@ -223,7 +228,9 @@ TEST_CASE("every MX element encoding at representative scales decodes back to it
         for (uint8_t sc : e.scale_codes) REQUIRE(int(sc) == k + 127);
         std::vector<float> y(cols);
         decode_blocks(s, e, y.data());
-        for (size_t i = 0; i < cols; ++i) REQUIRE(bits(y[i]) == bits(x[i]));
+        // (MXINT8 has no −0: its elements' −0 decodes to +0.)
+        for (size_t i = 0; i < cols; ++i)
+          REQUIRE((bits(y[i]) == bits(x[i]) || (s.twos_complement && x[i] == 0.0f)));
         CHECK(e.events.saturated == 0);
         CHECK(e.events.flushed == 0);
         check_against_oracle(s, x, 1, cols);
@@ -377,7 +384,7 @@ TEST_CASE("MX, NVFP4 and blockwise fp8 on mixed-magnitude tensors along either a
           BlockOptions o;
           o.axis = axis;
           check_against_oracle(s, x, rows, cols, o);
-          if (s.family == BlockFamily::fp8_block) {
+          if (has_pow2(s)) {
             o.pow2_scales = true;
             check_against_oracle(s, x, rows, cols, o);
           }
@@ -398,6 +405,7 @@ TEST_CASE("every lane position of the block maximum, partial vectors and any num
     const std::vector<std::string> variants = with_rules(name);
     for (const std::string& v : variants) {
       const BlockScheme s = parse_block_scheme(v);
+      if (s.block == 0) continue;  // whole rows: "block lengths and tiles of any size"
       for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
         const auto [tr, tc] = block_tile(s, axis);
         // Blocks per row (along rows) or columns (down the columns).
@@ -439,7 +447,9 @@ TEST_CASE("blocks along the first axis are the blocks of the transpose along the
   std::vector<float> xt(rows * cols);
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
-  for (const char* name : {"mxfp8_e4m3", "mxfp4:rceil", "mxfp4:even", "nvfp4", "fp8_block"}) {
+  for (const char* name : {"mxfp8_e4m3", "mxfp4:rceil", "mxfp4:even", "mxint8", "nvfp4",
+                           "fp8_block", "fp8_rowwise", "mxfp4:block=0", "mxfp6_e2m3:block=64",
+                           "fp8_block:block=8"}) {
     const BlockScheme s = parse_block_scheme(name);
     BlockOptions first;
     first.axis = BlockAxis::first;
@@ -618,7 +628,7 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
         o.offset = 77;
         INFO("random_bits " << m.bits);
         check_against_oracle(s, s.family == BlockFamily::mx ? x : narrow, rows, cols, o);
-        if (s.family == BlockFamily::fp8_block) {
+        if (has_pow2(s)) {
           o.pow2_scales = true;
           check_against_oracle(s, narrow, rows, cols, o);
         }
@@ -634,7 +644,7 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
   for (const std::string& name : block_scheme_names()) {
     const BlockScheme s = parse_block_scheme(name);
     std::vector<float> v = s.family == BlockFamily::mx ? x : narrow;
-    const auto [tr, tc] = block_tile(s, BlockAxis::last);
+    const auto [tr, tc] = block_tile(s, BlockAxis::last, rows, cols);
     const size_t first = s.family == BlockFamily::nvfp4 ? tc : 0;  // the block of the tie
     for (size_t r = 0; r < tr; ++r)
       for (size_t c = 0; c < first + tc; ++c) v[r * cols + c] = 0.0f;
@@ -704,13 +714,15 @@ TEST_CASE("all-zero blocks, fp32 subnormals, values near fp32 max, NaN and infin
   x[192] = -0.0f;
   for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4",
                            "mxfp4:ceil", "mxfp8_e4m3:ceil", "mxfp4:rceil", "mxfp8_e4m3:rceil",
-                           "mxfp8_e4m3:even", "nvfp4", "fp8_block"}) {
+                           "mxfp8_e4m3:even", "mxint8", "nvfp4", "fp8_block", "fp8_rowwise",
+                           "fp8_rowwise_e5m2"}) {
     const BlockScheme s = parse_block_scheme(name);
-    const size_t cols = s.family == BlockFamily::fp8_block ? 256 : x.size();
+    // fp8_rowwise: rows of 32, so that each of the blocks above is a row.
+    const size_t cols = s.family == BlockFamily::fp8_rowwise ? 32 : x.size();
     const size_t rows = x.size() / cols;
     check_against_oracle(s, x, rows, cols);
     BlockOptions o;
-    o.pow2_scales = s.family == BlockFamily::fp8_block;
+    o.pow2_scales = has_pow2(s);
     if (o.pow2_scales) check_against_oracle(s, x, rows, cols, o);
     const BlockEncoding e = encode_blocks(s, x.data(), rows, cols);
     if (s.family == BlockFamily::mx) {
@@ -721,6 +733,14 @@ TEST_CASE("all-zero blocks, fp32 subnormals, values near fp32 max, NaN and infin
     if (s.family == BlockFamily::fp8_block) {  // an all-zero block has the scale 1
       const std::vector<float> z(256, 0.0f);
       CHECK(encode_blocks(s, z.data(), 2, 128).scales == std::vector<float>{1.0f, 1.0f});
+    }
+    if (s.family == BlockFamily::fp8_rowwise) {
+      // torchao clamps amax to 1e-12: the all-zero rows 0, 6 (−0 only) and 7 get the scale
+      // fp32(max / 1e-12); the four rows of fp32 subnormals and smallest normals (amax below
+      // 1e-12) are clamped scales, the row holding fp32's maximum is not.
+      CHECK(e.scales[0] == float(double(s.element_max) / 1e-12));
+      CHECK(e.scales[6] == e.scales[0]);
+      CHECK(e.events.scales_clamped == 4);
     }
   }
   // MX: a NaN or an infinity makes the block's scale NaN (e8m0 0xFF), its codes 0 and its
@@ -741,7 +761,7 @@ TEST_CASE("all-zero blocks, fp32 subnormals, values near fp32 max, NaN and infin
     CHECK(std::isnan(d[0]));
   }
   // NVFP4 and blockwise fp8 refuse non-finite values.
-  for (const char* name : {"nvfp4", "nvfp4_2d", "fp8_block"}) {
+  for (const char* name : {"nvfp4", "nvfp4_2d", "fp8_block", "fp8_rowwise"}) {
     const BlockScheme s = parse_block_scheme(name);
     std::vector<float> z(128 * 128, 1.0f);
     z[5] = std::numeric_limits<float>::quiet_NaN();
@@ -888,6 +908,112 @@ TEST_CASE("worked examples, by hand from the definitions") {
   }
 }
 
+TEST_CASE("worked examples: MXINT8 and torchao's float8 rowwise, by hand") {
+  // mxint8: amax 1.999 → k = floor(log2 1.999) − emax_elem 0 = 0 (e8m0 127); each element is
+  // x · 64 rounded to an integer, clamped to ±127, in two's complement: 1.999 → 127.94 → 128,
+  // beyond 127: saturated, 0x7F; −1.999 → −127 0x81; 1.5 → 96 0x60; −0.5 → −32 0xE0; 1/128 →
+  // 0.5, the tie of 0 and 1 → 0 (flushed); 3/128 → 1.5 → 2 (ties to even) 0x02; −1/64 → −1
+  // 0xFF; −0.0 → 0x00 (int8 has no −0).
+  {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 1.999f, x[1] = -1.999f, x[2] = 1.5f, x[3] = -0.5f, x[4] = 1.0f / 128;
+    x[5] = 3.0f / 128, x[6] = -1.0f / 64, x[7] = -0.0f;
+    const BlockScheme s = parse_block_scheme("mxint8");
+    const BlockEncoding e = encode_blocks(s, x.data(), 1, 32);
+    CHECK(e.scale_codes[0] == 127);
+    const std::vector<uint8_t> want{0x7F, 0x81, 0x60, 0xE0, 0x00, 0x02, 0xFF, 0x00};
+    CHECK(std::vector<uint8_t>(e.codes.begin(), e.codes.begin() + 8) == want);
+    CHECK(e.events.saturated == 2);
+    CHECK(e.events.flushed == 1);
+    std::vector<float> d(32);
+    decode_blocks(s, e, d.data());
+    CHECK(d[0] == 127.0f / 64);
+    CHECK(d[1] == -127.0f / 64);
+    CHECK(d[3] == -0.5f);
+    CHECK(d[6] == -1.0f / 64);
+    // 0x80 (−128) is an int8 the encoder never writes (the clamp is symmetric, as
+    // microxcaling's): it decodes to −2.
+    BlockEncoding f = e;
+    f.codes[0] = 0x80;
+    decode_blocks(s, f, d.data());
+    CHECK(d[0] == -2.0f);
+  }
+  // fp8_rowwise (torchao): a row with amax 2 has the scale fp32(448 / 2) = 224; 1 → 224, e4m3
+  // 1.75·2^7 (field 14, fraction 110) 0x76; 2 → 448 0x7E; 0.01 → fp32(0.01·224) ≈ 2.24 →
+  // 2.25 (field 8, fraction 001) 0x41, decoded fp32(2.25 / 224). With power-of-two scales,
+  // 224 rounds down to 128: 2 → 256 (field 15) 0x78. A second row, amax 0.5: scale 896.
+  {
+    std::vector<float> x(2 * 16, 0.0f);
+    x[0] = 1.0f, x[1] = 2.0f, x[2] = 0.01f, x[16] = 0.5f;
+    const BlockScheme s = parse_block_scheme("fp8_rowwise");
+    const BlockEncoding e = encode_blocks(s, x.data(), 2, 16);
+    CHECK(e.scales == std::vector<float>{224.0f, 896.0f});
+    CHECK(e.scale_codes.empty());
+    CHECK(e.codes[0] == 0x76);
+    CHECK(e.codes[1] == 0x7E);
+    CHECK(e.codes[2] == 0x41);
+    CHECK(e.codes[16] == 0x7E);
+    std::vector<float> d(32);
+    decode_blocks(s, e, d.data());
+    CHECK(d[2] == 2.25f / 224.0f);
+    BlockOptions p2;
+    p2.pow2_scales = true;
+    const BlockEncoding q = encode_blocks(s, x.data(), 2, 16, p2);
+    CHECK(q.scales == std::vector<float>{128.0f, 512.0f});
+    CHECK(q.codes[1] == 0x78);
+  }
+}
+
+TEST_CASE("block lengths and tiles of any size, and whole-dimension blocks") {
+  // Lengths the AVX-512 kernels are not specialised for take the portable loops on every
+  // path: lengths below, between and above 16, 32 and 128, odd ones, one element per block,
+  // the whole dimension (on a tensor that is not square, so that the axis matters), and 2-D
+  // tiles that are not square; near_even and stochastic, every family.
+  const size_t rows = 120, cols = 240;
+  const std::vector<float> x = narrowed(mixed(rows * cols, 31, -6, 6));
+  const std::vector<float> wide = mixed(rows * cols, 32);
+  for (const char* name :
+       {"mxfp8_e4m3:block=8", "mxfp4:rceil:block=24", "mxfp6_e3m2:block=0", "mxint8:block=40",
+        "mxfp8_e5m2:block=1", "mxfp4:even:block=120", "nvfp4:block=8", "nvfp4:block=24",
+        "nvfp4:block=0", "nvfp4_2d:tile=8x24", "nvfp4_2d:tile=1x5", "fp8_block:block=60",
+        "fp8_block:block=0", "fp8_block_2d:tile=24x40", "fp8_block_2d:tile=3x5",
+        "fp8_rowwise", "fp8_rowwise_e5m2", "fp8_rowwise:block=30", "mxfp8_e4m3:block=16",
+        "mxint8:block=0"}) {
+    const BlockScheme s = parse_block_scheme(name);
+    for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+      const auto [tr, tc] = block_tile(s, axis, rows, cols);
+      if (rows % tr || cols % tc) continue;  // 16 along the 120 rows
+      for (Rounding r : {Rounding::near_even, Rounding::stochastic}) {
+        BlockOptions o;
+        o.axis = axis;
+        o.rounding = r;
+        o.seed = 9;
+        check_against_oracle(s, s.family == BlockFamily::mx ? wide : x, rows, cols, o);
+        if (has_pow2(s)) {
+          o.pow2_scales = true;
+          check_against_oracle(s, x, rows, cols, o);
+        }
+      }
+    }
+  }
+  // The whole dimension is one block per row (axis last) or per column (axis first).
+  const BlockScheme whole = parse_block_scheme("mxfp4:block=0");
+  CHECK(block_tile(whole, BlockAxis::last, rows, cols) == std::pair<size_t, size_t>{1, cols});
+  CHECK(block_tile(whole, BlockAxis::first, rows, cols) == std::pair<size_t, size_t>{rows, 1});
+  CHECK_THROWS_AS(block_tile(whole, BlockAxis::last), InputError);
+  CHECK(padded_shape(whole, BlockAxis::first, 7, 9) == std::pair<size_t, size_t>{7, 9});
+  CHECK(padded_shape(parse_block_scheme("fp8_block_2d:tile=3x5"), BlockAxis::last, 7, 9) ==
+        std::pair<size_t, size_t>{9, 10});
+  const BlockEncoding e = encode_blocks(whole, x.data(), rows, cols);
+  CHECK(e.scale_rows() == rows);
+  CHECK(e.scale_cols() == 1);
+  // A block of 32 named by its length is the default scheme's block, bit for bit.
+  const BlockEncoding a = encode_blocks(parse_block_scheme("mxfp4"), x.data(), 900, 32);
+  const BlockEncoding b = encode_blocks(parse_block_scheme("mxfp4:block=32"), x.data(), 900, 32);
+  CHECK(a.codes == b.codes);
+  CHECK(a.scale_codes == b.scale_codes);
+}
+
 TEST_CASE("bad shapes, names and options are one-line input errors") {
   std::vector<float> x(64 * 64, 1.0f);
   CHECK_THROWS_AS(parse_block_scheme("mxfp5"), InputError);
@@ -896,6 +1022,21 @@ TEST_CASE("bad shapes, names and options are one-line input errors") {
   CHECK_THROWS_AS(parse_block_scheme("mxfp4:round"), InputError);
   CHECK_THROWS_AS(parse_block_scheme("mxfp4:"), InputError);
   CHECK_THROWS_AS(parse_block_scheme("mxfp4:ceil:even"), InputError);
+  for (const char* bad : {"mxfp4:block=", "mxfp4:block=-1", "mxfp4:block=x", "mxfp4:block=1e3",
+                          "mxfp4:block=16777217", "mxfp4:block=8:block=16", "mxfp4:tile=4x4",
+                          "nvfp4_2d:block=8", "nvfp4_2d:tile=8", "nvfp4_2d:tile=0x8",
+                          "fp8_block_2d:tile=8x", "fp8_rowwise:rceil", "mxint8:pow2"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_block_scheme(bad), InputError);
+  }
+  CHECK(parse_block_scheme("mxfp4:block=16777216").block == 16777216);
+  CHECK(parse_block_scheme("mxfp4:even:block=64").scale_rule == MxScaleRule::even);
+  {
+    BlockOptions rht32;
+    rht32.rht = true;
+    CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4:block=32"), x.data(), 64, 64, rht32),
+                    InputError);
+  }
   CHECK_NOTHROW(parse_block_scheme("mxfp4:floor"));
   for (MxScaleRule r : {MxScaleRule::floor, MxScaleRule::ceil, MxScaleRule::rceil,
                         MxScaleRule::even})

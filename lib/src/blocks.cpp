@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cfloat>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -117,17 +118,28 @@ struct SchemeEntry {
   bool two_d;
 };
 
+/// MXINT8's element (OCP MX v1.0: int8 with an implicit scale 2^−6): e1m6 with bias 1,
+/// no special values, whose subnormals k/64 (k < 64) and normals (64 + f)/64 are exactly the
+/// grid k/64, |k| ≤ 127, with emax_elem 0.
+constexpr Format kInt8Element{1, 6, 1, Specials::none, Overflow::saturate};
+
 const SchemeEntry kSchemes[] = {
     {"mxfp8_e4m3", BlockFamily::mx, saturating(formats::e4m3), 32, false},
     {"mxfp8_e5m2", BlockFamily::mx, saturating(formats::e5m2), 32, false},
     {"mxfp6_e2m3", BlockFamily::mx, formats::e2m3, 32, false},
     {"mxfp6_e3m2", BlockFamily::mx, formats::e3m2, 32, false},
     {"mxfp4", BlockFamily::mx, formats::e2m1, 32, false},
+    {"mxint8", BlockFamily::mx, kInt8Element, 32, false},
     {"nvfp4", BlockFamily::nvfp4, formats::e2m1, 16, false},
     {"nvfp4_2d", BlockFamily::nvfp4, formats::e2m1, 16, true},
     {"fp8_block", BlockFamily::fp8_block, saturating(formats::e4m3), 128, false},
     {"fp8_block_2d", BlockFamily::fp8_block, saturating(formats::e4m3), 128, true},
+    {"fp8_rowwise", BlockFamily::fp8_rowwise, saturating(formats::e4m3), 0, false},
+    {"fp8_rowwise_e5m2", BlockFamily::fp8_rowwise, saturating(formats::e5m2), 0, false},
 };
+
+/// The largest block or tile side a name may ask for (a block's counts stay 32-bit).
+constexpr long kMaxBlock = long(1) << 24;
 
 const std::pair<const char*, MxScaleRule> kMxRules[] = {
     {"floor", MxScaleRule::floor},
@@ -179,11 +191,13 @@ HALFWAY_BLOCKS_CLONES uint64_t count_of(const uint8_t* __restrict v, size_t n, u
   return total;
 }
 
-/// The sum of per-block counts v[0..n) (each at most 2^14: 32-bit partial sums of 2^16).
-HALFWAY_BLOCKS_CLONES uint64_t sum_of(const uint32_t* __restrict v, size_t n) {
+/// The sum of per-block counts v[0..n), each at most `most` (≤ 2^24): 32-bit partial sums
+/// of as many as cannot overflow.
+HALFWAY_BLOCKS_CLONES uint64_t sum_of(const uint32_t* __restrict v, size_t n, size_t most) {
   uint64_t total = 0;
-  for (size_t i0 = 0; i0 < n; i0 += (size_t(1) << 16)) {
-    const size_t i1 = std::min(n, i0 + (size_t(1) << 16));
+  const size_t step = (size_t(1) << 31) / std::max<size_t>(most, 1);
+  for (size_t i0 = 0; i0 < n; i0 += step) {
+    const size_t i1 = std::min(n, i0 + step);
     uint32_t k = 0;
     for (size_t i = i0; i < i1; ++i) k += v[i];
     total += k;
@@ -227,9 +241,11 @@ void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t co
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HALFWAY_BLOCKS_AVX512 1
 #define HALFWAY_BLOCKS_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-/// The AVX-512 kernels serve every block shape when the calling thread's bulk path is avx512
-/// (set_bulk_path: tests run both).
+/// The AVX-512 kernels serve the block lengths they are specialised for (blocks down the
+/// columns, and 16, 32 or 128 along the rows) when the calling thread's bulk path is avx512
+/// (set_bulk_path: tests run both); other lengths take the portable loops.
 bool use_avx512() { return detail::bulk_path() == detail::BulkPath::avx512; }
+bool avx512_length(size_t tc) { return tc == 1 || tc == 16 || tc == 32 || tc == 128; }
 
 /// A round of max16: the lane-wise maximum of the two halves a shuffle picks from a and b:
 /// kPairs the even and odd 32-bit lanes (within 128-bit lanes), kHalves the low and high
@@ -319,7 +335,7 @@ void block_amax_avx512(const Job& j, uint32_t* amax) {
 HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
   thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
 #ifdef HALFWAY_BLOCKS_AVX512
-  if (j.tc > 1 && use_avx512()) {
+  if (j.tc > 1 && avx512_length(j.tc) && use_avx512()) {
     amax.resize(j.sr * j.sc);
     block_amax_avx512(j, amax.data());
     return amax;
@@ -629,6 +645,29 @@ void fp8_block_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& 
     e.block_events[b].scales_clamped = clamped[b];
 }
 
+/// torchao's float8 rowwise scale of each row (float8_utils.amax_to_scale): scale =
+/// fp32(elem_max / max(amax, 1e-12)) with amax widened to binary64 and 1e-12 a binary64
+/// constant (the quotient rounded to binary64 then to fp32, which for an fp32 amax is the
+/// correctly rounded fp32 quotient); with pow2, rounded down to a power of two. The elements
+/// are fp32(x · scale), decoded as fp32(q / scale). An amax below 1e-12 other than 0 is
+/// counted as a clamped scale; an all-zero row takes the scale of 1e-12 by the same rule.
+void fp8_rowwise_scales(Job& j, const std::vector<uint32_t>& amax, BlockEncoding& e) {
+  const size_t nb = amax.size();
+  const double elem_max = double(j.s.element_max), eps = 1e-12;
+  uint64_t n_clamped = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    const double a = double(bits_f32(amax[b]));
+    const bool clamped = a != 0.0 && a < eps;
+    float q = float(elem_max / std::max(a, eps));
+    if (j.o.pow2_scales) q = bits_f32(f32_bits(q) & kInfBits);  // q is normal: ≥ 2^−1
+    e.scales[b] = q;
+    j.mult[b] = q;
+    n_clamped += clamped;
+    if (clamped && !e.block_events.empty()) e.block_events[b].scales_clamped = 1;
+  }
+  e.events.scales_clamped += n_clamped;
+}
+
 /// The constants of the fused element step, which rounds |y| ≤ max to nearest even on the
 /// element grid with one fp32 addition and reads the code off the sum's bits. Let
 /// E = max(exponent of |y|, emin), d = (E − emin) << 23 (from |y|'s exponent field by a
@@ -722,8 +761,19 @@ HALFWAY_BLOCKS_CLONES void encode_row(const Job& j, const ElementGrid& g_, size_
     }
     return;
   }
-  // Every block length is a multiple of 16: a loop of 16 elements, with its trip count known,
-  // is vectorised 16 floats (and codes) wide, where one over the block length would be
+  if (tc % 16 != 0) {  // a block length of the user's choice: one loop per block
+    for (size_t b = 0; b < sc; ++b) {
+      const float m = mult[b];
+      uint32_t n = 0, f = 0;
+      for (size_t c = b * tc; c < (b + 1) * tc; ++c)
+        codes[c] = encode_one<Divide, Clamp>(g, x[c], m, n, f);
+      sat[base + b] += n;
+      flushed[base + b] += f;
+    }
+    return;
+  }
+  // A block length that is a multiple of 16: a loop of 16 elements, with its trip count
+  // known, is vectorised 16 floats (and codes) wide, where one over the block length would be
   // vectorised 64 codes wide and never run for blocks of 16 or 32.
   for (size_t b = 0; b < sc; ++b) {
     const float m = mult[b];
@@ -1071,7 +1121,8 @@ void encode_elements(const Job& j, BlockEncoding& e) {
 #ifdef HALFWAY_BLOCKS_AVX512
   // Only the totals wanted (no per-block events, no block needing a second look): the
   // kernel counts per group of vectors, not per block.
-  if (near_even && use_avx512() && e.block_events.empty() && j.specials == 0) {
+  const bool avx512 = avx512_length(j.tc) && use_avx512();
+  if (near_even && avx512 && e.block_events.empty() && j.specials == 0) {
     const EncodeRowAvx512Fn fn = encode_row_avx512_for<false>(j);
     uint64_t totals[2] = {0, 0};
     for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), nullptr, nullptr, totals);
@@ -1087,7 +1138,7 @@ void encode_elements(const Job& j, BlockEncoding& e) {
     encode_elements_bulk(j, e, sat, flushed);
   } else {
 #ifdef HALFWAY_BLOCKS_AVX512
-    if (use_avx512()) {
+    if (avx512) {
       const EncodeRowAvx512Fn fn = encode_row_avx512_for<true>(j);
       uint64_t unused[2] = {0, 0};
       for (size_t r = 0; r < j.rows; ++r)
@@ -1107,8 +1158,8 @@ void encode_elements(const Job& j, BlockEncoding& e) {
     }
   }
   if (j.specials) special_blocks(j, e, sat, flushed);
-  e.events.saturated += sum_of(sat.data(), nb);
-  e.events.flushed += sum_of(flushed.data(), nb);
+  e.events.saturated += sum_of(sat.data(), nb, j.tr * j.tc);
+  e.events.flushed += sum_of(flushed.data(), nb, j.tr * j.tc);
   for (size_t b = 0; b < nb && !e.block_events.empty(); ++b) {
     BlockEvents& be = e.block_events[b];
     be.elements = j.tr * j.tc;
@@ -1116,6 +1167,64 @@ void encode_elements(const Job& j, BlockEncoding& e) {
     be.saturated = sat[b];
     be.flushed = flushed[b];
     be.nan_scales = j.special[b] == kNanScale;
+  }
+}
+
+/// MXINT8: the sign-magnitude codes of its e1m6 grid as int8 two's complement (−0 as 0).
+void to_twos_complement(const BlockScheme& s, std::vector<uint8_t>& codes) {
+  const uint8_t sign = uint8_t(s.element.sign_bit()), mag = uint8_t(s.element.mag_mask());
+  for (uint8_t& c : codes) c = (c & sign) ? uint8_t(-(c & mag)) : c;
+}
+
+}  // namespace
+
+namespace {
+
+/// A whole number in [lo, kMaxBlock] from an option's value, or an InputError naming it.
+long option_number(std::string_view text, long lo, const std::string& what) {
+  long v = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < lo || v > kMaxBlock)
+    throw InputError(what + " must be a whole number in " + std::to_string(lo) + ".." +
+                     std::to_string(kMaxBlock) + ", not '" + std::string(text) + "'");
+  return v;
+}
+
+/// One ":option" of a scheme name into s (docs/blocks.md, "Options"); `seen` holds the kinds
+/// of option given so far (1 a scale rule, 2 a block length, 4 a tile), each allowed once.
+void apply_scheme_option(BlockScheme& s, std::string_view base, std::string_view opt,
+                         unsigned& seen) {
+  const std::string where = "block scheme '" + std::string(base) + "'";
+  const unsigned kind = parse_mx_scale_rule(opt)        ? 1
+                        : opt.substr(0, 6) == "block=" ? 2
+                        : opt.substr(0, 5) == "tile="  ? 4
+                                                       : 0;
+  if (kind & seen)
+    throw InputError("option ':" + std::string(opt) + "' of " + where +
+                     ": that kind of option is given twice");
+  seen |= kind;
+  if (const std::optional<MxScaleRule> rule = parse_mx_scale_rule(opt)) {
+    if (s.family != BlockFamily::mx)
+      throw InputError("option ':" + std::string(opt) + "' of " + where +
+                       ": only the MX schemes take a scale rule (" + mx_rule_list() + ")");
+    s.scale_rule = *rule;
+  } else if (opt.substr(0, 6) == "block=") {
+    if (s.two_d)
+      throw InputError("option ':block=' of " + where + ": a 2-D scheme takes ':tile=RxC'");
+    s.block = int(option_number(opt.substr(6), 0, "the block length of " + where));
+  } else if (opt.substr(0, 5) == "tile=") {
+    if (!s.two_d)
+      throw InputError("option ':tile=' of " + where + ": a 1-D scheme takes ':block=N'");
+    const std::string_view v = opt.substr(5);
+    const size_t x = v.find('x');
+    if (x == std::string_view::npos)
+      throw InputError("option ':tile=' of " + where + " must be RxC, not '" + std::string(v) + "'");
+    s.tile_rows = int(option_number(v.substr(0, x), 1, "the tile rows of " + where));
+    s.tile_cols = int(option_number(v.substr(x + 1), 1, "the tile columns of " + where));
+  } else {
+    throw InputError("unknown option ':" + std::string(opt) + "' of " + where + " (" +
+                     mx_rule_list() + " for MX, :block=N for 1-D schemes, :tile=RxC for 2-D)");
   }
 }
 
@@ -1132,23 +1241,25 @@ BlockScheme parse_block_scheme(std::string_view name) {
     s.element = entry.element;
     s.block = entry.block;
     s.two_d = entry.two_d;
+    if (s.two_d) s.tile_rows = s.tile_cols = entry.block;
+    s.twos_complement = base == "mxint8";
     Env env;
     s.element_max = to_f32(s.element, s.element.max_mag(), env);
     s.element_emax = s.element.emax();
     s.half_min_subnormal = to_f32(s.element, 1, env) / 2;  // exact: a power of two
-    if (colon != std::string_view::npos) {
-      const std::string_view opt = name.substr(colon + 1);
-      const std::optional<MxScaleRule> rule = parse_mx_scale_rule(opt);
-      if (!rule || s.family != BlockFamily::mx)
-        throw InputError("unknown option '" + std::string(opt) + "' of block scheme '" +
-                         std::string(base) + "' (only the MX schemes take a scale rule: " +
-                         mx_rule_list() + ")");
-      s.scale_rule = *rule;
+    unsigned seen = 0;
+    for (size_t at = colon; at != std::string_view::npos;) {
+      const size_t next = name.find(':', at + 1);
+      apply_scheme_option(s, base, name.substr(at + 1, next == std::string_view::npos
+                                                           ? std::string_view::npos
+                                                           : next - at - 1),
+                          seen);
+      at = next;
     }
     return s;
   }
   throw InputError("unknown block scheme '" + std::string(name) + "' (" + scheme_list() +
-                   ", the MX ones optionally with a scale rule: " + mx_rule_list() + ")");
+                   "; options: " + mx_rule_list() + " for MX, :block=N, :tile=RxC)");
 }
 
 const char* mx_scale_rule_name(MxScaleRule r) {
@@ -1166,20 +1277,40 @@ const std::vector<std::string>& block_scheme_names() {
   return names;
 }
 
+std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis, size_t rows,
+                                     size_t cols) {
+  if (s.two_d) return {size_t(s.tile_rows), size_t(s.tile_cols)};
+  const bool last = axis == BlockAxis::last;
+  const size_t whole = last ? cols : rows;
+  const size_t k = s.block == 0 ? std::max<size_t>(whole, 1) : size_t(s.block);
+  return last ? std::pair<size_t, size_t>{1, k} : std::pair<size_t, size_t>{k, 1};
+}
+
 std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis) {
-  const size_t k = size_t(s.block);
-  if (s.two_d) return {k, k};
-  return axis == BlockAxis::last ? std::pair<size_t, size_t>{1, k} : std::pair<size_t, size_t>{k, 1};
+  if (!s.two_d && s.block == 0)
+    throw InputError(s.name + ": its block is the whole dimension, so its shape depends on the "
+                     "tensor's");
+  return block_tile(s, axis, 0, 0);
+}
+
+BlockScheme fixed_blocks(const BlockScheme& s, BlockAxis axis, size_t rows, size_t cols) {
+  BlockScheme f = s;
+  if (!s.two_d && s.block == 0) {
+    const auto [tr, tc] = block_tile(s, axis, rows, cols);
+    const size_t k = axis == BlockAxis::last ? tc : tr;
+    f.block = int(std::min<size_t>(k, size_t(kMaxBlock)));
+  }
+  return f;
 }
 
 std::pair<size_t, size_t> padded_shape(const BlockScheme& s, BlockAxis axis, size_t rows,
                                        size_t cols) {
-  const auto [tr, tc] = block_tile(s, axis);
+  const auto [tr, tc] = block_tile(s, axis, rows, cols);
   return {(rows + tr - 1) / tr * tr, (cols + tc - 1) / tc * tc};
 }
 
 void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOptions& o) {
-  const auto [tr, tc] = block_tile(s, o.axis);
+  const auto [tr, tc] = block_tile(s, o.axis, rows, cols);
   if (rows % tr != 0 || cols % tc != 0)
     throw InputError(s.name + ": shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
                      "] does not divide into " + std::to_string(tr) + "x" + std::to_string(tc) +
@@ -1190,16 +1321,20 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
   if (o.rounding == Rounding::stochastic && (o.random_bits < 1 || o.random_bits > 32))
     throw InputError(s.name + ": random_bits must be in 1..32, not " +
                      std::to_string(o.random_bits));
-  if (o.rht && (s.family != BlockFamily::nvfp4 || s.two_d))
+  if (o.rht && (s.family != BlockFamily::nvfp4 || s.two_d || s.block != 16))
     throw InputError(s.name + ": the random Hadamard transform is an option of nvfp4 (1x16) only");
-  if (o.pow2_scales && s.family != BlockFamily::fp8_block)
-    throw InputError(s.name + ": power-of-two scales are an option of fp8_block and fp8_block_2d");
+  if (o.pow2_scales && s.family != BlockFamily::fp8_block && s.family != BlockFamily::fp8_rowwise)
+    throw InputError(s.name + ": power-of-two scales are an option of fp8_block, fp8_block_2d "
+                     "and fp8_rowwise");
+  if (tr * tc > size_t(kMaxBlock))
+    throw InputError(s.name + ": a block of " + std::to_string(tr) + "x" + std::to_string(tc) +
+                     " has more than 2^24 elements");
 }
 
 BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
                             const BlockOptions& o) {
   check_blocks(s, rows, cols, o);
-  const auto [tr, tc] = block_tile(s, o.axis);
+  const auto [tr, tc] = block_tile(s, o.axis, rows, cols);
   BlockEncoding e;
   e.rows = rows;
   e.cols = cols;
@@ -1219,12 +1354,12 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   thread_local std::vector<uint8_t> special;
   mult.resize(nb);     // every scale rule writes every block's
   special.resize(nb);  // MX and NVFP4 write every block's; fp8_block has none
-  if (s.family == BlockFamily::fp8_block) std::fill(special.begin(), special.end(), kPlainScale);
+  if (s.fp32_scales()) std::fill(special.begin(), special.end(), kPlainScale);
   j.mult = mult.data();
   j.special = special.data();
   e.codes.assign(n, 0);
   e.scales.assign(nb, 0.0f);
-  if (s.family != BlockFamily::fp8_block) e.scale_codes.assign(nb, 0);
+  if (!s.fp32_scales()) e.scale_codes.assign(nb, 0);
   if (o.per_block_events) e.block_events.assign(nb, BlockEvents{});
   e.events.elements = n;
   e.events.blocks = nb;
@@ -1234,9 +1369,11 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   switch (s.family) {
     case BlockFamily::mx: mx_scales(j, amax, e); break;
     case BlockFamily::nvfp4: nvfp4_scales(j, amax, amax_all, e); break;
+    case BlockFamily::fp8_rowwise: fp8_rowwise_scales(j, amax, e); break;
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);
+  if (s.twos_complement) to_twos_complement(s, e.codes);
   return e;
 }
 
@@ -1252,7 +1389,9 @@ void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t
   const uint32_t limit = s.element.enc_mask();
   for (uint32_t c = 0; c < 256; ++c) {
     Env env;
-    t.value[c] = c <= limit ? to_f32(s.element, c, env) : 0.0f;
+    t.value[c] = s.twos_complement ? float(int8_t(c)) / 64.0f  // MXINT8: k · 2^−6, exact
+                 : c <= limit      ? to_f32(s.element, c, env)
+                                   : 0.0f;
   }
   const size_t nb = e.scale_rows() * e.scale_cols();
   t.scale.resize(nb);
@@ -1294,17 +1433,21 @@ HALFWAY_BLOCKS_CLONES uint8_t max_code(const uint8_t* __restrict v, size_t n) {
 }
 
 /// One row of a block-at-a-time decode: a block's scale is read once, then each element is
-/// its code's value times that scale (the same fp32 product as element by element).
+/// its code's value times that scale (the same fp32 product as element by element), or
+/// divided by it (Divide: fp8_rowwise, as torchao).
+template <bool Divide>
 HALFWAY_BLOCKS_CLONES void decode_row(const float* __restrict value, const uint8_t* __restrict code,
                                      const float* __restrict scale, size_t cols, size_t tc,
                                      float* __restrict out) {
   if (tc == 1) {  // blocks run down the columns: every element of the row has its own scale
-    for (size_t c = 0; c < cols; ++c) out[c] = value[code[c]] * scale[c];
+    for (size_t c = 0; c < cols; ++c)
+      out[c] = Divide ? value[code[c]] / scale[c] : value[code[c]] * scale[c];
     return;
   }
   for (size_t b = 0, c0 = 0; c0 < cols; ++b, c0 += tc) {
     const float sc = scale[b];
-    for (size_t k = 0; k < tc; ++k) out[c0 + k] = value[code[c0 + k]] * sc;
+    for (size_t k = 0; k < tc; ++k)
+      out[c0 + k] = Divide ? value[code[c0 + k]] / sc : value[code[c0 + k]] * sc;
   }
 }
 
@@ -1313,22 +1456,23 @@ void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out) {
   thread_local DecodeTables t;
   decode_tables(s, e, t);
   const size_t tr = e.tile_rows, tc = e.tile_cols, sc = e.scale_cols();
+  const auto row = s.family == BlockFamily::fp8_rowwise ? decode_row<true> : decode_row<false>;
   for (size_t r = 0; r < e.rows; ++r)
-    decode_row(t.value, e.codes.data() + r * e.cols, t.scale.data() + (r / tr) * sc, e.cols, tc,
-               out + r * e.cols);
+    row(t.value, e.codes.data() + r * e.cols, t.scale.data() + (r / tr) * sc, e.cols, tc,
+        out + r * e.cols);
 }
 
 }  // namespace
 
 void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out) {
-  const auto [tr, tc] = block_tile(s, e.axis);
+  const auto [tr, tc] = block_tile(s, e.axis, e.rows, e.cols);
   if (e.tile_rows != tr || e.tile_cols != tc || e.rows % tr || e.cols % tc)
     throw InputError(s.name + ": the encoding's block shape does not match the scheme");
   const size_t n = e.rows * e.cols, nb = e.scale_rows() * e.scale_cols();
   if (e.codes.size() != n)
     throw InputError(s.name + ": " + std::to_string(e.codes.size()) + " codes for a [" +
                      std::to_string(e.rows) + ", " + std::to_string(e.cols) + "] tensor");
-  const bool coded = s.family != BlockFamily::fp8_block;
+  const bool coded = !s.fp32_scales();
   if ((coded ? e.scale_codes.size() : e.scales.size()) != nb)
     throw InputError(s.name + ": expected " + std::to_string(nb) + " scales");
   if (s.family == BlockFamily::nvfp4 &&

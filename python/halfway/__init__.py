@@ -187,9 +187,12 @@ _BLOCK_OPTIONS = """
     scheme: mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4 (each optionally with an
         e8m0 scale rule, torchao's names: ':floor' the default (OCP MX), ':ceil', ':rceil'
         (cuBLAS, Transformer Engine's MXFP8; the old ':ceil' is now ':rceil'), ':even'),
-        nvfp4, nvfp4_2d, fp8_block, fp8_block_2d. docs/blocks.md defines each one bit for bit.
+        mxint8, nvfp4, nvfp4_2d, fp8_block, fp8_block_2d, fp8_rowwise and fp8_rowwise_e5m2
+        (torchao's float8 rowwise: one scale per row). Options after colons: ':block=N' (1-D
+        schemes: N elements per block, 0 the whole dimension), ':tile=RxC' (2-D schemes).
+        docs/blocks.md defines each one bit for bit.
     axis: -1 (default): 1 x k blocks along each row; 0: k x 1 blocks down each column (the
-        operand whose reduction dimension is its first). The 2-D schemes use k x k tiles.
+        operand whose reduction dimension is its first). The 2-D schemes use their tiles.
     rounding: the rounding of the elements, any scheme: 'near_even' (default),
         'near_maxMag' (ties away from zero, microxcaling's 'nearest'), 'minMag', 'min', 'max',
         'odd', or 'stochastic' (needs seed; element (r, c) uses the random bits of stream
@@ -197,7 +200,8 @@ _BLOCK_OPTIONS = """
     random_bits: stochastic rounding's random bits per element, 1..32 (default 32).
     rht: nvfp4 only: Transformer Engine's 16-point random Hadamard transform of each block
         first (codes, scales and values are then those of the transformed tensor).
-    pow2_scales: fp8_block only: power-of-two scales (TE's force_pow_2_scales).
+    pow2_scales: fp8_block: power-of-two scales (TE's force_pow_2_scales); fp8_rowwise: scales
+        rounded down to a power of two (torchao's round_scales_to_power_of_2).
     pad: False (default): a shape that does not divide into blocks is refused. True: x is
         zero-padded at the end of each dimension to whole blocks, as the simulator pads its
         GEMM operands; encode_blocks returns the padded shape's codes and scales,

@@ -70,7 +70,7 @@ BlockView block_view(const std::vector<uint64_t>& shape, int axis) {
 }
 
 uint64_t block_count(const BlockScheme& s, const BlockView& v) {
-  const auto [tr, tc] = block_tile(s, v.axis);
+  const auto [tr, tc] = block_tile(s, v.axis, v.rows, v.cols);
   return v.count * (round_up(v.rows, tr) / tr) * (round_up(v.cols, tc) / tc);
 }
 
@@ -97,8 +97,11 @@ double BlockAnalysis::scale_exp_std() const {
   return std::sqrt(ss / n);
 }
 
-BlockAnalysis analyze_blocks(const BlockScheme& s, const BlockView& v, const ValueReader& read,
-                             size_t chunk, const std::function<void(const BlockDetail&)>& detail) {
+BlockAnalysis analyze_blocks(const BlockScheme& scheme, const BlockView& v,
+                             const ValueReader& read, size_t chunk,
+                             const std::function<void(const BlockDetail&)>& detail) {
+  // A whole-dimension block is the matrix's, whatever part of it a chunk holds.
+  const BlockScheme s = fixed_blocks(scheme, v.axis, v.rows, v.cols);
   const std::pair<size_t, size_t> tile = block_tile(s, v.axis);
   const uint64_t tr = tile.first, tc = tile.second;
   const uint64_t prows = round_up(v.rows, tr), pcols = round_up(v.cols, tc);

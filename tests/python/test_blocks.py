@@ -10,6 +10,11 @@ definitions in docs/blocks.md, written here without halfway:
   product by numpy float32), the elements x / 2^k exactly in float64 and rounded to the nearest table value, ties to the even
   code, clamped at the largest value.
 - blockwise fp8: amax / 448 and x / scale in float32, e4m3 by the same table rounding.
+- MXINT8: the MX scale, elements x / 2^k times 64 rounded to integers (np.rint), clamped to
+  +-127, as int8 bytes.
+- fp8 rowwise (torchao): elem_max / max(amax, 1e-12) in float64 then float32, x * scale in
+  float32, the table rounding; decoded as element / scale.
+- Block lengths other than the default, and the whole dimension (block=0), for each of these.
 
 Codes, scales and the global scale must agree bit for bit; decoded values too. Bad input must
 raise ValueError (TypeError for a wrong dtype).
@@ -31,6 +36,10 @@ FMAX = np.finfo(np.float32).max
 ELEMENTS = {
     "e4m3": (4, 3, 7, "fn"), "e5m2": (5, 2, 15, "ieee"), "e2m3": (2, 3, 1, "none"),
     "e3m2": (3, 2, 3, "none"), "e2m1": (2, 1, 1, "none"),
+    # MXINT8's grid i/64, |i| <= 127, as a float grid: used here only for its largest value
+    # (emax_elem 0) and its 6 fraction bits in the scale rules; its elements are rounded as
+    # integers (mxint8_ref).
+    "int8": (1, 6, 1, "none"),
 }
 MX = {"mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2", "mxfp6_e2m3": "e2m3",
       "mxfp6_e3m2": "e3m2", "mxfp4": "e2m1"}
@@ -162,19 +171,21 @@ def mx_exponents(amax, rule, elem):
     return np.where(d > 0, ed - 1 + (fd != 0.5), -1000)
 
 
-def mx_ref(x, scheme, axis, mode="near_even", seed=None, offset=0, bits=32):
+def mx_ref(x, scheme, axis, mode="near_even", seed=None, offset=0, bits=32, k=32):
     base, _, rule = scheme.partition(":")
+    rule = rule.split(":")[0] if not rule.startswith("block=") else ""
     elem = MX[base]
-    b = blocks_view(x.astype(np.float64), 32, axis, False)
+    k = block_length(x, axis, k)
+    b = blocks_view(x.astype(np.float64), k, axis, False)
     amax = np.abs(b).max(axis=-1)
-    k = np.clip(mx_exponents(amax, rule or "floor", elem), -127, 127)
-    k = np.where(amax == 0, -127, k)
-    scodes = (k + 127).astype(np.uint8)
+    e = np.clip(mx_exponents(amax, rule or "floor", elem), -127, 127)
+    e = np.where(amax == 0, -127, e)
+    scodes = (e + 127).astype(np.uint8)
     if mode != "near_even":  # x / 2^k exactly in float64
-        v = x.astype(np.float64) / np.ldexp(1.0, per_element(k, x.shape, 32, axis, False))
+        v = x.astype(np.float64) / np.ldexp(1.0, per_element(e, x.shape, k, axis, False))
         return round_flat(v, elem, mode, seed, offset, bits), scodes, None
-    codes = round_table(b / np.ldexp(1.0, k)[..., None], elem)
-    return unblock(codes, x.shape, 32, axis, False), scodes, None
+    codes = round_table(b / np.ldexp(1.0, e)[..., None], elem)
+    return unblock(codes, x.shape, k, axis, False), scodes, None
 
 
 def te_fp4_codes(y):
@@ -296,8 +307,43 @@ def nvfp4_ref(x, two_d, axis, rht=False, seed=None, offset=0, mode=None, bits=32
     return unblock(codes, x.shape, 16, axis, two_d), scode, g
 
 
-def fp8_ref(x, two_d, axis, pow2, mode="near_even", seed=None, offset=0, bits=32):
-    b = blocks_view(x, 128, axis, two_d)
+def block_length(x, axis, k):
+    """A 1-D block length as the scheme names it: 0 is the whole dimension along the axis."""
+    return k or x.shape[1 if axis == -1 else 0]
+
+
+def mxint8_ref(x, rule, axis, k=32):
+    """OCP MX v1.0's MXINT8 from its definition: the scale as for any MX scheme (emax_elem 0,
+    6 fraction bits), each element x / 2^k times 64 rounded to the nearest integer (ties to
+    even), clamped to +-127, as an int8 byte in two's complement."""
+    k = block_length(x, axis, k)
+    b = blocks_view(x.astype(np.float64), k, axis, False)
+    amax = np.abs(b).max(axis=-1)
+    e = np.clip(mx_exponents(amax, rule, "int8"), -127, 127)
+    e = np.where(amax == 0, -127, e)
+    i = np.clip(np.rint(b / np.ldexp(1.0, e)[..., None] * 64), -127, 127).astype(np.int8)
+    return unblock(i.view(np.uint8), x.shape, k, axis, False), (e + 127).astype(np.uint8), None
+
+
+def rowwise_ref(x, elem, axis, pow2, k=0):
+    """torchao's float8 rowwise (float8_utils.amax_to_scale, hp_tensor_and_scale_to_float8):
+    scale = elem_max / max(amax, 1e-12) in float64, then float32 (pow2: 2^floor(log2) by
+    np.frexp), elements float32(x * scale) clamped and rounded to the table, nearest even."""
+    k = block_length(x, axis, k)
+    b = blocks_view(x, k, axis, False)
+    elem_max = table(elem)[1][-1]
+    amax = np.abs(b).max(axis=-1).astype(np.float64)
+    q = (elem_max / np.maximum(amax, 1e-12)).astype(F32)
+    if pow2:
+        q = np.ldexp(F32(1.0), np.frexp(q)[1] - 1).astype(F32)
+    y = np.clip(b * q[..., None], -elem_max, elem_max).astype(F32)
+    codes = round_table(y.astype(np.float64), elem)
+    return unblock(codes, x.shape, k, axis, False), q, None
+
+
+def fp8_ref(x, two_d, axis, pow2, mode="near_even", seed=None, offset=0, bits=32, k=128):
+    k = block_length(x, axis, k)
+    b = blocks_view(x, k, axis, two_d)
     amax = np.abs(b).max(axis=-1).astype(F32)
     if pow2:
         with np.errstate(divide="ignore"):
@@ -310,10 +356,10 @@ def fp8_ref(x, two_d, axis, pow2, mode="near_even", seed=None, offset=0, bits=32
         s = np.where(s == 0, np.finfo(np.float32).smallest_subnormal, s)
     s = np.where(amax == 0, F32(1.0), s).astype(F32)
     if mode != "near_even":  # fp32(x / s)
-        y = x / per_element(s, x.shape, 128, axis, two_d)
+        y = x / per_element(s, x.shape, k, axis, two_d)
         return round_flat(y.astype(F32), "e4m3", mode, seed, offset, bits), s, None
     codes = round_table((b / s[..., None]).astype(np.float64), "e4m3")
-    return unblock(codes, x.shape, 128, axis, two_d), s, None
+    return unblock(codes, x.shape, k, axis, two_d), s, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -550,8 +596,52 @@ def microxcaling_differences():
     check(np.signbit(even[0, 3]) and even[0, 3] == 0, "-0 keeps its sign")
 
 
+def block_options():
+    """Block lengths (the whole dimension included), MXINT8 and torchao's float8 rowwise
+    against their numpy definitions, on a tensor that is not square, both axes."""
+    x = mixed((160, 480), 8, -6, 6)
+    for axis in (-1, 0):
+        for scheme, rule, k in (("mxfp8_e4m3", "", 8), ("mxfp4", ":rceil", 40),
+                                ("mxfp6_e3m2", ":even", 0), ("mxfp8_e5m2", ":ceil", 160)):
+            compare(x, f"{scheme}{rule}:block={k}", mx_ref(x, scheme + rule, axis, k=k),
+                    axis=axis)
+        for rule in ("", ":ceil", ":rceil", ":even"):
+            for k in (32, 0, 40):
+                name = "mxint8" + rule + ("" if k == 32 else f":block={k}")
+                compare(x, name, mxint8_ref(x, rule[1:] or "floor", axis, k), axis=axis)
+        for pow2 in (False, True):
+            for scheme, elem in (("fp8_rowwise", "e4m3"), ("fp8_rowwise_e5m2", "e5m2")):
+                compare(x, scheme, rowwise_ref(x, elem, axis, pow2), axis=axis, pow2_scales=pow2)
+            compare(x, "fp8_rowwise:block=20", rowwise_ref(x, "e4m3", axis, pow2, k=20),
+                    axis=axis, pow2_scales=pow2)
+            for k in (0, 80):
+                compare(x, f"fp8_block:block={k}", fp8_ref(x, False, axis, pow2, k=k), axis=axis,
+                        pow2_scales=pow2)
+        # Decoding: MXINT8 elements i/64 times 2^k; rowwise elements divided by the scale.
+        codes, scales, _ = halfway.encode_blocks(x, "mxint8", axis=axis)
+        v = codes.view(np.int8).astype(np.float64) / 64
+        full = per_element(np.ldexp(1.0, scales.astype(int) - 127), x.shape, 32, axis, False)
+        check(same(halfway.decode_blocks(codes, scales, None, "mxint8"), (v * full).astype(F32)),
+              f"mxint8 axis {axis}: decoded values")
+        codes, scales, _ = halfway.encode_blocks(x, "fp8_rowwise", axis=axis)
+        k = block_length(x, axis, 0)
+        q = per_element(scales, x.shape, k, axis, False)
+        want = element_value(codes, "e4m3").astype(F32) / q
+        check(same(halfway.decode_blocks(codes, scales, None, "fp8_rowwise"), want),
+              f"fp8_rowwise axis {axis}: decoded values")
+        check(same(halfway.quantize_blocks(x, "fp8_rowwise", axis=axis), want),
+              f"fp8_rowwise axis {axis}: quantize_blocks")
+        check(scales.shape == ((160, 1) if axis == -1 else (1, 480)),
+              f"fp8_rowwise axis {axis}: scales shape {scales.shape}")
+    for bad in ("mxfp4:block=-1", "mxfp4:block=x", "nvfp4_2d:block=8", "mxfp4:tile=4x4",
+                "mxfp4:even:even", "fp8_rowwise:floor"):
+        raises(ValueError, halfway.encode_blocks, x, bad)
+    raises(ValueError, halfway.encode_blocks, x, "mxint8", pow2_scales=True)
+
+
 def main():
     microxcaling_differences()
+    block_options()
     for seed, lo, hi in ((1, -6, 6), (2, -40, 40)):
         x = mixed((256, 256), seed, lo, hi)
         for axis in (-1, 0):
@@ -638,7 +728,8 @@ def main():
     raises(ValueError, halfway.decode_blocks, codes | 0x10, scales, g, "nvfp4")
     raises(ValueError, halfway.decode_blocks, codes, scales, 1.0, "mxfp4")
     check(halfway.block_schemes() == ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2",
-                                      "mxfp4", "nvfp4", "nvfp4_2d", "fp8_block", "fp8_block_2d"],
+                                      "mxfp4", "mxint8", "nvfp4", "nvfp4_2d", "fp8_block",
+                                      "fp8_block_2d", "fp8_rowwise", "fp8_rowwise_e5m2"],
           "scheme names")
 
     if FAILS:

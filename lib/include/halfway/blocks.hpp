@@ -32,6 +32,7 @@ enum class BlockFamily : uint8_t {
   mx,         ///< OCP MX v1.0: e8m0 scale 2^e per block
   nvfp4,      ///< Transformer Engine's NVFP4: e4m3 block scale and fp32 global scale
   fp8_block,  ///< DeepSeek-V3 style blockwise fp8: fp32 scale amax/448 per block
+  fp8_rowwise,  ///< torchao's float8 rowwise (axiswise) scaling: fp32 scale 448/amax per row
 };
 
 /// How an MX scheme chooses its e8m0 scale 2^k from a block's amax (docs/blocks.md, "MX"),
@@ -51,18 +52,33 @@ const char* mx_scale_rule_name(MxScaleRule r);
 struct BlockScheme {
   std::string name;     ///< as parsed, e.g. "mxfp8_e4m3:rceil"
   BlockFamily family = BlockFamily::mx;
-  Format element;       ///< the element format, saturating (e4m3:sat, e5m2:sat, e2m3, e3m2, e2m1)
-  int block = 32;       ///< elements per block along the block axis (the tile side for 2-D)
-  bool two_d = false;   ///< block×block tiles (nvfp4_2d, fp8_block_2d)
+  /// The element format, saturating (e4m3:sat, e5m2:sat, e2m3, e3m2, e2m1; MXINT8: e1m6 with
+  /// bias 1, whose grid is k/64 for |k| ≤ 127, codes then stored as two's complement)
+  Format element;
+  /// Elements per block along the block axis (1-D schemes); 0: the whole dimension, one
+  /// block per row (axis last) or per column (axis first), whatever the tensor's shape.
+  int block = 32;
+  bool two_d = false;   ///< tile_rows × tile_cols tiles whatever the axis (nvfp4_2d, ...)
+  int tile_rows = 0, tile_cols = 0;  ///< the 2-D tile (two_d only; default block × block)
+  bool twos_complement = false;  ///< MXINT8: element codes are int8 two's complement
   MxScaleRule scale_rule = MxScaleRule::floor;  ///< MX only: the suffix ":floor", ":ceil", ...
   float element_max = 0;  ///< the element format's largest finite value
   int element_emax = 0;   ///< its exponent (MX: emax_elem)
   float half_min_subnormal = 0;  ///< half its smallest subnormal: at most this rounds to ±0
+
+  /// Whether the scales are fp32 values (fp8_block, fp8_rowwise: BlockEncoding::scales), not
+  /// codes (MX e8m0, NVFP4 e4m3: BlockEncoding::scale_codes).
+  bool fp32_scales() const {
+    return family == BlockFamily::fp8_block || family == BlockFamily::fp8_rowwise;
+  }
 };
 
-/// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 (each optionally
-/// followed by a scale rule, ":floor" ":ceil" ":rceil" ":even"), nvfp4 nvfp4_2d fp8_block
-/// fp8_block_2d. The one parser of scheme names. Throws InputError.
+/// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
+/// nvfp4_2d fp8_block fp8_block_2d fp8_rowwise fp8_rowwise_e5m2, each optionally followed by
+/// options, each after a colon (docs/blocks.md, "Options"): a scale rule for the MX schemes
+/// (":floor" ":ceil" ":rceil" ":even"), ":block=N" for the 1-D schemes (N elements per
+/// block, 0 the whole dimension), ":tile=RxC" for the 2-D ones. The one parser of scheme
+/// names. Throws InputError.
 BlockScheme parse_block_scheme(std::string_view name);
 /// The scheme names without options, in the order above.
 const std::vector<std::string>& block_scheme_names();
@@ -86,7 +102,8 @@ struct BlockOptions {
   /// block before quantizing; codes, scales and decoded values are then those of the
   /// transformed tensor (what TE's wgrad GEMM consumes).
   bool rht = false;
-  /// fp8_block only: power-of-two scales (Transformer Engine's force_pow_2_scales).
+  /// fp8_block: power-of-two scales (Transformer Engine's force_pow_2_scales); fp8_rowwise:
+  /// scales rounded down to a power of two (torchao's round_scales_to_power_of_2).
   bool pow2_scales = false;
   /// Also fill BlockEncoding::block_events.
   bool per_block_events = false;
@@ -130,10 +147,11 @@ struct BlockEncoding {
   BlockAxis axis = BlockAxis::last;
   std::vector<uint8_t> codes;        ///< rows×cols element encodings, row-major
   /// (rows/tile_rows)×(cols/tile_cols), row-major: e8m0 codes (MX) or e4m3 codes (NVFP4);
-  /// empty for fp8_block.
+  /// empty for fp8_block and fp8_rowwise.
   std::vector<uint8_t> scale_codes;
   /// The same shape: each block's scale as an fp32 value (MX 2^e or NaN, NVFP4 the e4m3
-  /// value, fp8_block the scale itself).
+  /// value, fp8_block the scale itself (decode multiplies), fp8_rowwise torchao's scale
+  /// 448/amax (the encode multiplier; decode divides, as torchao does)).
   std::vector<float> scales;
   std::optional<float> global_scale;  ///< NVFP4: the fp32 global encode scale
   BlockEvents events;                 ///< the whole call
@@ -143,8 +161,17 @@ struct BlockEncoding {
   size_t scale_cols() const { return cols / tile_cols; }
 };
 
-/// The block shape of `s` for `axis` (rows, cols).
+/// The block shape of `s` for `axis` (rows, cols) in a rows × cols tensor: a block of 0 (the
+/// whole dimension) is that dimension's length.
+std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis, size_t rows,
+                                     size_t cols);
+/// The same for a scheme whose blocks do not depend on the shape; throws InputError for a
+/// whole-dimension block.
 std::pair<size_t, size_t> block_tile(const BlockScheme& s, BlockAxis axis);
+
+/// `s` with a whole-dimension block (block 0) replaced by that dimension's length in a
+/// rows × cols tensor (its name kept), for callers that quantize such a tensor in parts.
+BlockScheme fixed_blocks(const BlockScheme& s, BlockAxis axis, size_t rows, size_t cols);
 
 /// The shape of a rows×cols tensor padded to whole blocks of `s` along `axis`: each dimension
 /// rounded up to a multiple of the block's (block_tile).
