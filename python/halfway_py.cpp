@@ -969,6 +969,15 @@ sim::Precision recipe_precision(const std::string& name) {
   return it != custom_recipes().end() ? it->second : sim::preset_precision(name);
 }
 
+/// A block recipe as data for Python (the keys of [precision.blocks]).
+py::dict block_recipe_dict(const sim::BlockRecipe& r) {
+  return py::dict(py::arg("input") = r.input, py::arg("weight") = r.weight,
+                  py::arg("grad") = r.grad, py::arg("input_sr") = r.input_sr,
+                  py::arg("weight_sr") = r.weight_sr, py::arg("grad_sr") = r.grad_sr,
+                  py::arg("input_rht") = r.input_rht, py::arg("grad_rht") = r.grad_rht,
+                  py::arg("pow2_scales") = r.pow2_scales);
+}
+
 /// A preset policy as data for Python: what each op kind and each GEMM operand becomes.
 py::dict recipe_dict(const std::string& name) {
   const sim::Precision pr = recipe_precision(name);
@@ -996,11 +1005,12 @@ py::dict recipe_dict(const std::string& name) {
     d["fp8"] = py::none();
   }
   if (p.blocks) {
-    const sim::BlockRecipe& r = *p.blocks;
-    d["blocks"] = py::dict(py::arg("input") = r.input, py::arg("weight") = r.weight,
-                           py::arg("grad") = r.grad, py::arg("grad_sr") = r.grad_sr,
-                           py::arg("wgrad_rht") = r.wgrad_rht,
-                           py::arg("pow2_scales") = r.pow2_scales);
+    d["blocks"] = block_recipe_dict(*p.blocks);
+    py::list layers;
+    for (const sim::BlockLayer& l : p.block_layers)
+      layers.append(py::make_tuple(
+          l.match, l.recipe ? py::object(block_recipe_dict(*l.recipe)) : py::object(py::none())));
+    d["block_layers"] = layers;
   } else {
     d["blocks"] = py::none();
   }
@@ -1481,11 +1491,15 @@ void bind_emulation(py::module_& m) {
         py::arg("accumulation") = "fp32",
         "c + sum over the last axis of a*b, under an accumulation name of halfway train");
   m.def("_recipe", &recipe_dict, py::arg("name"));
+  m.def("_scope_matches", &sim::scope_matches, py::arg("pattern"), py::arg("scope"),
+        "Whether a name scope is a layer pattern's or lies below it (sim's scope_matches).");
   m.def("_block_tile",
         [](const std::string& scheme, int axis) {
-          return block_tile(parse_block_scheme(scheme), to_axis(axis, "emulate"));
+          return sim::copy_tile(sim::BlockCopy{scheme, to_axis(axis, "emulate")});
         },
-        py::arg("scheme"), py::arg("axis"), "The (rows, cols) tile of a scheme along an axis.");
+        py::arg("scheme"), py::arg("axis"),
+        "The (rows, cols) tile of a scheme along an axis that a padded GEMM operand must be a "
+        "multiple of (sim's copy_tile).");
   m.def("_recipe_names", &sim::policy_names);
   m.def("_register_toml_recipe", &register_toml_recipe, py::arg("name"), py::arg("path"),
         "Read the [precision] table of a config file as recipe `name`; returns its table.");

@@ -487,20 +487,28 @@ def _toml_value(v):
 
 
 def _toml(config, prefix=""):
-    """A config dict {table: {key: value or sub-table}} as TOML text."""
+    """A config dict {table: {key: value, sub-table or list of tables}} as TOML text (a list of
+    dicts is an array of tables, [[table.key]])."""
     lines = []
     for name, table in config.items():
         if not isinstance(table, dict):
             raise TypeError(f"halfway.train: config entry '{prefix}{name}' must be a table (dict)")
         lines.append(f"[{prefix}{name}]")
-        subtables = {}
+        subtables, arrays = {}, {}
         for key, value in table.items():
             if isinstance(value, dict):
                 subtables[key] = value
+            elif isinstance(value, (list, tuple)) and value and \
+                    all(isinstance(x, dict) for x in value):
+                arrays[key] = value
             else:
                 lines.append(f"{key} = {_toml_value(value)}")
         if subtables:
             lines.append(_toml(subtables, f"{prefix}{name}."))
+        for key, entries in arrays.items():
+            for entry in entries:
+                lines.append(f"[[{prefix}{name}.{key}]]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -90,18 +90,30 @@ class Recipe:
         self.table = _halfway._recipe(name)
         t = self.table
         self.fp8, self.blocks = t["fp8"], t["blocks"]
+        self.block_layers = t.get("block_layers", [])
         self.forward_rounding = t["rounding"]["forward"] or t["run_rounding"]
         self.backward_rounding = t["rounding"]["backward"] or t["run_rounding"]
         # Stochastic rounding anywhere (nvfp4's gradients): every rounding call then takes the
         # next stream of sim's runtime, so fp32 ops too run as sim's ops (below).
-        self.stochastic = bool(self.blocks and self.blocks["grad_sr"]) or "stochastic" in (
+        recipes = [self.blocks] + [r for _, r in self.block_layers]
+        self.stochastic = any(r and (r["input_sr"] or r["weight_sr"] or r["grad_sr"])
+                              for r in recipes) or "stochastic" in (
             self.forward_rounding, self.backward_rounding)
 
-    def scaled(self, op):
+    def blocks_for(self, scope):
+        """The block recipe of the linear layers under `scope` (sim's Policy::blocks_in): the
+        first [[precision.blocks.layer]] entry that matches (None for a layer kept
+        unquantized), else the policy's."""
+        for match, recipe in self.block_layers:
+            if _halfway._scope_matches(match, scope):
+                return recipe
+        return self.blocks
+
+    def scaled(self, op, scope=""):
         """'fp8' or 'blocks' when this op's GEMMs are scaled copies, else None."""
         if self.table["rules"][op] != "lower":
             return None
-        return "fp8" if self.fp8 else "blocks" if self.blocks else None
+        return "fp8" if self.fp8 else "blocks" if self.blocks_for(scope) else None
 
     def gemm_dtype(self, op, dtypes):
         """The dtype an element-recipe GEMM computes in (sim/'s prepare())."""
@@ -165,7 +177,8 @@ class _Gemm:
         self.acc = "fp32" if self.native else accumulation or recipe.table["accumulation"]
         self.dtypes = dtypes  # logical dtypes of a, b, bias
         self.b_is_param = b_is_param
-        self.scaled = recipe.scaled(op)
+        self.scaled = recipe.scaled(op, name)
+        self.blk = recipe.blocks_for(name) if self.scaled == "blocks" else None
         self.dt = "fp32" if self.scaled else recipe.gemm_dtype(op, [d for d in dtypes if d])
         self.linear = op == "linear"
         self.b_role = "weight" if self.linear else "other"
@@ -329,14 +342,16 @@ class _Gemm:
 
     # block-scaled copies (sim/'s linear_blocks: each GEMM blocks its reduction dimension)
 
-    def _copy(self, x, scheme_key, axis, gemm, rows, cols, suffix, kind, sr=False, rht=False):
-        blk = self.r.blocks
-        return self.em.core.block_copy(x, blk[scheme_key], axis, gemm, sr, rht,
-                                       blk["pow2_scales"], rows, cols, f"{self.name}.{suffix}",
-                                       self.op, kind)
+    def _copy(self, x, scheme_key, axis, gemm, rows, cols, suffix, kind, rht=False):
+        """The copy of operand `scheme_key` (input, weight, grad): its scheme, its stochastic
+        rounding (`<key>_sr`), and the Hadamard transform where `rht`."""
+        blk = self.blk
+        return self.em.core.block_copy(x, blk[scheme_key], axis, gemm, blk[scheme_key + "_sr"],
+                                       rht, blk["pow2_scales"], rows, cols,
+                                       f"{self.name}.{suffix}", self.op, kind)
 
     def _tile(self, key, axis):
-        return _halfway._block_tile(self.r.blocks[key], axis)
+        return _halfway._block_tile(self.blk[key], axis)
 
     def _blocks_gemm(self, A, B, m, n, layout, bias=None):
         """The padded copies' product (fp32 accumulation), its leading m×n, + bias in fp32."""
@@ -348,7 +363,7 @@ class _Gemm:
         return np.ascontiguousarray(c[:m, :n])
 
     def _blocks_forward(self, x, w, bias, need_x, need_w):
-        blk = self.r.blocks
+        blk = self.blk
         M, K = x.shape
         N = w.shape[0]
         xr, xc = self._tile("input", 1)
@@ -374,23 +389,23 @@ class _Gemm:
             wd = self._copy(w, "weight", 0, "dgrad", d["Nd"], d["Kd"], "weight", "weight")
         if need_w:
             xw = self._copy(x, "input", 0, "wgrad", d["Mw"], d["Kw"], "input", "activation",
-                            rht=blk["wgrad_rht"])
+                            rht=blk["input_rht"])
         self.saved = (wd, xw)
         return y
 
     def _blocks_backward(self, g, need_a, need_b, need_bias):
-        blk = self.r.blocks
+        blk = self.blk
         wd, xw = self.saved
         d = self.dims
         ga = gb = gbias = None
         if need_a:
             gq = self._copy(g, "grad", 1, "dgrad", d["Md"], d["Nd"], "grad_output",
-                            "activation_grad", sr=blk["grad_sr"])
+                            "activation_grad")
             ga = self._round(self._blocks_gemm(gq, wd, d["M"], d["K"], "nn"), "fp32", True,
                              "grad_input", "activation_grad")
         if need_b:
             gq = self._copy(g, "grad", 0, "wgrad", d["Mw"], d["Nw"], "grad_output",
-                            "activation_grad", sr=blk["grad_sr"], rht=blk["wgrad_rht"])
+                            "activation_grad", rht=blk["grad_rht"])
             gb = self._round(self._blocks_gemm(np.ascontiguousarray(gq.T), xw, d["N"], d["K"],
                                                "tn"), "fp32", True, "weight.grad", "weight_grad")
         if need_bias:

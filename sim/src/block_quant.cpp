@@ -60,7 +60,7 @@ bool all_finite(const std::vector<float>& v) {
 BlockRecord nonfinite_record(const BlockCopy& c, const TraceTag& tag, const BlockScheme& s,
                              size_t rows, size_t cols) {
   BlockRecord r = empty_record(c, tag);
-  const auto [tr, tc] = block_tile(s, c.axis);
+  const auto [tr, tc] = block_tile(s, c.axis, rows, cols);
   mark_nonfinite(r, rows * cols, (rows / tr) * (cols / tc));
   return r;
 }
@@ -97,7 +97,9 @@ void mark_nonfinite(BlockRecord& r, uint64_t elements, uint64_t blocks) {
 }
 
 std::pair<size_t, size_t> copy_tile(const BlockCopy& c) {
-  return block_tile(parse_block_scheme(c.scheme), c.axis);
+  const BlockScheme s = parse_block_scheme(c.scheme);
+  if (!s.two_d && s.block == 0) return {1, 1};  // the whole padded dimension, whatever it is
+  return block_tile(s, c.axis);
 }
 
 namespace {

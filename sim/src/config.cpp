@@ -2,11 +2,13 @@
 // typo is an error rather than a silently ignored option.
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
 #include <sstream>
 
+#include "halfway/blocks.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/io.hpp"
@@ -216,6 +218,98 @@ void parse_update_options(const toml::table& t, const std::string& w, Policy& p)
   p.update.compensation = *comp == "low" ? p.param_dtype : DType::f32();
 }
 
+/// The most per-layer block recipes a config may hold, the longest layer pattern, and the
+/// most wildcards in one (scope_matches backtracks over them).
+constexpr size_t kMaxBlockLayers = 1024, kMaxPatternLength = 256, kMaxPatternStars = 4;
+
+/// The scheme names and options of a block recipe table (w: "precision.blocks." or a layer
+/// entry's name) applied over `r`, then checked as a whole.
+void apply_recipe_keys(const toml::table& t, const std::string& w, BlockRecipe& r) {
+  const std::pair<const char*, std::string*> schemes[] = {
+      {"input", &r.input}, {"weight", &r.weight}, {"grad", &r.grad}};
+  for (const auto& [key, field] : schemes)
+    if (auto v = get_str(t, w, key, false)) {
+      try {
+        parse_block_scheme(*v);
+      } catch (const InputError& e) {
+        throw InputError("'" + w + key + "': " + e.what());
+      }
+      *field = *v;
+    }
+  const std::pair<const char*, bool*> flags[] = {
+      {"input_sr", &r.input_sr},   {"weight_sr", &r.weight_sr}, {"grad_sr", &r.grad_sr},
+      {"input_rht", &r.input_rht}, {"grad_rht", &r.grad_rht},   {"pow2_scales", &r.pow2_scales}};
+  for (const auto& [key, field] : flags)
+    if (auto v = get_bool(t, w, key)) *field = *v;
+  // The random Hadamard transform is 16-point: 1x16 nvfp4 wgrad copies only.
+  const std::pair<const char*, const std::string*> rht[] = {{"input_rht", &r.input},
+                                                            {"grad_rht", &r.grad}};
+  for (int i = 0; i < 2; ++i) {
+    const bool on = i == 0 ? r.input_rht : r.grad_rht;
+    const BlockScheme s = parse_block_scheme(*rht[i].second);
+    if (on && (s.family != BlockFamily::nvfp4 || s.two_d || s.block != 16))
+      throw InputError("'" + w + rht[i].first + "' needs a 1x16 nvfp4 scheme, not '" +
+                       *rht[i].second + "'");
+  }
+  if (r.pow2_scales)
+    for (const std::string* name : {&r.input, &r.weight, &r.grad})
+      if (!parse_block_scheme(*name).fp32_scales())
+        throw InputError("'" + w + "pow2_scales' applies to fp8_block and fp8_rowwise schemes, "
+                         "not '" + *name + "'");
+}
+
+/// A layer pattern of [[precision.blocks.layer]]: a name scope, `*` within one name.
+std::string layer_pattern(const toml::table& t, const std::string& w) {
+  const std::string m = *get_str(t, w, "match", true);
+  if (m.empty() || m.size() > kMaxPatternLength ||
+      size_t(std::count(m.begin(), m.end(), '*')) > kMaxPatternStars)
+    throw InputError("'" + w + "match' must be a layer name of 1.." +
+                     std::to_string(kMaxPatternLength) + " characters with at most " +
+                     std::to_string(kMaxPatternStars) + " '*'");
+  return m;
+}
+
+/// [precision.blocks]: the block-scaled preset's recipe, key by key, and its
+/// [[precision.blocks.layer]] entries, each a layer pattern with its own recipe (the table's,
+/// with the entry's keys applied) or keep = true (not quantized).
+void parse_block_options(const toml::table& precision, Policy& p) {
+  const toml::node* n = precision.get("blocks");
+  if (!n) return;
+  if (!n->is_table()) throw InputError("'precision.blocks' must be a table");
+  if (!p.blocks)
+    throw InputError("'precision.blocks' needs a block-scaled policy (fp8-blockwise, mxfp8, "
+                     "mxfp4, nvfp4)");
+  const toml::table& t = *n->as_table();
+  const std::string w = "precision.blocks.";
+  check_keys(t, w, {"input", "weight", "grad", "input_sr", "weight_sr", "grad_sr", "input_rht",
+                    "grad_rht", "pow2_scales", "layer"});
+  apply_recipe_keys(t, w, *p.blocks);
+  const toml::node* layers = t.get("layer");
+  if (!layers) return;
+  if (!layers->is_array_of_tables())
+    throw InputError("'precision.blocks.layer' must be an array of tables ([[precision.blocks.layer]])");
+  const toml::array& a = *layers->as_array();
+  if (a.size() > kMaxBlockLayers)
+    throw InputError("'precision.blocks.layer' holds more than " +
+                     std::to_string(kMaxBlockLayers) + " entries");
+  for (size_t i = 0; i < a.size(); ++i) {
+    const toml::table& e = *a[i].as_table();
+    const std::string we = "precision.blocks.layer[" + std::to_string(i) + "].";
+    check_keys(e, we, {"match", "keep", "input", "weight", "grad", "input_sr", "weight_sr",
+                       "grad_sr", "input_rht", "grad_rht", "pow2_scales"});
+    BlockLayer l{layer_pattern(e, we), std::nullopt};
+    const bool keep = get_bool(e, we, "keep").value_or(false);
+    if (keep && e.size() > 2)
+      throw InputError("'" + we + "keep' = true leaves the layer unquantized: it takes no "
+                       "scheme or option");
+    if (!keep) {
+      l.recipe = *p.blocks;
+      apply_recipe_keys(e, we, *l.recipe);
+    }
+    p.block_layers.push_back(std::move(l));
+  }
+}
+
 /// [data] text = "FILE" or ["FILE", ...] and its validation options: a byte-level language
 /// model, so the model must be a causal transformer with a vocabulary of 256.
 void parse_text_data(const toml::table& t, const std::string& w, const std::string& base_dir,
@@ -388,7 +482,7 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
   check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
                     "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
                     "amax_compute_algo", "forward_rounding", "backward_rounding",
-                    "update_rounding", "update", "compensation", "sr_random_bits"});
+                    "update_rounding", "update", "compensation", "sr_random_bits", "blocks"});
   const std::string name = *get_str(t, w, "policy", true);
   Precision& pr = c.precision;
   if (name == "custom") {
@@ -440,6 +534,7 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
   }
   parse_fp8_options(t, w, p);
   parse_update_options(t, w, p);
+  parse_block_options(t, p);
 }
 
 /// [scaler]: none, static or dynamic loss scaling (optional section).

@@ -711,7 +711,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b);
 
 bool blocks_lower_linear() {
   const Policy* pol = context().policy;
-  return pol && pol->blocks && pol->rule_in(OpKind::linear, context().scope) == CastRule::lower;
+  return pol && pol->blocks_in(context().scope) &&
+         pol->rule_in(OpKind::linear, context().scope) == CastRule::lower;
 }
 Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b);
 
@@ -937,12 +938,12 @@ Values gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t
 struct LinearCopies {
   BlockCopy x_fprop, w_fprop, g_dgrad, w_dgrad, g_wgrad, x_wgrad;
   explicit LinearCopies(const BlockRecipe& r)
-      : x_fprop{r.input, BlockAxis::last, "fprop", false, false, r.pow2_scales},
-        w_fprop{r.weight, BlockAxis::last, "fprop", false, false, r.pow2_scales},
+      : x_fprop{r.input, BlockAxis::last, "fprop", r.input_sr, false, r.pow2_scales},
+        w_fprop{r.weight, BlockAxis::last, "fprop", r.weight_sr, false, r.pow2_scales},
         g_dgrad{r.grad, BlockAxis::last, "dgrad", r.grad_sr, false, r.pow2_scales},
-        w_dgrad{r.weight, BlockAxis::first, "dgrad", false, false, r.pow2_scales},
-        g_wgrad{r.grad, BlockAxis::first, "wgrad", r.grad_sr, r.wgrad_rht, r.pow2_scales},
-        x_wgrad{r.input, BlockAxis::first, "wgrad", false, r.wgrad_rht, r.pow2_scales} {}
+        w_dgrad{r.weight, BlockAxis::first, "dgrad", r.weight_sr, false, r.pow2_scales},
+        g_wgrad{r.grad, BlockAxis::first, "wgrad", r.grad_sr, r.grad_rht, r.pow2_scales},
+        x_wgrad{r.input, BlockAxis::first, "wgrad", r.input_sr, r.input_rht, r.pow2_scales} {}
 };
 
 /// A copy saved for the backward (memory accounting: the element format's bits).
@@ -959,7 +960,7 @@ std::shared_ptr<const TensorImpl> block_saved(const std::vector<float>& q, size_
 /// and the bias gradient is summed from the unquantized dY.
 Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   Runtime& rt = runtime();
-  const LinearCopies cp(*context().policy->blocks);
+  const LinearCopies cp(*context().policy->blocks_in(context().scope));
   const size_t N = size_t(w.dim(0)), K = size_t(w.dim(1));
   const size_t M = K ? size_t(x.numel()) / K : 0;
   const TraceTag tx{scoped("input"), "linear", fwd_kind(*x.impl())};

@@ -47,7 +47,7 @@ std::optional<BlockRecipe> block_recipe(const std::string& n) {
     // the gradients, the random Hadamard transform on the wgrad operands.
     r.input = r.grad = "nvfp4";
     r.weight = "nvfp4_2d";
-    r.grad_sr = r.wgrad_rht = true;
+    r.grad_sr = r.input_rht = r.grad_rht = true;
   } else if (n == "fp8-blockwise") {
     // Float8BlockScaling (DeepSeek-V3): e4m3 everywhere, 1×128 activations and gradients,
     // 128×128 weights, power-of-two scales (TE's default).
@@ -106,11 +106,41 @@ const char* update_method_name(UpdateMethod m) {
   return m == UpdateMethod::kahan ? "kahan" : "plain";
 }
 
+namespace {
+
+/// `name` against `pattern` whole, `*` matching any run of characters other than '.'.
+bool glob_component(std::string_view pattern, std::string_view name) {
+  if (pattern.empty()) return name.empty();
+  if (pattern[0] == '*') {
+    for (size_t i = 0; i <= name.size(); ++i) {
+      if (glob_component(pattern.substr(1), name.substr(i))) return true;
+      if (i < name.size() && name[i] == '.') break;
+    }
+    return false;
+  }
+  return !name.empty() && pattern[0] == name[0] &&
+         glob_component(pattern.substr(1), name.substr(1));
+}
+
+}  // namespace
+
+bool scope_matches(std::string_view pattern, std::string_view scope) {
+  for (size_t end = 0; end <= scope.size(); ++end)
+    if ((end == scope.size() || scope[end] == '.') && glob_component(pattern, scope.substr(0, end)))
+      return true;
+  return false;
+}
+
 CastRule Policy::rule_in(OpKind k, const std::string& scope) const {
   for (const std::string& s : fp32_scopes)
-    if (scope.compare(0, s.size(), s) == 0 && (scope.size() == s.size() || scope[s.size()] == '.'))
-      return CastRule::fp32;
+    if (scope_matches(s, scope)) return CastRule::fp32;
   return rule(k);
+}
+
+const BlockRecipe* Policy::blocks_in(const std::string& scope) const {
+  for (const BlockLayer& l : block_layers)
+    if (scope_matches(l.match, scope)) return l.recipe ? &*l.recipe : nullptr;
+  return blocks ? &*blocks : nullptr;
 }
 
 bool Policy::master_weights() const {

@@ -414,6 +414,13 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
 
 namespace {
 
+/// A block recipe as the manifest records it (the keys of [precision.blocks]).
+nlohmann::json block_recipe_json(const BlockRecipe& b) {
+  return {{"input", b.input},         {"weight", b.weight},       {"grad", b.grad},
+          {"input_sr", b.input_sr},   {"weight_sr", b.weight_sr}, {"grad_sr", b.grad_sr},
+          {"input_rht", b.input_rht}, {"grad_rht", b.grad_rht},   {"pow2_scales", b.pow2_scales}};
+}
+
 /// The manifest's "policy": the resolved policy, its per-role roundings and update, fp8 recipe
 /// and the rule of every op.
 nlohmann::json policy_json(const Precision& pr) {
@@ -442,7 +449,9 @@ nlohmann::json policy_json(const Precision& pr) {
   pol["update"] = update_method_name(p.update.method);
   if (p.update.method == UpdateMethod::kahan)
     pol["compensation"] = p.update.compensation.name();
-  if (pr.rounding == Rounding::stochastic || (p.blocks && p.blocks->grad_sr))
+  bool block_sr = p.blocks && p.blocks->stochastic();
+  for (const BlockLayer& l : p.block_layers) block_sr = block_sr || (l.recipe && l.recipe->stochastic());
+  if (pr.rounding == Rounding::stochastic || block_sr)
     pol["sr_random_bits"] = pr.sr_random_bits;
   if (p.fp8) {
     pol["fp8_forward"] = format_name(p.fp8_config.fwd);
@@ -455,9 +464,14 @@ nlohmann::json policy_json(const Precision& pr) {
     pol["margin"] = p.fp8_config.margin;
   }
   if (const auto& b = p.blocks) {
-    pol["blocks"] = {{"input", b->input}, {"weight", b->weight}, {"grad", b->grad},
-                     {"grad_stochastic_rounding", b->grad_sr}, {"wgrad_rht", b->wgrad_rht},
-                     {"pow2_scales", b->pow2_scales}};
+    pol["blocks"] = block_recipe_json(*b);
+    if (!p.block_layers.empty()) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const BlockLayer& l : p.block_layers)
+        layers.push_back({{"match", l.match},
+                          {"recipe", l.recipe ? block_recipe_json(*l.recipe) : nullptr}});
+      pol["blocks"]["layer"] = layers;
+    }
   }
   nlohmann::json rules = nlohmann::json::object();
   for (int i = 0; i < kOpCount; ++i)

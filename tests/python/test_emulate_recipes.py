@@ -59,14 +59,8 @@ from test_emulate import DefaultMlp, AgainstSimulator  # noqa: E402
 
 
 def toml_text(precision):
-    lines = ["[precision]"]
-    ops = precision.pop("ops", None)
-    for k, v in precision.items():
-        lines.append(f"{k} = {v!r}" if isinstance(v, int) else f'{k} = "{v}"')
-    if ops:
-        lines.append("[precision.ops]")
-        lines += [f'{k} = "{v}"' for k, v in ops.items()]
-    return "\n".join(lines).replace("'", '"') + "\n"
+    """The [precision] table as halfway.train writes a config's."""
+    return halfway._toml({"precision": precision})
 
 
 class TomlRecipes(DefaultMlp, hwtest.unittest.TestCase):
@@ -76,6 +70,17 @@ class TomlRecipes(DefaultMlp, hwtest.unittest.TestCase):
         "custom fp16, relu in fp32": {"policy": "custom", "low": "fp16",
                                       "ops": {"linear": "lower", "mse": "lower",
                                               "relu": "fp32"}},
+        # [precision.blocks]: per-operand options and schemes, a layer with its own recipe.
+        "nvfp4, 1-D weights, SR of X, layer 2 in MXFP8": {
+            "policy": "nvfp4",
+            "blocks": {"weight": "nvfp4", "input_sr": True, "input_rht": False,
+                       "layer": [{"match": "2", "input": "mxfp8_e4m3:rceil",
+                                  "weight": "mxfp8_e4m3:rceil:block=0",
+                                  "grad": "mxfp8_e4m3:rceil", "grad_rht": False}]}},
+        "fp8-blockwise as torchao's rowwise, layer 0 kept": {
+            "policy": "fp8-blockwise",
+            "blocks": {"input": "fp8_rowwise", "weight": "fp8_rowwise", "grad": "fp8_rowwise",
+                       "layer": [{"match": "0", "keep": True}]}},
     }
 
     def write(self, text):

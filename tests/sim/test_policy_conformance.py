@@ -12,6 +12,11 @@ trace.csv must be allowed by the preset's row:
     run, rounds into the low dtype.
 A preset the tool knows but the table lacks (or the reverse) fails too.
 
+The [precision.blocks] keys are checked against their table ("Choosing the recipe"): for each
+key, a traced step of the transformer under the example's preset and value must change exactly
+the copies the row lists, to that value (the manifest for pow2_scales), every other copy
+staying as the block table says; and each example must change something.
+
 The block-scaled presets are also checked against the block table: every row of blocks.csv
 (scheme, axis, stochastic rounding, Hadamard transform of each operand copy) is the table's
 cell for that operand and copy, every linear layer has all six copies, and presets outside
@@ -140,6 +145,58 @@ def block_table():
                                        "pow2" in flags)
         rows[cells[0].strip("`")] = row
     return rows
+
+
+def option_table():
+    """[(key, preset, value, [copy labels])] from the [precision.blocks] key table."""
+    with open(DOC) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("| key | example | copies"))
+    rows = []
+    for l in lines[start + 2:]:
+        if not l.startswith("|"):
+            break
+        cells = [c.strip() for c in l.strip().strip("|").split("|")]
+        preset, value = [x.strip().strip("`") for x in cells[1].split(":", 1)]
+        copies = [] if cells[2] == "(manifest)" else [c.strip() for c in cells[2].split(",")]
+        rows.append((cells[0].strip("`"), preset, value, copies))
+    return rows
+
+
+def toml_value(text):
+    """A TOML value of the table: true, false or a string."""
+    return {"true": True, "false": False}.get(text, text.strip('"'))
+
+
+def check_options(halfway, w, btable, linear_scopes):
+    """Each [precision.blocks] key's example against the block table's row of its preset."""
+    import json
+    errors = []
+    rows = option_table()
+    simtest.check(len(rows) == 9, "the key table has %d rows" % len(rows))
+    for key, preset, value, copies in rows:
+        tag = "opt-%s-%s" % (preset, key)
+        text = (MODELS["transformer"] + TAIL.format(policy=preset, steps=1) +
+                "[precision.blocks]\n%s = %s\n" % (key, value))
+        simtest.train(halfway, w.write(tag + ".toml", text), w.file(tag))
+        v = toml_value(value)
+        if key == "pow2_scales":
+            with open(os.path.join(w.file(tag), "manifest.json")) as f:
+                got = json.load(f)["policy"]["blocks"]["pow2_scales"]
+            if got != v or btable[preset][("input", "fprop")][4] == v:
+                errors.append("%s: manifest pow2_scales %s, example %s" % (tag, got, v))
+            continue
+        field = 2 if key.endswith("_sr") else 3 if key.endswith("_rht") else 0
+        cells = dict(btable[preset])
+        for label in copies:
+            cell = list(cells[BLOCK_COLUMNS[label]])
+            cell[field] = v
+            cells[BLOCK_COLUMNS[label]] = tuple(cell)
+        if cells == btable[preset]:
+            errors.append("%s: the example changes no copy" % tag)
+        rows_csv = simtest.read_csv(os.path.join(w.file(tag), "blocks.csv"))
+        errors += check_blocks(tag, cells, {"transformer": rows_csv}, linear_scopes)
+    return errors
 
 
 def check_blocks(name, cells, blocks, linear_scopes):
@@ -290,6 +347,16 @@ def main(halfway):
                 r["rht"] = "0"
         simtest.check(check_blocks("nvfp4", btable["nvfp4"], bad_blocks, linear_scopes),
                       "negative control: an nvfp4 wgrad copy without RHT is reported")
+        e = check_options(halfway, w, btable, linear_scopes)
+        print("[precision.blocks] keys: %s" % ("ok" if not e else "%d errors" % len(e)))
+        errors += e
+        # Negative control: a key table that claimed input_sr for W's copies is reported.
+        fake = {"transformer": [dict(r) for r in blocks["mxfp8"]["transformer"]]}
+        cells = dict(btable["mxfp8"])
+        cells[("weight", "fprop")] = cells[("weight", "fprop")][:2] + (True,) + \
+            cells[("weight", "fprop")][3:]
+        simtest.check(check_blocks("mxfp8", cells, fake, linear_scopes),
+                      "negative control: a W copy claimed stochastic is reported")
         for e in errors[:40]:
             print("FAIL " + e)
         simtest.check(not errors, "%d rounding(s) the documentation does not allow" % len(errors))

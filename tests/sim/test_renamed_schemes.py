@@ -2,8 +2,9 @@
 "Renamed") is refused, not reused: its manifest names mxfp8_e4m3:ceil, which now means
 torchao's CEIL. A sweep of two tiny mxfp8 runs is made, one run's manifest is given the old
 names (as the previous version wrote them), and resuming the sweep or merging it must end in
-one line naming the folder and what to do, exit 2. The negative control: the same resume with
-the manifest as this version wrote it succeeds."""
+one line naming the folder and what to do, exit 2. The negative controls: the same resume with
+the manifest as this version wrote it succeeds, and so does one whose recipe names ':ceil' in
+this version's manifest format (a [precision.blocks] choice of torchao's CEIL)."""
 import json
 import os
 import sys
@@ -50,6 +51,14 @@ def main(halfway):
         check(r.returncode == 0, f"resume: {r.returncode} {r.stderr!r}")
         for role in ("input", "weight", "grad"):
             blocks[role] = "mxfp8_e4m3:ceil"
+        with open(man, "w") as f:
+            json.dump(m, f)
+        r = run(halfway, "sweep", sweep, "--out", res)
+        check(r.returncode == 0, f"resume, this version's ':ceil': {r.returncode} {r.stderr!r}")
+        # The previous version's recipe keys (before [precision.blocks]).
+        m["policy"]["blocks"] = {"input": "mxfp8_e4m3:ceil", "weight": "mxfp8_e4m3:ceil",
+                                 "grad": "mxfp8_e4m3:ceil", "grad_stochastic_rounding": False,
+                                 "wgrad_rht": False, "pow2_scales": False}
         with open(man, "w") as f:
             json.dump(m, f)
         for args in (["sweep", sweep, "--out", res], ["merge", res, "--out", w.file("m.csv")]):

@@ -232,13 +232,15 @@ std::string index_row(const nlohmann::json& def, const nlohmann::json& run,
 }
 
 /// A run folder written before the MX scale rule ':ceil' was renamed ':rceil' (docs/blocks.md,
-/// "Renamed") records the old name in its manifest; no policy of this version writes ':ceil',
-/// so such a folder holds results of the old rule under a name that now means another one.
+/// "Renamed") records the old name in its manifest, where it named the old rule. Manifests
+/// of block recipes written before [precision.blocks] (their recipe has no "input_sr") could
+/// name ':ceil' only so: their recipes were the presets', and no preset names it since the
+/// rename. A newer manifest's ':ceil' is the rule of today's name.
 void refuse_renamed_schemes(const nlohmann::json& m, const std::string& run_dir) {
   const auto p = m.find("policy");
   if (p == m.end() || !p->is_object()) return;
   const auto b = p->find("blocks");
-  if (b == p->end() || !b->is_object()) return;
+  if (b == p->end() || !b->is_object() || b->contains("input_sr")) return;
   for (const char* role : {"input", "weight", "grad"}) {
     const auto n = b->find(role);
     if (n == b->end() || !n->is_string()) continue;

@@ -24,10 +24,11 @@ struct BlockCopy {
   const char* gemm = "fprop";  ///< the GEMM that reads it (fprop, dgrad, wgrad)
   bool sr = false;             ///< stochastic rounding of the elements
   bool rht = false;            ///< random Hadamard transform (nvfp4 1×16)
-  bool pow2_scales = false;    ///< fp8_block power-of-two scales
+  bool pow2_scales = false;    ///< fp8_block, fp8_rowwise power-of-two scales
 };
 
-/// The (rows, cols) tile of a copy's scheme along its axis.
+/// The (rows, cols) tile of a copy's scheme along its axis, the multiple its padded operand
+/// must have: 1 along the axis for a whole-dimension block (it spans the padded dimension).
 std::pair<size_t, size_t> copy_tile(const BlockCopy& c);
 
 /// x (rows×cols, row-major, fp32 values; fp64 storage narrowed) zero-padded to prows×pcols (each a

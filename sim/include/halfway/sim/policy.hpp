@@ -65,10 +65,30 @@ struct BlockRecipe {
   std::string input;         ///< the activations X (fprop and wgrad copies)
   std::string weight;        ///< the weights W (fprop and dgrad copies)
   std::string grad;          ///< the output gradient dY (dgrad and wgrad copies)
-  bool grad_sr = false;      ///< dY's elements rounded stochastically
-  bool wgrad_rht = false;    ///< random Hadamard transform of both wgrad operands (along M)
-  bool pow2_scales = false;  ///< fp8_block: power-of-two scales
+  bool input_sr = false;     ///< X's elements rounded stochastically (both copies)
+  bool weight_sr = false;    ///< W's elements rounded stochastically (both copies)
+  bool grad_sr = false;      ///< dY's elements rounded stochastically (both copies)
+  bool input_rht = false;    ///< random Hadamard transform of X's wgrad copy (along M)
+  bool grad_rht = false;     ///< random Hadamard transform of dY's wgrad copy (along M)
+  bool pow2_scales = false;  ///< fp8_block, fp8_rowwise: power-of-two scales
+
+  bool stochastic() const { return input_sr || weight_sr || grad_sr; }
+  bool operator==(const BlockRecipe&) const = default;
 };
+
+/// A per-layer block recipe ([[precision.blocks.layer]]): the linear layers under `match` (a
+/// name scope; `*` matches any run of characters within one name) use `recipe`, or, without
+/// one, are not quantized (their GEMMs run as the policy's fp32 ops, as TE's layers outside
+/// its autocast).
+struct BlockLayer {
+  std::string match;
+  std::optional<BlockRecipe> recipe;
+};
+
+/// Whether the name scope `scope` is `pattern` or lies below it ("blocks.0" covers
+/// "blocks.0.attn.q"; "blocks.*.mlp" covers "blocks.3.mlp.fc1").
+bool scope_matches(std::string_view pattern, std::string_view scope);
+
 const char* amax_algo_name(AmaxAlgo a);
 
 /// What a rounding belongs to: the forward pass, the backward pass (gradients, and the loss
@@ -101,6 +121,9 @@ struct Policy {
   Fp8Config fp8_config{};
   /// Set: linear layers (the `lower` rule of `linear`) use block-scaled GEMM operands.
   std::optional<BlockRecipe> blocks;
+  /// Per-layer recipes, the first that matches a layer's scope wins; other layers use
+  /// `blocks`.
+  std::vector<BlockLayer> block_layers;
 
   /// Rounding direction of each role; unset: the run's `rounding`.
   std::array<std::optional<Rounding>, kRoleCount> role_rounding{};
@@ -116,6 +139,9 @@ struct Policy {
   CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }
   /// The rule of op `k` under the name scope `scope`: fp32 within fp32_scopes, else rule(k).
   CastRule rule_in(OpKind k, const std::string& scope) const;
+  /// The block recipe of the linear layers under `scope`: the first matching block_layers
+  /// entry's (null for a layer kept unquantized), else `blocks` (null without one).
+  const BlockRecipe* blocks_in(const std::string& scope) const;
   Rounding rounding(Role r, Rounding run_default) const {
     return role_rounding[static_cast<size_t>(r)].value_or(run_default);
   }
