@@ -11,6 +11,12 @@ operand casts are the same tensors (the linear layers' input, weight and grad_ou
 `linear`), so every fp8 and block recipe shares one metric. bf16 autocast casts other tensors
 (whatever reaches a linear layer in fp32) and is not drawn there.
 
+The options figure (block_formats_options) compares each block family's variants, the cases
+named PRESET:VARIANT ([precision.blocks] choices: MXFP4 and MXFP8 under the four e8m0 scale
+rules, NVFP4 without its Hadamard transform and without its stochastic rounding), each beside
+its preset: the final validation loss (mean of the seeds, line: min-max) and the SNR of X, W
+and dY, pooled as in the table.
+
 usage: plot.py RESULTS_DIR
 """
 import os
@@ -65,12 +71,66 @@ def clamp_split(b):
     return ("%d" % (int(b["scales_clamped"].sum()) - harmless), "%d" % harmless)
 
 
+# The block families of the options figure: (preset, what the preset itself chooses).
+FAMILIES = (("mxfp4", "floor"), ("mxfp8", "rceil"), ("nvfp4", "RHT, SR"))
+
+
+def pooled_snr(b, role):
+    sel = b[b["role"] == role]
+    return float(snr_db(np.sum(sel["signal"].to_numpy(dtype=np.float64)),
+                        np.sum(sel["noise"].to_numpy(dtype=np.float64))))
+
+
+def options_figure(results, df, steps, blocks):
+    """Each family's preset and its PRESET:VARIANT cases: final validation loss (mean, min-max
+    line) and the pooled SNR of X, W and dY; None when the results hold no variant."""
+    groups = [[f] + [c for c in steps if c.startswith(f + ":")] for f, _ in FAMILIES
+              if f in steps]
+    if not any(len(g) > 1 for g in groups):
+        return None
+    x, labels, pos = [], [], 0
+    for (family, own), g in zip(FAMILIES, groups):
+        for c in g:
+            x.append((c, pos))
+            labels.append("%s (%s)" % (c, own) if c == family else c.split(":", 1)[1])
+            pos += 1
+        pos += 1  # a gap between families
+    fig, ax = plt.subplots(1, 2, figsize=(13, 3.9))
+    xs = [p for _, p in x]
+    finals = {c: [final_val_loss(s) for s in steps[c]] for c, _ in x}
+    style.mark(ax[0].plot(xs, [np.mean(finals[c]) for c, _ in x], "o", color=style.color(0),
+                          ms=4, label="mean of the seeds")[0], "loss mean")
+    style.mark(ax[0].vlines(xs, [min(finals[c]) for c, _ in x], [max(finals[c]) for c, _ in x],
+                            color=style.color(0), lw=1.2, label="min-max of the seeds"),
+               "loss range")
+    for i, (name, role, _) in enumerate(ROLES):
+        style.mark(ax[1].plot([p + 0.2 * (i - 1) for p in xs],
+                              [pooled_snr(blocks[c], role) for c, _ in x],
+                              "osD"[i], color=style.color(i + 1), ms=4, label=name)[0],
+                   "snr " + name)
+    for a in ax:
+        a.set_xticks(xs)
+        a.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
+    ax[0].set_ylabel("final validation loss (nats per byte)")
+    ax[0].set_title("final validation loss by scale rule and NVFP4 option")
+    ax[1].set_ylabel("SNR (dB)")
+    ax[1].set_title("quantization SNR of the GEMM operands by option")
+    fig.tight_layout()
+    style.legend_below(fig, ax, ncol=5)
+    style.caption(fig, results, "each family's first entry is its preset (its own choice in "
+                                "brackets); loss at the last validation, %d seeds; SNR: every "
+                                "seed, layer, copy and traced step" % df["run.seed"].nunique())
+    return style.save(fig, results, "block_formats_options")
+
+
 def main(results):
     style.setup()
     df, _ = style.load(results)
-    cases = list(dict.fromkeys(df["case"]))
+    every = list(dict.fromkeys(df["case"]))
+    # The main figure's recipes; the PRESET:VARIANT cases are the options figure's.
+    cases = [c for c in every if ":" not in c]
     steps, blocks = {}, {}
-    for case in cases:
+    for case in every:
         rows = [r for _, r in df[df["case"] == case].iterrows()]
         steps[case] = [style.read_run_csv(results, r, "steps.csv") for r in rows]
         b = pd.concat([operand_copies(results, r) for r in rows])
@@ -115,15 +175,16 @@ def main(results):
                                 "bf16: other tensors, not drawn; a flush line breaks at steps that flushed nothing"
                                 % df["run.seed"].nunique())
     paths = style.save(fig, results, "block_formats")
+    paths += options_figure(results, df, steps, blocks) or []
 
     # Clamped block scales, split: real clamps, and NVFP4's harmless one-ulp clamps of the
     # blocks holding the tensor's amax (blocks.csv's scales_clamped_real, _harmless).
-    print("%-14s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %10s %10s" % (
+    print("%-18s %9s %9s %9s %7s %7s %7s %10s %10s %10s %9s %10s %10s" % (
         "recipe", "val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY", "flush_X%",
         "flush_W%", "flush_dY%", "satur%", "clamp_real", "clamp_ulp"))
-    for case in cases:
+    for case in every:
         vals = [final_val_loss(s) for s in steps[case]]
-        line = "%-14s %9.4f %9.4f %9.4f" % (case, np.mean(vals), min(vals), max(vals))
+        line = "%-18s %9.4f %9.4f %9.4f" % (case, np.mean(vals), min(vals), max(vals))
         b = blocks[case]
         if len(b):
             sums = {role: b[b["role"] == role][["signal", "noise", "flushed", "elements"]].sum()
@@ -137,7 +198,7 @@ def main(results):
         else:
             line += " %7s %7s %7s %10s %10s %10s %9s %10s %10s" % (("-",) * 9)
         print(line)
-    style.seed_spread(cases, {c: [final_val_loss(s) for s in steps[c]] for c in cases})
+    style.seed_spread(every, {c: [final_val_loss(s) for s in steps[c]] for c in every})
     print("figures: " + ", ".join(os.path.relpath(p) for p in paths))
 
 

@@ -927,9 +927,10 @@ def check_block_formats(res, figs, con):
     con.header("recipe", ["val_mean", "val_min", "val_max", "snr_X", "snr_W", "snr_dY",
                           "flush_X%", "flush_W%", "flush_dY%", "satur%", "clamp_real",
                           "clamp_ulp"])
-    all_finals = {}
+    all_finals, snr = {}, {}
     for case in dict.fromkeys(df["case"]):
-        doc.text(case)
+        if ":" not in case:  # PRESET:VARIANT cases are the options figure's
+            doc.text(case)
         finals, tables = [], []
         for _, r in df[df["case"] == case].iterrows():
             st = run_csv(res, r, "steps.csv")
@@ -961,6 +962,8 @@ def check_block_formats(res, figs, con):
                 tot[ro] = {k: float(np.sum(sel[k].to_numpy(dtype=np.float64)))
                            for k in ("signal", "noise", "flushed", "elements")}
             values += [10 * math.log10(tot[ro]["signal"] / tot[ro]["noise"]) for ro in roles]
+            snr[case] = [float(10 * np.log10(tot[ro]["signal"] / tot[ro]["noise"]))
+                         for ro in roles]
             values += [100 * tot[ro]["flushed"] / tot[ro]["elements"] for ro in roles]
             values += [100 * int(b["saturated"].sum()) / int(b["elements"].sum())]
             if "scales_clamped" in b:  # block scales only: real, then harmless clamps
@@ -969,6 +972,38 @@ def check_block_formats(res, figs, con):
                 values += [sum(real), sum(harmless)]
         con.row(case, values)
     expect_seed_spread(con, all_finals, "final validation loss")
+    check_block_options(res, figs, all_finals, snr, df["run.seed"].nunique())
+
+
+def check_block_options(res, figs, finals, snr, seeds):
+    """The options figure: each block family (mxfp4, mxfp8, nvfp4), its preset then its
+    PRESET:VARIANT cases in sweep order, one x position each and a gap between families."""
+    if not any(":" in c for c in finals):
+        return
+    doc = figs["block_formats_options"]
+    for t in ("final validation loss (nats per byte)",
+              "final validation loss by scale rule and NVFP4 option", "SNR (dB)",
+              "quantization SNR of the GEMM operands by option", "mean of the seeds",
+              "min-max of the seeds", "X", "W", "dY"):
+        doc.text(t)
+    doc.expect("each family's first entry is its preset (its own choice in brackets); loss at "
+               "the last validation, {I} seeds; SNR: every seed, layer, copy and traced step | ",
+               seeds)
+    provenance(doc, res)
+    order, pos = [], 0
+    for family in ("mxfp4", "mxfp8", "nvfp4"):
+        for c in [family] + [c for c in finals if c.startswith(family + ":")]:
+            order.append((c, float(pos)))
+            pos += 1
+        pos += 1
+    data = figure_data(res, "block_formats_options")
+    drawn(doc, data, "loss mean", {"x": [x for _, x in order],
+                                   "y": [sum(finals[c]) / len(finals[c]) for c, _ in order]})
+    drawn(doc, data, "loss range", {"segments": [[[x, min(finals[c])], [x, max(finals[c])]]
+                                                 for c, x in order]})
+    for i, name in enumerate(("X", "W", "dY")):
+        drawn(doc, data, "snr " + name, {"x": [x + 0.2 * (i - 1) for _, x in order],
+                                         "y": [snr[c][i] for c, _ in order]})
 
 
 # The linear layers' GEMM operands of emulate_recipes' encoder, by name: (layer, role).
