@@ -567,10 +567,10 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
     e.scale_codes.assign(p, p + sc.size());
   }
   if (!global.is_none()) {
-    if (s.family != BlockFamily::nvfp4)
+    if (!s.has_global_scale())
       throw py::value_error("halfway.decode_blocks: " + s.name + " has no global scale (pass None)");
     e.global_scale = np().attr("float32")(global).cast<float>();
-  } else if (s.family == BlockFamily::nvfp4) {
+  } else if (s.has_global_scale()) {
     throw py::value_error("halfway.decode_blocks: " + s.name + " needs its global scale");
   }
   py::array_t<float> out({py::ssize_t(e.rows), py::ssize_t(e.cols)});

@@ -236,6 +236,50 @@ void fp8_rowwise(const halfway::BlockScheme& s, const std::vector<float>& x, con
   }
 }
 
+/// Four Over Six (fouroversix's reference, rule mse): both candidate scales of the block, each
+/// element through TE's e2m1 threshold table, the squared errors summed in binary64 in the
+/// block's row-major order, the scale of 4 kept when its error is smaller.
+void four_over_six(const std::vector<float>& x, const Block& blk, float a_all, Result& res,
+                   halfway::BlockEvents& ev, size_t b) {
+  halfway::Env env;
+  const float hp = a_all == 0.0f ? 0.0f : (float(blk.amax) * 256.0f) / a_all;
+  float sv[2];
+  uint32_t sc[2];
+  double err[2] = {0, 0};
+  const float factor[2] = {1.0f, 1.5f};
+  for (int k = 0; k < 2; ++k) {
+    sc[k] = halfway::from_f32(halfway::formats::e4m3, hp * factor[k], env);
+    sv[k] = halfway::to_f32(halfway::formats::e4m3, sc[k], env);
+  }
+  auto element = [&](float v, float s, bool& over) -> uint8_t {
+    over = false;
+    if (s == 0.0f || v == 0.0f) return 0;
+    const float y = ((v * 6.0f) * 256.0f) / (a_all * s);
+    over = std::fabs(y) > 6.0f;
+    return te_e2m1_code(std::fmax(-6.0f, std::fmin(6.0f, y)));
+  };
+  auto value = [&](uint8_t code, float s) {
+    return ((halfway::to_f32(halfway::formats::e2m1, code, env) * s) * a_all) / 1536.0f;
+  };
+  bool over;
+  for (int k = 0; k < 2; ++k)
+    for (size_t i : blk.idx) {
+      const double d = double(value(element(x[i], sv[k], over), sv[k])) - double(x[i]);
+      err[k] += d * d;
+    }
+  const int pick = err[1] < err[0] ? 1 : 0;
+  res.scale_codes[b] = uint8_t(sc[pick]);
+  res.scales[b] = sv[pick];
+  ev.scales_clamped = sv[pick] == 0.0f && blk.amax != 0;
+  for (size_t i : blk.idx) {
+    const uint8_t q = element(x[i], sv[pick], over);
+    res.codes[i] = q;
+    ev.saturated += over;
+    ev.flushed += x[i] != 0.0f && (q & 7) == 0;
+    res.decoded[i] = value(q, sv[pick]);
+  }
+}
+
 }  // namespace
 
 uint8_t te_e2m1_code(float y) {
@@ -274,6 +318,7 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
     gamax = std::max(gamax, blocks[b].amax);
   }
   float g = 0;
+  if (s.family == BlockFamily::nvfp4_4over6) res.global_scale = float(gamax);
   if (s.family == BlockFamily::nvfp4) {
     g = 2688.0f / float(gamax);
     if (g > FLT_MAX) g = FLT_MAX;
@@ -288,6 +333,7 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
       case BlockFamily::mx: mx_block(s, x, blocks[b], o, res, ev, b); break;
       case BlockFamily::nvfp4: nvfp4_block(s, x, blocks[b], g, o, cols, res, ev, b); break;
       case BlockFamily::fp8_rowwise: fp8_rowwise(s, x, blocks[b], o, res, ev, b); break;
+      case BlockFamily::nvfp4_4over6: four_over_six(x, blocks[b], float(gamax), res, ev, b); break;
       default: fp8_block(s, x, blocks[b], o, res, ev, b); break;
     }
     res.events += ev;

@@ -378,8 +378,11 @@ TEST_CASE("MX, NVFP4 and blockwise fp8 on mixed-magnitude tensors along either a
       for (uint32_t seed : {1u, 2u}) {
         // Narrow ranges give NVFP4 and fp8 blocks within range of the global amax; wide ranges
         // give scales that clamp, underflow and flush.
-        const std::vector<float> x = seed == 1 ? narrowed(mixed(rows * cols, seed, -6, 6))
-                                               : mixed(rows * cols, seed);
+        // (Four Over Six refuses a tensor amax above fp32 max / 256: no 2^120 values.)
+        const std::vector<float> x =
+            seed == 1 ? narrowed(mixed(rows * cols, seed, -6, 6))
+            : s.family == BlockFamily::nvfp4_4over6 ? narrowed(mixed(rows * cols, seed))
+                                                    : mixed(rows * cols, seed);
         for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
           BlockOptions o;
           o.axis = axis;
@@ -417,6 +420,7 @@ TEST_CASE("every lane position of the block maximum, partial vectors and any num
           const size_t sc = widths[i];
           const size_t rows = tr * (s.two_d ? 1 : 2), cols = sc * tc;
           std::vector<float> x = mixed(rows * cols, uint32_t(7 + i), -6, 6);
+          if (s.family == BlockFamily::nvfp4_4over6) x = narrowed(x);  // amax below max / 256
           const size_t sr = rows / tr, len = tr * tc;
           for (size_t b = 0; b < sr * sc; ++b) {
             const size_t p = (5 * b) % len, r = (b / sc) * tr + p / tc, c = (b % sc) * tc + p % tc;
@@ -618,6 +622,7 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
                         {Rounding::stochastic, 3},   {Rounding::stochastic, 32}};
   for (const std::string& name : block_scheme_names()) {
     const BlockScheme s = parse_block_scheme(name);
+    if (s.family == BlockFamily::nvfp4_4over6) continue;  // near_even only (refused below)
     for (const Mode& m : modes) {
       for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
         BlockOptions o;
@@ -643,6 +648,7 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
   // 2688 in the first block (global scale 1) and then amax 6 (scale 6 · fp32(1/6) = 1).
   for (const std::string& name : block_scheme_names()) {
     const BlockScheme s = parse_block_scheme(name);
+    if (s.family == BlockFamily::nvfp4_4over6) continue;
     std::vector<float> v = s.family == BlockFamily::mx ? x : narrow;
     const auto [tr, tc] = block_tile(s, BlockAxis::last, rows, cols);
     const size_t first = s.family == BlockFamily::nvfp4 ? tc : 0;  // the block of the tie
@@ -964,6 +970,60 @@ TEST_CASE("worked examples: MXINT8 and torchao's float8 rowwise, by hand") {
   }
 }
 
+TEST_CASE("Four Over Six: each block keeps the scale, to 6 or to 4, of the smaller error") {
+  // One 1x16 block per row, tensor amax A = 6 (row 0). Row 0, amax 6: s6 = e4m3(6 · 256 / 6)
+  // = 256, s4 = e4m3(384) = 384 (field 15, fraction 100: 0x7C); under s6 the elements are
+  // x · 1536 / (6 · 256) = x, under s4 x / 1.5. Row 0 holds 6 and 4.5: to 6 they are 6 and 4
+  // (4.5 is the tie of 4 and 6: even, 4; error 0.5), to 4 they are 4 and 3, which decode to 6
+  // and 4.5 exactly: row 0 keeps s4. Row 1 (amax 3): 3, 2.5, 0.625. To 6 (s6 = 128, elements
+  // 2x): 6, 5 → 4, 1.25 → 1 (ties to even), decoded 3, 2, 0.5: errors 0, 0.5, 0.125, squared
+  // sum 0.265625. To 4 (s4 = 192, elements 4x/3): 4, 3.33 → 3, 0.83 → 1, decoded 3, 2.25,
+  // 0.75: errors 0, 0.25, 0.125, squared sum 0.078125: row 1 keeps s4 too.
+  std::vector<float> x(2 * 16, 0.0f);
+  x[0] = 6.0f, x[1] = 4.5f;
+  x[16] = 3.0f, x[17] = 2.5f, x[18] = 0.625f;
+  const BlockScheme s = parse_block_scheme("nvfp4_4over6");
+  const BlockEncoding e = encode_blocks(s, x.data(), 2, 16);
+  REQUIRE(e.global_scale);
+  CHECK(*e.global_scale == 6.0f);
+  CHECK(e.scale_codes[0] == 0x7C);  // 384: the scale to 4
+  CHECK(e.scales[0] == 384.0f);
+  CHECK(e.codes[0] == 0x6);  // 6 / 1.5 = 4
+  CHECK(e.codes[1] == 0x5);  // 4.5 / 1.5 = 3
+  std::vector<float> d(32);
+  decode_blocks(s, e, d.data());
+  CHECK(d[0] == 6.0f);
+  CHECK(d[1] == 4.5f);
+  // Row 1 by the definition: both candidates' errors in binary64.
+  auto err = [&](float sv) {
+    double sum = 0;
+    for (int i = 16; i < 32; ++i) {
+      float y = ((x[i] * 6.0f) * 256.0f) / (6.0f * sv);
+      Env env;
+      const float q = to_f32(formats::e2m1, from_f32(formats::e2m1, y, env), env);
+      const double dv = double(((q * sv) * 6.0f) / 1536.0f) - double(x[i]);
+      sum += dv * dv;
+    }
+    return sum;
+  };
+  CHECK(err(128.0f) == 0.265625);
+  CHECK(err(192.0f) == 0.078125);
+  CHECK(e.scales[1] == 192.0f);
+  CHECK(e.codes[17] == 0x5);  // 3
+  check_against_oracle(s, x, 2, 16);
+  // Refused: other roundings, and a tensor amax whose product a · 256 overflows fp32.
+  BlockOptions sr;
+  sr.rounding = Rounding::stochastic;
+  CHECK_THROWS_AS(encode_blocks(s, x.data(), 2, 16, sr), InputError);
+  x[5] = 1e37f;
+  CHECK_THROWS_AS(encode_blocks(s, x.data(), 2, 16), InputError);
+  // An all-zero tensor: every scale 0, every code 0, global scale (amax) 0.
+  const std::vector<float> z(32, 0.0f);
+  const BlockEncoding ez = encode_blocks(s, z.data(), 2, 16);
+  CHECK(*ez.global_scale == 0.0f);
+  CHECK(ez.scale_codes == std::vector<uint8_t>{0, 0});
+}
+
 TEST_CASE("block lengths and tiles of any size, and whole-dimension blocks") {
   // Lengths the AVX-512 kernels are not specialised for take the portable loops on every
   // path: lengths below, between and above 16, 32 and 128, odd ones, one element per block,
@@ -978,12 +1038,13 @@ TEST_CASE("block lengths and tiles of any size, and whole-dimension blocks") {
         "nvfp4:block=0", "nvfp4_2d:tile=8x24", "nvfp4_2d:tile=1x5", "fp8_block:block=60",
         "fp8_block:block=0", "fp8_block_2d:tile=24x40", "fp8_block_2d:tile=3x5",
         "fp8_rowwise", "fp8_rowwise_e5m2", "fp8_rowwise:block=30", "mxfp8_e4m3:block=16",
-        "mxint8:block=0"}) {
+        "mxint8:block=0", "nvfp4_4over6", "nvfp4_4over6:block=24", "nvfp4_4over6_2d:tile=8x24"}) {
     const BlockScheme s = parse_block_scheme(name);
     for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
       const auto [tr, tc] = block_tile(s, axis, rows, cols);
       if (rows % tr || cols % tc) continue;  // 16 along the 120 rows
       for (Rounding r : {Rounding::near_even, Rounding::stochastic}) {
+        if (s.family == BlockFamily::nvfp4_4over6 && r != Rounding::near_even) continue;
         BlockOptions o;
         o.axis = axis;
         o.rounding = r;

@@ -132,6 +132,8 @@ const SchemeEntry kSchemes[] = {
     {"mxint8", BlockFamily::mx, kInt8Element, 32, false},
     {"nvfp4", BlockFamily::nvfp4, formats::e2m1, 16, false},
     {"nvfp4_2d", BlockFamily::nvfp4, formats::e2m1, 16, true},
+    {"nvfp4_4over6", BlockFamily::nvfp4_4over6, formats::e2m1, 16, false},
+    {"nvfp4_4over6_2d", BlockFamily::nvfp4_4over6, formats::e2m1, 16, true},
     {"fp8_block", BlockFamily::fp8_block, saturating(formats::e4m3), 128, false},
     {"fp8_block_2d", BlockFamily::fp8_block, saturating(formats::e4m3), 128, true},
     {"fp8_rowwise", BlockFamily::fp8_rowwise, saturating(formats::e4m3), 0, false},
@@ -1170,6 +1172,94 @@ void encode_elements(const Job& j, BlockEncoding& e) {
   }
 }
 
+/// Four Over Six (Cook et al. 2025, mit-han-lab/fouroversix, `quantize/reference.py` with
+/// its default rule `mse`): each block is quantized twice, with the e4m3 scale that maps its
+/// amax to 6 and with 1.5 times it (amax to 4), under the tensor amax A and the scale range
+/// 256; the candidate with the smaller squared error is kept (docs/blocks.md, "Four Over
+/// Six"). Per block b with amax a: s6 = e4m3(fp32(fp32(a · 256) / A)), s4 =
+/// e4m3(fp32(fp32(a · 256) / A) · 1.5); elements y = fp32(fp32(fp32(x · 6) · 256) / fp32(A · s)),
+/// rounded to e2m1 nearest even, clamped to ±6; decoded fp32(fp32(fp32(q · s) · A) / 1536).
+struct FourOverSix {
+  float a_all;  ///< the tensor amax A
+  float value(uint8_t code, float s) const {
+    Env env;
+    const float q = to_f32(formats::e2m1, code, env);
+    return (q * s) * a_all / 1536.0f;
+  }
+  /// The code of x under block scale s (0: every element 0), with its events.
+  uint8_t code(float x, float s, bool& saturated) const {
+    saturated = false;
+    if (s == 0.0f || x == 0.0f) return 0;
+    float y = ((x * 6.0f) * 256.0f) / (a_all * s);
+    if (y == 0.0f) return 0;  // y underflowed: fouroversix's sign(y) · 0 is +0 (torch.sign(−0) = 0)
+    saturated = std::fabs(y) > 6.0f;
+    y = std::fmax(-6.0f, std::fmin(6.0f, y));
+    Env env;
+    return uint8_t(from_f32(formats::e2m1, y, env));  // a negative y that rounds to 0: −0
+  }
+};
+
+void encode_4over6(const Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
+                   BlockEncoding& e) {
+  const float a_all = bits_f32(amax_all);
+  if (!(a_all <= FLT_MAX / 256.0f))
+    throw InputError(j.s.name + ": the tensor's amax " + std::to_string(a_all) +
+                     " exceeds fp32 max / 256 (Four Over Six's first product a · 256 overflows)");
+  const FourOverSix f{a_all};
+  const size_t nb = j.sr * j.sc;
+  Env env;
+  std::vector<float> s6(nb), s4(nb);
+  std::vector<uint8_t> c6(nb), c4(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    const float hp = a_all == 0.0f ? 0.0f : (bits_f32(amax[b]) * 256.0f) / a_all;
+    c6[b] = uint8_t(from_f32(formats::e4m3, hp, env));
+    c4[b] = uint8_t(from_f32(formats::e4m3, hp * 1.5f, env));
+    s6[b] = to_f32(formats::e4m3, c6[b], env);
+    s4[b] = to_f32(formats::e4m3, c4[b], env);
+  }
+  // The squared errors of both candidates, per block, in binary64 in row-major order.
+  std::vector<double> err6(nb, 0.0), err4(nb, 0.0);
+  bool sat = false;
+  for (size_t r = 0; r < j.rows; ++r)
+    for (size_t c = 0; c < j.cols; ++c) {
+      const size_t b = (r / j.tr) * j.sc + c / j.tc;
+      const float x = j.x[r * j.cols + c];
+      const double d6 = double(f.value(f.code(x, s6[b], sat), s6[b])) - double(x);
+      const double d4 = double(f.value(f.code(x, s4[b], sat), s4[b])) - double(x);
+      err6[b] += d6 * d6;
+      err4[b] += d4 * d4;
+    }
+  std::vector<uint32_t> n_sat(nb, 0), n_flushed(nb, 0);
+  for (size_t b = 0; b < nb; ++b) {
+    const bool four = err4[b] < err6[b];
+    e.scale_codes[b] = four ? c4[b] : c6[b];
+    e.scales[b] = four ? s4[b] : s6[b];
+    const bool clamped = e.scales[b] == 0.0f && amax[b] != 0;
+    e.events.scales_clamped += clamped;
+    if (!e.block_events.empty()) e.block_events[b].scales_clamped = clamped;
+  }
+  for (size_t r = 0; r < j.rows; ++r)
+    for (size_t c = 0; c < j.cols; ++c) {
+      const size_t b = (r / j.tr) * j.sc + c / j.tc;
+      const float x = j.x[r * j.cols + c];
+      const uint8_t q = f.code(x, e.scales[b], sat);
+      e.codes[r * j.cols + c] = q;
+      n_sat[b] += sat;
+      n_flushed[b] += x != 0.0f && (q & 7) == 0;
+    }
+  e.global_scale = a_all;
+  for (size_t b = 0; b < nb; ++b) {
+    e.events.saturated += n_sat[b];
+    e.events.flushed += n_flushed[b];
+    if (e.block_events.empty()) continue;
+    BlockEvents& be = e.block_events[b];
+    be.elements = j.tr * j.tc;
+    be.blocks = 1;
+    be.saturated = n_sat[b];
+    be.flushed = n_flushed[b];
+  }
+}
+
 /// MXINT8: the sign-magnitude codes of its e1m6 grid as int8 two's complement (−0 as 0).
 void to_twos_complement(const BlockScheme& s, std::vector<uint8_t>& codes) {
   const uint8_t sign = uint8_t(s.element.sign_bit()), mag = uint8_t(s.element.mag_mask());
@@ -1323,6 +1413,9 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
                      std::to_string(o.random_bits));
   if (o.rht && (s.family != BlockFamily::nvfp4 || s.two_d || s.block != 16))
     throw InputError(s.name + ": the random Hadamard transform is an option of nvfp4 (1x16) only");
+  if (s.family == BlockFamily::nvfp4_4over6 && o.rounding != Rounding::near_even)
+    throw InputError(s.name + ": Four Over Six's selection is defined for round-to-nearest-even "
+                     "elements only");
   if (o.pow2_scales && s.family != BlockFamily::fp8_block && s.family != BlockFamily::fp8_rowwise)
     throw InputError(s.name + ": power-of-two scales are an option of fp8_block, fp8_block_2d "
                      "and fp8_rowwise");
@@ -1370,6 +1463,7 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
     case BlockFamily::mx: mx_scales(j, amax, e); break;
     case BlockFamily::nvfp4: nvfp4_scales(j, amax, amax_all, e); break;
     case BlockFamily::fp8_rowwise: fp8_rowwise_scales(j, amax, e); break;
+    case BlockFamily::nvfp4_4over6: encode_4over6(j, amax, amax_all, e); return e;
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);
@@ -1396,6 +1490,7 @@ void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t
   const size_t nb = e.scale_rows() * e.scale_cols();
   t.scale.resize(nb);
   const float gd = s.family == BlockFamily::nvfp4 ? 1.0f / *e.global_scale : 1.0f;
+  const bool e4m3_scales = s.family == BlockFamily::nvfp4 || s.family == BlockFamily::nvfp4_4over6;
   static const std::array<float, 256> e4m3 = [] {  // every e4m3 code, sign and NaN included
     std::array<float, 256> v{};
     for (uint32_t c = 0; c < 256; ++c) {
@@ -1408,8 +1503,8 @@ void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t
     if (s.family == BlockFamily::mx)
       t.scale[b] = e.scale_codes[b] == 0xFF ? std::numeric_limits<float>::quiet_NaN()
                                             : pow2f(int(e.scale_codes[b]) - 127);
-    else if (s.family == BlockFamily::nvfp4)
-      t.scale[b] = e4m3[e.scale_codes[b]] * gd;
+    else if (e4m3_scales)
+      t.scale[b] = e4m3[e.scale_codes[b]] * gd;  // 4over6: gd = 1, the e4m3 value
     else
       t.scale[b] = e.scales[b];
   }
@@ -1456,6 +1551,14 @@ void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out) {
   thread_local DecodeTables t;
   decode_tables(s, e, t);
   const size_t tr = e.tile_rows, tc = e.tile_cols, sc = e.scale_cols();
+  if (s.family == BlockFamily::nvfp4_4over6) {  // fp32(fp32(fp32(q · s) · A) / 1536)
+    const float a = *e.global_scale;
+    for (size_t r = 0; r < e.rows; ++r)
+      for (size_t c = 0; c < e.cols; ++c)
+        out[r * e.cols + c] =
+            (t.value[e.codes[r * e.cols + c]] * t.scale[(r / tr) * sc + c / tc]) * a / 1536.0f;
+    return;
+  }
   const auto row = s.family == BlockFamily::fp8_rowwise ? decode_row<true> : decode_row<false>;
   for (size_t r = 0; r < e.rows; ++r)
     row(t.value, e.codes.data() + r * e.cols, t.scale.data() + (r / tr) * sc, e.cols, tc,
@@ -1478,7 +1581,11 @@ void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out) {
   if (s.family == BlockFamily::nvfp4 &&
       (!e.global_scale || !(*e.global_scale > 0.0f) || std::isinf(*e.global_scale)))
     throw InputError(s.name + ": needs a finite positive fp32 global scale");
-  if (s.family != BlockFamily::nvfp4 && e.global_scale)
+  if (s.family == BlockFamily::nvfp4_4over6 &&
+      (!e.global_scale || !(*e.global_scale >= 0.0f) || std::isinf(*e.global_scale)))
+    throw InputError(s.name + ": needs the tensor's amax, a finite fp32 number >= 0, as its "
+                     "global scale");
+  if (!s.has_global_scale() && e.global_scale)
     throw InputError(s.name + ": has no global scale");
   if (n && max_code(e.codes.data(), n) > s.element.enc_mask()) bad_code(s, e);
   decode_trusted(s, e, out);

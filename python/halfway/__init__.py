@@ -187,8 +187,9 @@ _BLOCK_OPTIONS = """
     scheme: mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4 (each optionally with an
         e8m0 scale rule, torchao's names: ':floor' the default (OCP MX), ':ceil', ':rceil'
         (cuBLAS, Transformer Engine's MXFP8; the old ':ceil' is now ':rceil'), ':even'),
-        mxint8, nvfp4, nvfp4_2d, fp8_block, fp8_block_2d, fp8_rowwise and fp8_rowwise_e5m2
-        (torchao's float8 rowwise: one scale per row). Options after colons: ':block=N' (1-D
+        mxint8, nvfp4, nvfp4_2d, nvfp4_4over6 and nvfp4_4over6_2d (Four Over Six),
+        fp8_block, fp8_block_2d, fp8_rowwise and fp8_rowwise_e5m2 (torchao's float8 rowwise:
+        one scale per row). Options after colons: ':block=N' (1-D
         schemes: N elements per block, 0 the whole dimension), ':tile=RxC' (2-D schemes).
         docs/blocks.md defines each one bit for bit.
     axis: -1 (default): 1 x k blocks along each row; 0: k x 1 blocks down each column (the

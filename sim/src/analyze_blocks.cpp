@@ -124,9 +124,9 @@ BlockAnalysis analyze_blocks(const BlockScheme& scheme, const BlockView& v,
   const uint64_t band = tr * pcols;
   const uint64_t crows = band <= budget ? tr * std::max<uint64_t>(1, budget / band) : tr;
   const uint64_t ccols = band <= budget ? pcols : tc * std::max<uint64_t>(1, budget / (tr * tc));
-  // NVFP4: a row of blocks holding the tensor's amax, so that the call's global scale is the
-  // tensor's (the largest |x| of the call is then the tensor's; its blocks are left out).
-  const uint64_t ghost = s.family == BlockFamily::nvfp4 ? tr : 0;
+  // NVFP4 (and 4over6): a row of blocks holding the tensor's amax, so that the call's global
+  // scale is the tensor's (the largest |x| of the call is then the tensor's; its blocks are left out).
+  const uint64_t ghost = s.has_global_scale() ? tr : 0;
   BlockOptions o;
   o.axis = v.axis;
   o.per_block_events = true;

@@ -1,8 +1,9 @@
 /// \file blocks.hpp
 /// Block-scaled quantization of row-major 2-D float32 tensors: OCP MX (one e8m0 scale per 32
-/// elements), NVIDIA NVFP4 (an e4m3 scale per 16 e2m1 elements plus an fp32 global scale) and
-/// blockwise fp8 (an fp32 scale per 1×128 row tile or 128×128 tile). Each scheme is defined
-/// bit for bit in docs/blocks.md, with its source. Host only.
+/// elements), NVIDIA NVFP4 (an e4m3 scale per 16 e2m1 elements plus an fp32 global scale; and
+/// Four Over Six's variant), blockwise fp8 (an fp32 scale per 1×128 row tile or 128×128 tile)
+/// and torchao's rowwise fp8. Each scheme is defined bit for bit in docs/blocks.md, with its
+/// source. Host only.
 ///
 ///     const halfway::BlockScheme s = halfway::parse_block_scheme("mxfp4");
 ///     halfway::BlockEncoding e = halfway::encode_blocks(s, x.data(), rows, cols);
@@ -33,6 +34,7 @@ enum class BlockFamily : uint8_t {
   nvfp4,      ///< Transformer Engine's NVFP4: e4m3 block scale and fp32 global scale
   fp8_block,  ///< DeepSeek-V3 style blockwise fp8: fp32 scale amax/448 per block
   fp8_rowwise,  ///< torchao's float8 rowwise (axiswise) scaling: fp32 scale 448/amax per row
+  nvfp4_4over6,  ///< NVFP4 with Four Over Six's adaptive block scales (each block to 4 or 6)
 };
 
 /// How an MX scheme chooses its e8m0 scale 2^k from a block's amax (docs/blocks.md, "MX"),
@@ -71,10 +73,15 @@ struct BlockScheme {
   bool fp32_scales() const {
     return family == BlockFamily::fp8_block || family == BlockFamily::fp8_rowwise;
   }
+  /// Whether an encoding has a global scale (NVFP4's encode scale; 4over6's tensor amax).
+  bool has_global_scale() const {
+    return family == BlockFamily::nvfp4 || family == BlockFamily::nvfp4_4over6;
+  }
 };
 
 /// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
-/// nvfp4_2d fp8_block fp8_block_2d fp8_rowwise fp8_rowwise_e5m2, each optionally followed by
+/// nvfp4_2d nvfp4_4over6 nvfp4_4over6_2d fp8_block fp8_block_2d fp8_rowwise fp8_rowwise_e5m2,
+/// each optionally followed by
 /// options, each after a colon (docs/blocks.md, "Options"): a scale rule for the MX schemes
 /// (":floor" ":ceil" ":rceil" ":even"), ":block=N" for the 1-D schemes (N elements per
 /// block, 0 the whole dimension), ":tile=RxC" for the 2-D ones. The one parser of scheme
@@ -153,7 +160,9 @@ struct BlockEncoding {
   /// value, fp8_block the scale itself (decode multiplies), fp8_rowwise torchao's scale
   /// 448/amax (the encode multiplier; decode divides, as torchao does)).
   std::vector<float> scales;
-  std::optional<float> global_scale;  ///< NVFP4: the fp32 global encode scale
+  /// NVFP4: the fp32 global encode scale; nvfp4_4over6: the tensor's amax, as Four Over Six
+  /// keeps it (decoding multiplies by amax / 1536)
+  std::optional<float> global_scale;
   BlockEvents events;                 ///< the whole call
   std::vector<BlockEvents> block_events;  ///< per block (only with per_block_events)
 
