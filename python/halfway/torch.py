@@ -32,7 +32,8 @@ import os
 import numpy as np
 
 from . import _args, _halfway, _internal
-from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_flush_tolerance,
+from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_block_options,
+                       check_flush_tolerance,
                        format_list, scale_range)
 
 from .emulate import emulate, recipe_from_toml
@@ -69,13 +70,19 @@ class trace:
         and scale: large); trace.csv has each tensor's k_low and k_high anyway.
     tensorboard: a folder; at a clean exit, `out` is also exported there as a TensorBoard run
         (halfway.tensorboard).
+    axis: block schemes: the axis of each tensor the blocks run along (-1: the last, as a
+        linear layer's weight and input are reduced in its forward GEMM), as halfway.analyze.
+    per_block: block schemes: also write blocks_detail.csv, one row per block of every traced
+        tensor; a trace whose rows would pass max_rows is refused when the tensor that passes
+        it is recorded (ValueError).
     loss: call `tr.log_loss(loss)` to put a loss in steps.csv; with a scaler, the loss passed
         to scaler.scale() is taken automatically.
     """
 
     def __init__(self, model, optimizer=None, *, formats=DEFAULT_FORMATS, every=1, out="trace",
                  scaler=None, save_tensors=False, scales=DEFAULT_SCALES, flush_tolerance=0.0,
-                 tensor_windows=False, chunk=CHUNK, tensorboard=None):
+                 tensor_windows=False, chunk=CHUNK, tensorboard=None, axis=-1, per_block=False,
+                 max_rows=10_000_000):
         import torch
         if not isinstance(model, torch.nn.Module):
             raise TypeError("halfway.torch.trace: model must be a torch.nn.Module")
@@ -95,10 +102,11 @@ class trace:
         k_min, k_max = scale_range(scales)
         flush_tolerance = check_flush_tolerance(flush_tolerance)
         _halfway._check_analysis_options(format_list(formats), k_min, k_max)
+        axis, per_block, max_rows, _ = check_block_options(axis, per_block, max_rows, chunk)
         # The folder is opened on entry, once another trace is known not to be writing it.
         self._open_run = lambda: _halfway._AnalysisRun(
             self.out, format_list(formats), k_min, k_max, flush_tolerance, True,
-            bool(tensor_windows))
+            bool(tensor_windows), axis, per_block, max_rows)
         self._run = None
         self._state = "new"  # "new" -> "active" (in the with block) -> "done"
         self._formats = format_list(formats).split(",")

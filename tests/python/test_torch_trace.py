@@ -407,6 +407,49 @@ def check_block_schemes(d):
           and steps["grad_values"].isna().all(), f"steps.csv without element formats: {steps}")
     check(len(pd.read_csv(os.path.join(only, "blocks.csv"))) > 0, "blocks.csv without rows")
     print(f"ok   block schemes: {n} weight-gradient rows of blocks.csv equal halfway.analyze's")
+    # axis= and per_block=: blocks down the first axis and one row per block, as analyze's.
+    m, x, y = model_and_data()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    first = os.path.join(d, "blocks-axis0")
+    with halfway.torch.trace(m, opt, formats="mxfp8_e4m3:rceil,fp8_rowwise", every=2,
+                             out=first, axis=0, per_block=True) as tr:
+        train(m, x, y, opt, 3, tr)
+    b = pd.read_csv(os.path.join(first, "blocks.csv"), dtype=str, keep_default_na=False)
+    det = pd.read_csv(os.path.join(first, "blocks_detail.csv"), dtype=str, keep_default_na=False)
+    k = down = 0
+    for step in (0, 2):
+        ref_dir = os.path.join(d, f"axis0-ref{step}")
+        halfway.analyze({k2 + ".grad": g.numpy() for k2, g in grads[step].items()},
+                        "mxfp8_e4m3:rceil,fp8_rowwise", out_dir=ref_dir, axis=0, per_block=True)
+        ref = pd.read_csv(os.path.join(ref_dir, "blocks.csv"), dtype=str, keep_default_na=False)
+        rdet = pd.read_csv(os.path.join(ref_dir, "blocks_detail.csv"), dtype=str,
+                           keep_default_na=False)
+        for _, r in ref.iterrows():
+            got = b[(b["step"] == str(step)) & (b["name"] == r["name"]) &
+                    (b["scheme"] == r["scheme"])]
+            check(len(got) == 1 and list(got.iloc[0][tail]) == list(r[tail]) and
+                  got.iloc[0]["axis"] == r["axis"],
+                  f"axis 0, step {step} {r['name']} {r['scheme']}")
+            down += r["axis"] == "0"  # a 1-D tensor's only axis is its last
+            cols = [c for c in rdet.columns if c != "step"]
+            g2 = det[(det["step"] == str(step)) & (det["name"] == r["name"]) &
+                     (det["scheme"] == r["scheme"])][cols].reset_index(drop=True)
+            w2 = rdet[(rdet["name"] == r["name"]) &
+                      (rdet["scheme"] == r["scheme"])][cols].reset_index(drop=True)
+            check(len(w2) > 0 and g2.equals(w2), f"blocks_detail.csv, step {step} {r['name']} "
+                  f"{r['scheme']}: {len(g2)} rows against analyze's {len(w2)}")
+            k += 1
+    check(k == 2 * 2 * len(grads[0]) and down > 0, f"axis 0: {k} rows compared, {down} "
+          "with blocks down the first axis")
+    for bad, exc in (({"axis": 1.5}, TypeError), ({"per_block": 1}, TypeError),
+                     ({"max_rows": 0}, ValueError)):
+        try:
+            halfway.torch.trace(m, opt, formats="nvfp4", out=os.path.join(d, "bad"), **bad)
+            check(False, f"trace({bad}) accepted")
+        except exc as e:
+            check(list(bad)[0] in str(e), f"trace({bad}): {e}")
+    print(f"ok   axis=0, per_block=True: {k} rows of blocks.csv and their blocks_detail.csv "
+          "rows equal halfway.analyze's")
 
 
 def main():
