@@ -480,6 +480,8 @@ TEST_CASE("block policies: config errors are one-line input errors", "[sim][bloc
             "'precision.blocks.grad_rht' needs a 1x16 nvfp4 scheme"},
         Bad{"mxfp8", "[precision.blocks]\npow2_scales = true", "applies to fp8_block and fp8_rowwise"},
         Bad{"nvfp4", "[precision.blocks]\nlayer = 3", "must be an array of tables"},
+        Bad{"nvfp4", "[precision.blocks]\ngrad = \"nvfp4_4over6\"\ngrad_rht = false",
+            "'precision.blocks.grad_sr': Four Over Six"},
         Bad{"nvfp4", "[[precision.blocks.layer]]\nkeep = true", "missing field 'precision.blocks.layer[0].match'"},
         Bad{"nvfp4", "[[precision.blocks.layer]]\nmatch = \"head\"\nkeep = true\ninput = \"nvfp4\"",
             "takes no scheme or option"},

@@ -251,6 +251,15 @@ void apply_recipe_keys(const toml::table& t, const std::string& w, BlockRecipe& 
       throw InputError("'" + w + rht[i].first + "' needs a 1x16 nvfp4 scheme, not '" +
                        *rht[i].second + "'");
   }
+  // Four Over Six selects its scale by the nearest-even elements' errors: no stochastic rounding.
+  const std::pair<const char*, std::pair<bool, const std::string*>> sr[] = {
+      {"input_sr", {r.input_sr, &r.input}},
+      {"weight_sr", {r.weight_sr, &r.weight}},
+      {"grad_sr", {r.grad_sr, &r.grad}}};
+  for (const auto& [key, v] : sr)
+    if (v.first && parse_block_scheme(*v.second).family == BlockFamily::nvfp4_4over6)
+      throw InputError("'" + w + key + "': Four Over Six ('" + *v.second + "') takes no "
+                       "stochastic rounding; set it to false");
   if (r.pow2_scales)
     for (const std::string* name : {&r.input, &r.weight, &r.grad})
       if (!parse_block_scheme(*name).fp32_scales())
