@@ -218,18 +218,48 @@ bool finite_nonzero_f64(uint64_t b) {
 // ---------------------------------------------------------------------------------------------
 // round / encode / decode
 
+/// The result array of `fn`: a new one of `shape`, or the caller's `out` (numpy's convention:
+/// a C-contiguous, writeable float32 ndarray of that shape, written in place and returned;
+/// it may be the input itself). TypeError or ValueError naming `out` otherwise.
+py::array_t<float> output_array(py::handle out, const std::vector<py::ssize_t>& shape,
+                                const char* fn) {
+  if (out.is_none()) return py::array_t<float>(shape);
+  const std::string what = std::string("halfway.") + fn + ": out";
+  if (!py::isinstance<py::array>(out))
+    throw py::type_error(what + " must be a numpy.ndarray, not " +
+                         std::string(py::str(out.get_type().attr("__name__"))));
+  const py::array a = py::reinterpret_borrow<py::array>(out);
+  if (!a.dtype().is(py::dtype::of<float>()))
+    throw py::type_error(what + " must have dtype float32, not " + std::string(py::str(a.dtype())));
+  if (std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()) != shape)
+    throw py::value_error(what + " has shape " + std::string(py::str(a.attr("shape"))) +
+                          "; the result's is " + std::string(py::str(py::tuple(py::cast(shape)))));
+  if (!(a.flags() & py::array::c_style))
+    throw py::value_error(what + " must be C-contiguous");
+  if (!a.writeable()) throw py::value_error(what + " is read-only");
+  return py::reinterpret_borrow<py::array_t<float>>(out);
+}
+
 /// Values → encodings (Out = encoding type) or → float32 values exactly representable
 /// (Out = float). float32 input without per-element flags takes the bulk kernels.
 template <class Out>
 py::object convert(const char* fn, py::handle a, py::handle fmt, const std::string& rounding,
                    bool saturate, bool subnormals, py::handle seed, py::handle offset,
                    const std::string& tininess, bool want_flags, bool want_counts,
-                   int random_bits = kSrRandomBits) {
+                   int random_bits = kSrRandomBits, py::handle out_arg = py::none()) {
   const Spec s = make_spec(fmt, rounding, saturate, subnormals, seed, offset, tininess,
                            random_bits);
   const FloatInput in = float_input(a, fn);
   const auto shape = shape_of(in.arr);
-  py::array_t<Out> out(shape);
+  py::array_t<Out> out;
+  if constexpr (std::is_same_v<Out, float>) {
+    if (!out_arg.is_none() && in.scalar)
+      throw py::value_error(std::string("halfway.") + fn + ": out needs an array input, not a "
+                            "scalar");
+    out = output_array(out_arg, shape, fn);
+  } else {
+    out = py::array_t<Out>(shape);
+  }
   std::optional<py::array> flags;
   if (want_flags) flags = py::array_t<uint8_t>(shape);
   EventCounts counts;
@@ -280,9 +310,10 @@ py::object convert(const char* fn, py::handle a, py::handle fmt, const std::stri
 
 py::object round_values(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
                         bool subnormals, py::handle seed, py::handle offset,
-                        const std::string& tininess, bool flags, bool counts, int random_bits) {
+                        const std::string& tininess, bool flags, bool counts, int random_bits,
+                        py::handle out) {
   return convert<float>("round", a, fmt, rounding, saturate, subnormals, seed, offset, tininess,
-                        flags, counts, random_bits);
+                        flags, counts, random_bits, out);
 }
 
 py::object encode(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
@@ -585,7 +616,7 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
 py::object quantize_blocks_py(py::handle x, const std::string& scheme, int axis,
                               const std::string& rounding, int random_bits, py::handle seed,
                               py::handle offset, bool rht, bool pow2_scales, bool pad,
-                              bool counts) {
+                              bool counts, py::handle out_arg) {
   const BlockScheme s = parse_block_scheme(scheme);
   const BlockOptions o = block_options(s, axis, rounding, random_bits, seed, offset, rht,
                                        pow2_scales, "quantize_blocks");
@@ -593,7 +624,8 @@ py::object quantize_blocks_py(py::handle x, const std::string& scheme, int axis,
   // x's shape: with pad, the padding's values are left out.
   const py::array in = py::reinterpret_borrow<py::array>(x);
   const size_t rows = size_t(in.shape(0)), cols = size_t(in.shape(1));
-  py::array_t<float> out({py::ssize_t(rows), py::ssize_t(cols)});
+  py::array_t<float> out =
+      output_array(out_arg, {py::ssize_t(rows), py::ssize_t(cols)}, "quantize_blocks");
   float* po = out.mutable_data();
   {
     py::gil_scoped_release release;
@@ -1672,7 +1704,7 @@ PYBIND11_MODULE(_halfway, m) {
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
         py::arg("flags") = false, py::arg("counts") = false,
-        py::arg("random_bits") = kSrRandomBits);
+        py::arg("random_bits") = kSrRandomBits, py::arg("out") = py::none());
   m.def("encode", &encode, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
@@ -1733,7 +1765,8 @@ PYBIND11_MODULE(_halfway, m) {
   m.def("quantize_blocks", &quantize_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
         py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
-        py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false);
+        py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false,
+        py::arg("out") = py::none());
   m.def("block_schemes", &block_scheme_names, "Names of the block quantization schemes.");
   m.def("cpu_info", [] {
     py::dict d;

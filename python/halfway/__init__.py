@@ -59,13 +59,15 @@ _COMMON = """
 
 
 def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
-          offset=0, tininess="after", flags=False, counts=False, random_bits=32):
+          offset=0, tininess="after", flags=False, counts=False, random_bits=32, out=None):
     """Round values into `fmt`; return them as float32 values exactly representable in it.
 
     a: float32 or float64 values (array, scalar or sequence of numbers). float64 values are
         rounded in one step from binary64, never through float32 (no double rounding).
     random_bits: the random bits of each stochastic rounding (1-32), the top ones of each
         draw, as `precision.sr_random_bits` of `halfway train` (docs/semantics.md).
+    out: a C-contiguous, writeable float32 array of a's shape to write the result into (a
+        itself included), as numpy's out=; it is returned. Saves the new array's page faults.
     """
     _args.values("round", "a", a)
     _args.name("round", "fmt", fmt, allow=Format)
@@ -74,7 +76,7 @@ def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed
     _args.integer("round", "random_bits", random_bits, 1, 32)
     return _halfway.round(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
                           offset=offset, tininess=tininess, flags=flags, counts=counts,
-                          random_bits=random_bits)
+                          random_bits=random_bits, out=out)
 
 
 def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
@@ -250,13 +252,17 @@ def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
 
 
 def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, seed=None,
-                    offset=0, rht=False, pow2_scales=False, pad=False, counts=False):
-    """encode_blocks then decode_blocks: x's values after block quantization, float32."""
+                    offset=0, rht=False, pow2_scales=False, pad=False, counts=False, out=None):
+    """encode_blocks then decode_blocks: x's values after block quantization, float32.
+
+    out: a C-contiguous, writeable float32 array of x's shape to write the result into (x
+        itself included), as numpy's out=; it is returned. Saves the new array's page faults.
+    """
     _block_args("quantize_blocks", x, scheme, axis, rounding, random_bits, seed, offset, rht,
                 pow2_scales, pad, counts)
     r = _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding,
                                  random_bits=random_bits, seed=seed, offset=offset, rht=rht,
-                                 pow2_scales=pow2_scales, pad=pad, counts=counts)
+                                 pow2_scales=pow2_scales, pad=pad, counts=counts, out=out)
     return (r[0], BlockCounts(r[1])) if counts else r
 
 
