@@ -1448,9 +1448,12 @@ class OptimizerCore {
     c.beta1 = cfg["beta1"].cast<double>();
     c.beta2 = cfg["beta2"].cast<double>();
     c.eps = cfg["eps"].cast<double>();
-    c.exp_avg_dtype = sim::parse_dtype(cfg["exp_avg_dtype"].cast<std::string>());
-    c.exp_avg_sq_dtype = sim::parse_dtype(cfg["exp_avg_sq_dtype"].cast<std::string>());
-    c.momentum_buffer_dtype = sim::parse_dtype(cfg["momentum_buffer_dtype"].cast<std::string>());
+    c.exp_avg_dtype = sim::parse_state_format(cfg["exp_avg_dtype"].cast<std::string>(),
+                                              "state_dtype");
+    c.exp_avg_sq_dtype = sim::parse_state_format(cfg["exp_avg_sq_dtype"].cast<std::string>(),
+                                                 "state_dtype");
+    c.momentum_buffer_dtype = sim::parse_state_format(
+        cfg["momentum_buffer_dtype"].cast<std::string>(), "state_dtype");
     const sim::DType wdt = op_dtype(weights, "torch.optimizer");
     for (size_t i = 0; i < names.size(); ++i) {
       const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(values[i]);
@@ -1523,6 +1526,20 @@ void bind_emulation(py::module_& m) {
         py::arg("accumulation") = "fp32",
         "c + sum over the last axis of a*b, under an accumulation name of halfway train");
   m.def("_recipe", &recipe_dict, py::arg("name"));
+  m.def("_dynamic_map", [](bool is_signed) {
+          const auto& a = sim::dynamic_map(is_signed);
+          py::array_t<float> out(256);
+          std::copy(a.begin(), a.end(), out.mutable_data());
+          return out;
+        }, py::arg("signed"), "sim's dynamic 8-bit map of optimizer state (dynamic8).");
+  m.def("_store_dynamic8", [](py::array_t<float, py::array::c_style | py::array::forcecast> x,
+                              int block, bool is_signed) {
+          py::array_t<float> out(x.size());
+          std::copy(x.data(), x.data() + x.size(), out.mutable_data());
+          sim::store_dynamic8(out.mutable_data(), size_t(out.size()), block, is_signed);
+          return out;
+        }, py::arg("x"), py::arg("block"), py::arg("signed"),
+        "x stored as a dynamic8 optimizer state (sim's store_dynamic8), flattened.");
   m.def("_scope_matches", &sim::scope_matches, py::arg("pattern"), py::arg("scope"),
         "Whether a name scope is a layer pattern's or lies below it (sim's scope_matches).");
   m.def("_block_tile",

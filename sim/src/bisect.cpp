@@ -47,7 +47,7 @@ std::string ops_setting(const OpGroup& g) {
 
 struct StateDtype {
   const char* name;
-  DType OptimizerConfig::*dtype;
+  StateFormat OptimizerConfig::*dtype;
 };
 
 /// The optimizer states `c`'s optimizer keeps (torch.optim's names).
@@ -112,7 +112,7 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
   std::vector<PrecisionPart> parts;
   std::vector<std::string> low_states;
   for (const StateDtype& s : used_states(c.optimizer))
-    if (c.optimizer.*s.dtype != DType::f32()) low_states.push_back(s.name);
+    if (!(c.optimizer.*s.dtype == StateFormat{})) low_states.push_back(s.name);
   if (g == Granularity::role) {
     if (has_low_ops(p) || pure(p)) {
       for (Role r : {Role::forward, Role::backward}) {
@@ -207,7 +207,7 @@ TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& part
     for (OpKind k : q.ops) p.set(k, CastRule::fp32);
     for (const std::string& s : q.states)
       for (const StateDtype& sd : used_states(r.optimizer))
-        if (s == sd.name) r.optimizer.*sd.dtype = DType::f32();
+        if (s == sd.name) r.optimizer.*sd.dtype = StateFormat{};
     if (q.inputs) p.input_dtype = DType::f32();
     if (q.rounding) {
       pr.rounding = Rounding::near_even;

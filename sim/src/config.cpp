@@ -177,13 +177,10 @@ void parse_state_dtypes(const toml::table& t, const std::string& w, OptimizerCon
     throw InputError("momentum_buffer_dtype is an SGD option");
   if (sgd && o.momentum == 0 && (t.get("momentum_buffer_dtype") || t.get("state_dtype")))
     throw InputError("SGD without momentum keeps no state (state_dtype/momentum_buffer_dtype)");
-  auto dtype = [&](const char* key, DType& d) {
-    if (auto v = get_str(t, w, key, false)) {
-      d = parse_dtype(*v);
-      check_state_dtype(d, w + key);
-    }
+  auto dtype = [&](const char* key, StateFormat& d) {
+    if (auto v = get_str(t, w, key, false)) d = parse_state_format(*v, w + key);
   };
-  DType all = DType::f32();
+  StateFormat all;
   dtype("state_dtype", all);
   o.exp_avg_dtype = o.exp_avg_sq_dtype = o.momentum_buffer_dtype = all;
   dtype("exp_avg_dtype", o.exp_avg_dtype);

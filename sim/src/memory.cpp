@@ -23,7 +23,7 @@ namespace halfway::sim {
 
 std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& params,
                                       const Policy& policy,
-                                      const std::vector<DType>& optimizer_state) {
+                                      const std::vector<StateFormat>& optimizer_state) {
   // (category, dtype) → (elements, bits); std::map keeps the output order stable.
   std::map<std::pair<std::string, std::string>, std::pair<uint64_t, int>> acc;
   auto add = [&](const std::string& cat, const DType& dt, uint64_t n) {
@@ -36,8 +36,16 @@ std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& pa
     const uint64_t n = uint64_t(p.t.numel());
     add(master ? "master_weights" : "weights", p.t.dtype(), n);
     add("gradients", p.t.dtype(), n);
-    for (const DType& d : optimizer_state) {
-      add("optimizer_state", d, n);
+    for (const StateFormat& d : optimizer_state) {
+      if (d.dynamic()) {  // 8 bits a value, and an fp32 absmax per block
+        auto& e = acc[{"optimizer_state", d.name()}];
+        e.first += n;
+        e.second = 8;
+        add("optimizer_state_scale", DType::f32(), (n + uint64_t(d.dynamic_block) - 1) /
+                                                       uint64_t(d.dynamic_block));
+        continue;
+      }
+      add("optimizer_state", d.dtype, n);
       // An 8-bit state keeps its per-tensor scale beside it.
       if (d.bits() == 8) add("optimizer_state_scale", DType::f32(), 1);
     }

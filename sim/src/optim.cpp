@@ -1,6 +1,7 @@
 #include "halfway/sim/optim.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -64,20 +65,91 @@ Optimizer::Optimizer(OptimizerConfig cfg, std::vector<Param>& params, WeightUpda
 
 int Optimizer::state_per_element() const { return int(state_dtypes().size()); }
 
-std::vector<DType> Optimizer::state_dtypes() const {
+std::vector<StateFormat> Optimizer::state_dtypes() const {
   if (cfg_.kind == "sgd")
-    return cfg_.momentum != 0 ? std::vector<DType>{cfg_.momentum_buffer_dtype}
-                              : std::vector<DType>{};
+    return cfg_.momentum != 0 ? std::vector<StateFormat>{cfg_.momentum_buffer_dtype}
+                              : std::vector<StateFormat>{};
   return {cfg_.exp_avg_dtype, cfg_.exp_avg_sq_dtype};
 }
 
-void check_state_dtype(const DType& d, const std::string& key) {
+/// The largest block a dynamic8 state may name.
+constexpr long kMaxDynamicBlock = long(1) << 24;
+
+std::string StateFormat::name() const {
+  if (!dynamic()) return dtype.name();
+  return dynamic_block == 2048 ? "dynamic8" : "dynamic8:block=" + std::to_string(dynamic_block);
+}
+
+StateFormat parse_state_format(std::string_view name, const std::string& key) {
+  if (name.substr(0, 8) == "dynamic8") {
+    StateFormat f;
+    f.dynamic_block = 2048;  // Dettmers et al. 2021's block size
+    const std::string_view rest = name.substr(8);
+    if (!rest.empty()) {
+      long v = 0;
+      const char* end = rest.data() + rest.size();
+      const auto [p, ec] = std::from_chars(rest.data() + std::min<size_t>(7, rest.size()), end, v);
+      if (rest.substr(0, 7) != ":block=" || rest.size() == 7 || ec != std::errc() || p != end ||
+          v < 1 || v > kMaxDynamicBlock)
+        throw InputError("'" + key + "': '" + std::string(name) + "' must be dynamic8 or "
+                         "dynamic8:block=N with N in 1.." + std::to_string(kMaxDynamicBlock));
+      f.dynamic_block = int(v);
+    }
+    return f;
+  }
+  StateFormat f;
+  f.dtype = parse_dtype(name);
+  check_state_dtype(f, key);
+  return f;
+}
+
+void check_state_dtype(const StateFormat& f, const std::string& key) {
+  if (f.dynamic()) return;
+  const DType& d = f.dtype;
   check_value_dtype(d, key);
   if (d == DType::f32() || d == DType::low(formats::bf16) || d == DType::low(formats::fp16) ||
       (d.is_low() && d.bits() == 8))
     return;
-  throw InputError("'" + key + "' must be fp32, bf16, fp16 or an 8-bit format (e4m3, e5m2, ...), "
-                   "got '" + d.name() + "'");
+  throw InputError("'" + key + "' must be fp32, bf16, fp16, an 8-bit format (e4m3, e5m2, ...) "
+                   "or dynamic8, got '" + d.name() + "'");
+}
+
+const std::array<float, 256>& dynamic_map(bool is_signed) {
+  // bitsandbytes' create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8) in
+  // PyTorch's float32: for exponent i = 0..6, the midpoints of torch.linspace(0.1, 1, n)
+  // (n = 2^i + 1 signed, 2^(i+1) + 1 unsigned) times fp32(10^(i-6)), and their negatives when
+  // signed; then 0 and 1, sorted. torch.linspace as its scalar kernel (ATen's default
+  // capability) computes it: step = (end − start) / (n − 1), value j start + step·j in the
+  // first half and end − step·(n − 1 − j) in the second. (Its AVX2 and AVX-512 kernels add
+  // step lane by lane to a vector's first value, which changes some last bits.)
+  auto linspace = [](int n) {
+    const float start = 0.1f, end = 1.0f, step = (end - start) / float(n - 1);
+    std::vector<float> b(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j)
+      b[size_t(j)] = j < n / 2 ? start + step * float(j) : end - step * float(n - 1 - j);
+    return b;
+  };
+  auto build = [&](bool sgn) {
+    std::vector<float> v;
+    for (int i = 0; i < 7; ++i) {
+      const int n = sgn ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+      const std::vector<float> b = linspace(n);
+      const float scale = float(std::pow(10.0, double(i - 6)));
+      for (int j = 0; j + 1 < n; ++j) {
+        const float mean = (b[size_t(j)] + b[size_t(j + 1)]) / 2.0f;
+        v.push_back(scale * mean);
+        if (sgn) v.push_back(-(scale * mean));
+      }
+    }
+    v.push_back(0.0f);
+    v.push_back(1.0f);
+    std::sort(v.begin(), v.end());
+    std::array<float, 256> a{};
+    std::copy(v.begin(), v.end(), a.begin());
+    return a;
+  };
+  static const std::array<float, 256> s = build(true), u = build(false);
+  return is_signed ? s : u;
 }
 
 namespace {
@@ -92,8 +164,39 @@ double pow2_scale(float amax, float fmax) {
 
 }  // namespace
 
-void Optimizer::store_state(Runtime& rt, const DType& dt, std::vector<float>& vals,
-                            const std::string& name) const {
+namespace {
+
+/// The index of the map entry nearest to y (ties to the lower index), as bitsandbytes'
+/// quantize_blockwise picks it: the binary search's left neighbour unless the right one is
+/// strictly closer.
+size_t nearest_entry(const std::array<float, 256>& map, float y) {
+  size_t idx = size_t(std::upper_bound(map.begin(), map.end(), y) - map.begin());
+  idx = idx == 0 ? 0 : idx - 1;
+  if (idx < 255 && std::fabs(y - map[idx + 1]) < std::fabs(y - map[idx])) ++idx;
+  return idx;
+}
+
+}  // namespace
+
+void store_dynamic8(float* v, size_t n, int block, bool is_signed) {
+  const std::array<float, 256>& map = dynamic_map(is_signed);
+  for (size_t b0 = 0; b0 < n; b0 += size_t(block)) {
+    const size_t b1 = std::min(n, b0 + size_t(block));
+    float a = 0.0f;
+    for (size_t i = b0; i < b1; ++i) a = std::fmax(a, std::fabs(v[i]));
+    if (!(a > 0.0f) || !std::isfinite(a)) continue;  // all zero; an infinity: as computed
+    for (size_t i = b0; i < b1; ++i) v[i] = map[nearest_entry(map, v[i] / a)] * a;
+  }
+}
+
+namespace {
+
+}  // namespace
+
+void Optimizer::store_state(Runtime& rt, const StateFormat& f, std::vector<float>& vals,
+                            const std::string& name, bool is_signed) const {
+  if (f.dynamic()) return store_dynamic8(vals.data(), vals.size(), f.dynamic_block, is_signed);
+  const DType& dt = f.dtype;
   if (!dt.is_low()) return;  // fp32: the values are stored as computed
   const TraceTag tag{name, "optimizer", TraceKind::optimizer_state};
   double scale = 1.0;
@@ -158,7 +261,7 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
         nonzero[i] = (step_size_neg != 0 && s.m[i] != 0) || (decays && old[i] != 0);
       }
       store_state(rt, cfg_.exp_avg_dtype, s.m, P.name + ".exp_avg");
-      store_state(rt, cfg_.exp_avg_sq_dtype, s.v, P.name + ".exp_avg_sq");
+      store_state(rt, cfg_.exp_avg_sq_dtype, s.v, P.name + ".exp_avg_sq", false);
     } else {
       if (mom != 0 && s.m.empty()) s.m.assign(n, 0.0f);
       for (size_t i = 0; i < n; ++i) {
@@ -202,7 +305,7 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
     if (kahan) {
       for (size_t i = 0; i < n; ++i)
         s.comp[i] = du[i] - (static_cast<float>(nv[i]) - old[i]);
-      store_state(rt, update_.compensation, s.comp, P.name + ".compensation");
+      store_state(rt, StateFormat{update_.compensation}, s.comp, P.name + ".compensation");
     }
     UpdateStats& st = stats_[pi];
     st = UpdateStats{};

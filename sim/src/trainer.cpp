@@ -193,7 +193,7 @@ TrainConfig reference_config(const TrainConfig& c) {
   TrainConfig r = c;
   r.precision = preset_precision("fp32");
   r.optimizer.exp_avg_dtype = r.optimizer.exp_avg_sq_dtype = r.optimizer.momentum_buffer_dtype =
-      DType::f32();
+      StateFormat{};
   r.scaler = ScalerConfig{};
   r.scaler.kind = ScalerConfig::Kind::none;
   r.trace = false;

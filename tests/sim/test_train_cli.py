@@ -153,7 +153,7 @@ def main(halfway):
         expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "fp7"'),
                    "unknown state dtype", "fp7")
         expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "e2m1"'),
-                   "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16 or an 8-bit")
+                   "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16, an 8-bit")
         expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nmomentum_buffer_dtype = "bf16"'),
                    "momentum state for adam", "momentum_buffer_dtype is an SGD option")
         expect_bad(halfway, w, base.replace("seed = 0", 'seed = 0\nreference = "fp64"'),

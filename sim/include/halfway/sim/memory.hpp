@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "halfway/sim/model.hpp"
+#include "halfway/sim/optim.hpp"
 #include "halfway/sim/policy.hpp"
 
 namespace halfway::sim {
@@ -30,7 +31,7 @@ struct MemoryRow {
 /// forward pass) and the parameters.
 std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& params,
                                       const Policy& policy,
-                                      const std::vector<DType>& optimizer_state);
+                                      const std::vector<StateFormat>& optimizer_state);
 
 uint64_t total_bytes(const std::vector<MemoryRow>& rows);
 

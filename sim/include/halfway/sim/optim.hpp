@@ -12,6 +12,9 @@
 ///     opt.step(grads_fp32, runtime);      // grads already unscaled
 #pragma once
 
+#include <array>
+#include <string_view>
+
 #include <string>
 #include <vector>
 
@@ -20,6 +23,40 @@
 #include "halfway/sim/policy.hpp"
 
 namespace halfway::sim {
+
+/// How an optimizer state is stored: in a dtype (fp32; bf16 or fp16 rounded; an 8-bit format
+/// with halfway's own per-tensor power-of-two scale), or, `dynamic8`, as 8-bit optimizers
+/// store it (Dettmers et al. 2021): blocks of `dynamic_block` values (2048, or `:block=N`),
+/// each with its fp32 absmax, and each value the nearest entry of the dynamic 8-bit map
+/// (docs/sim.md, "Updates").
+struct StateFormat {
+  StateFormat() = default;
+  StateFormat(DType d) : dtype(d) {}  // NOLINT: a dtype is a state format
+  DType dtype = DType::f32();
+  int dynamic_block = 0;  ///< > 0: dynamic 8-bit in blocks of this many values
+  bool dynamic() const { return dynamic_block > 0; }
+  bool stored_as_computed() const { return !dynamic() && !dtype.is_low(); }
+  int bits() const { return dynamic() ? 8 : dtype.bits(); }
+  /// "fp32", "bf16", "e4m3", ...; "dynamic8" or "dynamic8:block=N".
+  std::string name() const;
+  bool operator==(const StateFormat& o) const {
+    return dynamic_block == o.dynamic_block && dtype == o.dtype;
+  }
+};
+
+/// A state format by name (a dtype name, "dynamic8", "dynamic8:block=N" with 1 <= N <= 2^24);
+/// InputError naming `key` for one that cannot hold optimizer state.
+StateFormat parse_state_format(std::string_view name, const std::string& key);
+
+/// The 256 values of the dynamic 8-bit map (bitsandbytes' create_dynamic_map: signed for
+/// exp_avg and momentum_buffer, unsigned for exp_avg_sq), ascending, in [-1, 1] or [0, 1].
+const std::array<float, 256>& dynamic_map(bool is_signed);
+
+/// v (n values) stored as 8-bit optimizers store a state (Dettmers et al. 2021), in place: per
+/// block of `block` values its fp32 absmax a, each value replaced by fp32(m · a), m the entry
+/// of dynamic_map nearest to fp32(x / a) (ties to the lower entry, as bitsandbytes'
+/// quantize_blockwise); an all-zero block, or one holding an infinity, is left as it is.
+void store_dynamic8(float* v, size_t n, int block, bool is_signed);
 
 struct OptimizerConfig {
   std::string kind = "adam";  ///< sgd | adam | adamw
@@ -30,16 +67,16 @@ struct OptimizerConfig {
   double weight_decay = 0.0;  ///< adamw: decoupled (PyTorch's default 1e-2)
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
-  /// Dtypes the state is stored in (torch.optim's names): fp32, bf16, fp16, or an 8-bit
-  /// format, which gets a per-tensor power-of-two scale.
-  DType exp_avg_dtype = DType::f32();
-  DType exp_avg_sq_dtype = DType::f32();
-  DType momentum_buffer_dtype = DType::f32();
+  /// How each state is stored (torch.optim's names): fp32, bf16, fp16, an 8-bit format
+  /// (halfway's per-tensor power-of-two scale) or dynamic8 (8-bit optimizers' blocks).
+  StateFormat exp_avg_dtype{};
+  StateFormat exp_avg_sq_dtype{};
+  StateFormat momentum_buffer_dtype{};
 };
 
-/// InputError unless `d` may hold optimizer state (fp32, bf16, fp16, an 8-bit format);
-/// `key` names the config option.
-void check_state_dtype(const DType& d, const std::string& key);
+/// InputError unless `d` may hold optimizer state (fp32, bf16, fp16, an 8-bit format,
+/// dynamic8); `key` names the config option.
+void check_state_dtype(const StateFormat& d, const std::string& key);
 
 /// One parameter's update in one step.
 struct UpdateStats {
@@ -63,9 +100,9 @@ class Optimizer {
   int state_per_element() const;
   const OptimizerConfig& config() const { return cfg_; }
   const WeightUpdate& weight_update() const { return update_; }
-  /// The dtypes of the state kept per element, in order (exp_avg, exp_avg_sq; or
+  /// The formats of the state kept per element, in order (exp_avg, exp_avg_sq; or
   /// momentum_buffer; none for plain SGD).
-  std::vector<DType> state_dtypes() const;
+  std::vector<StateFormat> state_dtypes() const;
   /// Per parameter, the last step's counts (zeros before the first step).
   const std::vector<UpdateStats>& last_stats() const { return stats_; }
 
@@ -76,8 +113,8 @@ class Optimizer {
     double step = 0;
     bool has_buf = false;
   };
-  void store_state(Runtime& rt, const DType& dt, std::vector<float>& vals,
-                   const std::string& name) const;
+  void store_state(Runtime& rt, const StateFormat& dt, std::vector<float>& vals,
+                   const std::string& name, bool is_signed = true) const;
   OptimizerConfig cfg_;
   WeightUpdate update_;
   std::vector<Param>& params_;
