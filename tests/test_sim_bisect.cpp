@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 #include "halfway/names.hpp"
@@ -66,12 +67,76 @@ TEST_CASE("bisect: the parts of a config's precision") {
   CHECK(t[0].setting == "[precision.ops] softmax = \"fp32\", log_softmax = \"fp32\"");
   CHECK(names(precision_parts(config("policy = \"torch-cpu-bf16\"\n"), Granularity::op)) ==
         V{"matmul/linear", "accumulation torch-cpu"});
-  CHECK_THROWS_AS(parse_granularity("tensor"), InputError);
+  CHECK_THROWS_AS(parse_granularity("tensors"), InputError);
   // Layers: every module scope and the loss, then the parts that belong to no layer.
   CHECK(names(precision_parts(config("policy = \"torch-cuda-bf16\"\n",
                                      "exp_avg_sq_dtype = \"fp16\"\n"),
                               Granularity::layer)) ==
         V{"layer 0", "layer 1", "layer 2", "layer loss", "optimizer state exp_avg_sq"});
+}
+
+TEST_CASE("bisect: op sites and GEMM operand copies as parts") {
+  // Tensors: each transformer block cut into its op sites; an MLP's sites are its layers.
+  const auto t = precision_parts(config("policy = \"torch-cuda-fp16\"\n", "", kTransformer),
+                                 Granularity::tensor);
+  CHECK(names(t) == V{"tensor tok_emb",           "tensor pos_emb",
+                      "tensor embed",             "tensor blocks.0.ln1",
+                      "tensor blocks.0.attn.q",   "tensor blocks.0.attn.k",
+                      "tensor blocks.0.attn.v",   "tensor blocks.0.attn.scores",
+                      "tensor blocks.0.attn.scale", "tensor blocks.0.attn.softmax",
+                      "tensor blocks.0.attn.context", "tensor blocks.0.attn.proj",
+                      "tensor blocks.0.res1",     "tensor blocks.0.ln2",
+                      "tensor blocks.0.mlp.fc1",  "tensor blocks.0.mlp.act",
+                      "tensor blocks.0.mlp.fc2",  "tensor blocks.0.res2",
+                      "tensor ln_f",              "tensor head",
+                      "tensor loss"});
+  // A causal model's attention also masks.
+  const auto causal = precision_parts(
+      config("policy = \"torch-cuda-fp16\"\n", "",
+             std::string(kTransformer).replace(std::string(kTransformer).find("[data]"), 0,
+                                               "causal = true\n")),
+      Granularity::tensor);
+  CHECK(names(causal)[8] == "tensor blocks.0.attn.scale");
+  CHECK(names(causal)[9] == "tensor blocks.0.attn.mask");
+  const TrainConfig st = promote(config("policy = \"torch-cuda-fp16\"\n", "", kTransformer),
+                                 {part(t, "tensor blocks.0.attn.softmax")});
+  CHECK(st.precision.policy.fp32_sites == V{"blocks.0.attn.softmax"});
+  CHECK(st.precision.policy.fp32_scopes.empty());
+  CHECK(names(precision_parts(config("policy = \"torch-cuda-fp16\"\n"), Granularity::tensor)) ==
+        V{"tensor 0", "tensor 1", "tensor 2", "tensor loss"});
+  // Operands: the six copies of an fp8 or block recipe, then the parts of no layer.
+  const V copies{"operand X (fprop)", "operand W (fprop)", "operand dY (dgrad)",
+                 "operand W (dgrad)", "operand dY (wgrad)", "operand X (wgrad)"};
+  for (const char* pol : {"mxfp4", "nvfp4", "fp8-hybrid", "fp8-current"}) {
+    INFO(pol);
+    CHECK(names(precision_parts(config(std::string("policy = \"") + pol + "\"\n"),
+                                Granularity::operand)) == copies);
+  }
+  const TrainConfig c = config("policy = \"mxfp4\"\n", "exp_avg_sq_dtype = \"fp16\"\n");
+  const auto ops = precision_parts(c, Granularity::operand);
+  CHECK(names(ops).back() == "optimizer state exp_avg_sq");
+  CHECK(ops[3].setting == "every linear layer's dgrad GEMM reads W unquantized (fp32)");
+  const TrainConfig w = promote(c, {ops[3], ops[4]});
+  CHECK(w.precision.policy.promoted_copies ==
+        std::array<bool, kGemmCopyCount>{false, false, false, true, true, false});
+  CHECK(w.precision.policy.rules == c.precision.policy.rules);
+  CHECK(w.optimizer.exp_avg_sq_dtype == c.optimizer.exp_avg_sq_dtype);
+  // A policy without quantized GEMM operands has no operand parts.
+  CHECK(names(precision_parts(config("policy = \"torch-cuda-bf16\"\n"), Granularity::operand))
+            .empty());
+  for (Granularity g : {Granularity::role, Granularity::op, Granularity::layer,
+                        Granularity::tensor, Granularity::operand})
+    CHECK(parse_granularity(granularity_name(g)) == g);
+}
+
+TEST_CASE("bisect: a promoted op site covers its own scope only") {
+  Policy p = preset_policy("torch-cuda-fp16");
+  p.fp32_sites = {"blocks.0.attn", "2"};
+  CHECK(p.rule_in(OpKind::matmul, "blocks.0.attn") == CastRule::fp32);
+  CHECK(p.rule_in(OpKind::linear, "blocks.0.attn.q") == CastRule::lower);
+  CHECK(p.rule_in(OpKind::linear, "blocks.0") == CastRule::lower);
+  CHECK(p.rule_in(OpKind::linear, "2") == CastRule::fp32);
+  CHECK(p.rule_in(OpKind::linear, "20") == CastRule::lower);
 }
 
 TEST_CASE("bisect: a promoted layer covers its scope and the names below it") {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "halfway/blocks.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/context.hpp"
+#include "halfway/sim/fp8.hpp"
 #include "halfway/sim/ops.hpp"
 #include "halfway/sim/policy.hpp"
 #include "halfway/sim/tracer.hpp"
@@ -94,27 +96,39 @@ size_t up(size_t n, size_t t) { return (n + t - 1) / t * t; }
 /// The three GEMMs of a block-scaled linear layer computed here: fprop along K, dgrad along N
 /// (dY rows, W columns), wgrad along M (both down the columns), each reduction dimension
 /// padded to `t` (the schemes' block along it), W's other dimension to `tw2` (2-D tiles).
+/// Copies in `promoted` are x itself, zero-padded (`halfway bisect`'s operand promotion).
 LinearRun expected(const BlockRecipe& r, size_t M, size_t K, size_t N, size_t t, size_t tw2,
                    const std::vector<double>& xv, const std::vector<double>& wv,
-                   const std::vector<double>& bv, const std::vector<double>& cv) {
+                   const std::vector<double>& bv, const std::vector<double>& cv,
+                   const std::array<bool, kGemmCopyCount>& promoted = {}) {
   const bool p2 = r.pow2_scales;
   const size_t Kp = up(K, t), Np = up(N, t), Nw = up(N, tw2), Kw = up(K, tw2), Mp = up(M, t);
+  const auto quantized = [&](GemmCopy c, const std::string& scheme, const std::vector<double>& x,
+                             size_t rows, size_t cols, size_t prows, size_t pcols, BlockAxis a,
+                             bool pow2) {
+    if (!promoted[size_t(c)]) return ::quantized(scheme, x, rows, cols, prows, pcols, a, pow2);
+    Mat q(prows * pcols, 0.0f);
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) q[i * pcols + j] = float(x[i * cols + j]);
+    return q;
+  };
+  using G = GemmCopy;
   // fprop: X [M,Kp] (1×t) and W [Nw,Kp] along K.
-  const Mat xq = quantized(r.input, xv, M, K, M, Kp, BlockAxis::last, p2);
-  const Mat wq = quantized(r.weight, wv, N, K, Nw, Kp, BlockAxis::last, p2);
+  const Mat xq = quantized(G::x_fprop, r.input, xv, M, K, M, Kp, BlockAxis::last, p2);
+  const Mat wq = quantized(G::w_fprop, r.weight, wv, N, K, Nw, Kp, BlockAxis::last, p2);
   LinearRun e;
   e.y = fp32_gemm(M, N, Kp, [&](size_t i, size_t k) { return xq[i * Kp + k]; },
                   [&](size_t k, size_t j) { return wq[j * Kp + k]; });
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) e.y[i * N + j] = e.y[i * N + j] + float(bv[j]);
   // dgrad: dY [M,Np] along N, W [Np,Kw] down the columns.
-  const Mat gd = quantized(r.grad, cv, M, N, M, Np, BlockAxis::last, p2);
-  const Mat wd = quantized(r.weight, wv, N, K, Np, Kw, BlockAxis::first, p2);
+  const Mat gd = quantized(G::dy_dgrad, r.grad, cv, M, N, M, Np, BlockAxis::last, p2);
+  const Mat wd = quantized(G::w_dgrad, r.weight, wv, N, K, Np, Kw, BlockAxis::first, p2);
   e.dx = fp32_gemm(M, K, Np, [&](size_t i, size_t n) { return gd[i * Np + n]; },
                    [&](size_t n, size_t k) { return wd[n * Kw + k]; });
   // wgrad: dY [Mp,N] and X [Mp,K] down the columns.
-  const Mat gw = quantized(r.grad, cv, M, N, Mp, N, BlockAxis::first, p2);
-  const Mat xw = quantized(r.input, xv, M, K, Mp, K, BlockAxis::first, p2);
+  const Mat gw = quantized(G::dy_wgrad, r.grad, cv, M, N, Mp, N, BlockAxis::first, p2);
+  const Mat xw = quantized(G::x_wgrad, r.input, xv, M, K, Mp, K, BlockAxis::first, p2);
   e.dw = fp32_gemm(N, K, Mp, [&](size_t n, size_t m) { return gw[m * N + n]; },
                    [&](size_t m, size_t k) { return xw[m * K + k]; });
   return e;
@@ -208,6 +222,75 @@ TEST_CASE("a block-scaled linear layer's three GEMMs read copies blocked along t
         for (size_t k = 0; k < c.K; ++k) differ |= xq[m * up(c.K, 32) + k] != xw[m * c.K + k];
       CHECK(differ);
     }
+  }
+}
+
+TEST_CASE("a promoted operand copy: its GEMM reads the operand itself, every other copy and "
+          "stream stays the run's", "[sim][blocks][bisect]") {
+  const size_t M = 40, K = 48, N = 20;
+  const auto xv = spread(M * K, 1), wv = spread(N * K, 2), bv = spread(N, 3);
+  const auto cv = spread(M * N, 4);
+  Runtime r0;
+  const LinearRun plain = run_linear(preset_policy("mxfp4"), r0, M, K, N, xv, wv, bv, cv);
+  for (int i = 0; i < kGemmCopyCount; ++i) {
+    INFO(gemm_copy_name(GemmCopy(i)));
+    Policy p = preset_policy("mxfp4");
+    p.promoted_copies[size_t(i)] = true;
+    Runtime rt;
+    const LinearRun got = run_linear(p, rt, M, K, N, xv, wv, bv, cv);
+    const LinearRun want = expected(*p.blocks, M, K, N, 32, 1, xv, wv, bv, cv, p.promoted_copies);
+    CHECK(got.y == want.y);
+    CHECK(got.dx == want.dx);
+    CHECK(got.dw == want.dw);
+    // The test can fail: exactly the GEMM that reads the copy changes.
+    const bool fprop = i <= 1, dgrad = i == 2 || i == 3;
+    CHECK((got.y != plain.y) == fprop);
+    CHECK((got.dx != plain.dx) == dgrad);
+    CHECK((got.dw != plain.dw) == (!fprop && !dgrad));
+  }
+  // nvfp4 rounds dY stochastically: promoting the dgrad copy leaves the wgrad copy's stream,
+  // and so its bits, as they were.
+  Policy q = preset_policy("nvfp4");
+  Runtime ra, rb;
+  const LinearRun base = run_linear(q, ra, M, K, N, xv, wv, bv, cv);
+  q.promoted_copies[size_t(GemmCopy::dy_dgrad)] = true;
+  const LinearRun got = run_linear(q, rb, M, K, N, xv, wv, bv, cv);
+  CHECK(got.dw == base.dw);
+  CHECK(got.dx != base.dx);
+}
+
+TEST_CASE("a promoted fp8 operand copy: with both operands of a GEMM promoted, that GEMM is the "
+          "fp32 linear layer's, bit for bit", "[sim][fp8][bisect]") {
+  const size_t M = 24, K = 40, N = 20;
+  const auto xv = spread(M * K, 1), wv = spread(N * K, 2), bv = spread(N, 3);
+  const auto cv = spread(M * N, 4);
+  const auto run = [&](const Policy& p) {
+    Fp8State st(p.fp8_config);
+    Runtime rt;
+    if (p.fp8) rt.fp8 = &st;
+    return run_linear(p, rt, M, K, N, xv, wv, bv, cv);
+  };
+  const LinearRun fp32 = run(preset_policy("fp32"));
+  const LinearRun fp8 = run(preset_policy("fp8-current"));
+  using G = GemmCopy;
+  const std::pair<G, G> gemms[] = {{G::x_fprop, G::w_fprop}, {G::dy_dgrad, G::w_dgrad},
+                                   {G::dy_wgrad, G::x_wgrad}};
+  for (int g = 0; g < 3; ++g) {
+    INFO("GEMM " << g);
+    const auto pick = [&](const LinearRun& r) { return g == 0 ? r.y : g == 1 ? r.dx : r.dw; };
+    Policy both = preset_policy("fp8-current");
+    both.promoted_copies[size_t(gemms[g].first)] = both.promoted_copies[size_t(gemms[g].second)] = true;
+    const LinearRun b = run(both);
+    CHECK(pick(b) == pick(fp32));
+    // The other two GEMMs still read their fp8 copies.
+    for (int o = 0; o < 3; ++o)
+      if (o != g) CHECK((o == 0 ? b.y : o == 1 ? b.dx : b.dw) == (o == 0 ? fp8.y : o == 1 ? fp8.dx : fp8.dw));
+    // One operand alone: neither the fp8 GEMM nor the fp32 one (the test can fail).
+    Policy one = preset_policy("fp8-current");
+    one.promoted_copies[size_t(gemms[g].first)] = true;
+    const LinearRun h = run(one);
+    CHECK(pick(h) != pick(fp32));
+    CHECK(pick(h) != pick(fp8));
   }
 }
 

@@ -84,6 +84,32 @@ std::vector<std::string> layer_scopes(const TrainConfig& c) {
   return s;
 }
 
+/// The op sites of the model: the layer scopes, with each transformer block cut into the
+/// scopes model.cpp and scaled_dot_product_attention give its ops (the attention's own scope
+/// holds only exact reshapes and transposes).
+std::vector<std::string> site_scopes(const TrainConfig& c) {
+  if (c.model_kind == "mlp") return layer_scopes(c);
+  std::vector<std::string> s;
+  for (const std::string& l : layer_scopes(c)) {
+    if (l.compare(0, 7, "blocks.") != 0) {
+      s.push_back(l);
+      continue;
+    }
+    for (const char* site : {"ln1", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.scale",
+                             "attn.mask", "attn.softmax", "attn.context", "attn.proj", "res1",
+                             "ln2", "mlp.fc1", "mlp.act", "mlp.fc2", "res2"})
+      if (c.transformer.causal || std::string(site) != "attn.mask") s.push_back(l + "." + site);
+  }
+  return s;
+}
+
+/// Whether some linear layer's GEMM operands are quantized by an fp8 or block recipe.
+bool has_gemm_copies(const Policy& p) {
+  if (p.fp8 || p.blocks) return true;
+  return std::any_of(p.block_layers.begin(), p.block_layers.end(),
+                     [](const BlockLayer& l) { return l.recipe.has_value(); });
+}
+
 PrecisionPart weights_part() {
   PrecisionPart w;
   w.name = "weights";
@@ -98,12 +124,21 @@ Granularity parse_granularity(std::string_view name) {
   if (name == "role") return Granularity::role;
   if (name == "op") return Granularity::op;
   if (name == "layer") return Granularity::layer;
+  if (name == "tensor") return Granularity::tensor;
+  if (name == "operand") return Granularity::operand;
   throw InputError("unknown granularity '" + std::string(name) +
-                   "' (granularities: role op layer)");
+                   "' (granularities: role op layer tensor operand)");
 }
 
 const char* granularity_name(Granularity g) {
-  return g == Granularity::role ? "role" : g == Granularity::op ? "op" : "layer";
+  switch (g) {
+    case Granularity::role: return "role";
+    case Granularity::op: return "op";
+    case Granularity::layer: return "layer";
+    case Granularity::tensor: return "tensor";
+    case Granularity::operand: return "operand";
+  }
+  return "op";
 }
 
 std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) {
@@ -141,6 +176,26 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
       part.name = "layer " + s;
       part.setting = "every op of " + s + " under the fp32 rule";
       part.scopes = {s};
+      parts.push_back(part);
+    }
+  }
+  if (g == Granularity::tensor && (has_low_ops(p) || pure(p))) {
+    for (const std::string& s : site_scopes(c)) {
+      PrecisionPart part;
+      part.name = "tensor " + s;
+      part.setting = "the ops of " + s + " itself (not the names below it) under the fp32 rule";
+      part.sites = {s};
+      parts.push_back(part);
+    }
+  }
+  if (g == Granularity::operand && has_gemm_copies(p)) {
+    for (int i = 0; i < kGemmCopyCount; ++i) {
+      PrecisionPart part;
+      const GemmCopy copy = GemmCopy(i);
+      part.name = std::string("operand ") + gemm_copy_name(copy);
+      part.setting = std::string("every linear layer's ") + gemm_copy_gemm(copy) +
+                     " GEMM reads " + gemm_copy_operand(copy) + " unquantized (fp32)";
+      part.copies = {GemmCopy(i)};
       parts.push_back(part);
     }
   }
@@ -216,6 +271,8 @@ TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& part
     if (q.accumulation) pr.accumulation = &default_accumulation();
     for (Role role : q.roles) p.promoted_roles[size_t(role)] = true;
     for (const std::string& s : q.scopes) p.fp32_scopes.push_back(s);
+    for (const std::string& s : q.sites) p.fp32_sites.push_back(s);
+    for (GemmCopy copy : q.copies) p.promoted_copies[size_t(copy)] = true;
   }
   return r;
 }

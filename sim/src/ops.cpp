@@ -625,6 +625,41 @@ Tensor fp8_cast_node(const Tensor& x, const std::string& name, const std::string
   return Tensor(out);
 }
 
+/// An fp8 GEMM's operand: its quantized copy, and, where `halfway bisect` promoted this copy
+/// (Policy::promoted_copies), the operand's own values, which the GEMM then reads instead.
+struct Fp8Read {
+  const Fp8Operand& q;
+  const Values* promoted = nullptr;
+};
+
+/// fp32 values of a promoted operand, or the dequantized copy fl32(q·(1/s)) of one that is not.
+Vec fp32_read(const Fp8Read& r) {
+  if (!r.promoted) return dequantize(Fp8Operand(r.q));
+  Vec v(r.promoted->size());
+  r.promoted->visit([&](const auto* p) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p[i]);
+  });
+  return v;
+}
+
+/// One GEMM of an fp8 linear layer: (Aq·Bq)·(1/sa·1/sb) [+ bias] under the fp8 GEMM's
+/// accumulation; with a promoted operand, an fp32 GEMM of the promoted operand's own values
+/// and the other's dequantized copy (the run's fp32 accumulation, as an fp32 linear layer).
+void gemm_fp8_read(Runtime& rt, Fp8Gemm role, const Format& fa, const Format& fb, int64_t m,
+                   int64_t n, int64_t k, const Fp8Read& a, const Fp8Read& b, const Values* bias,
+                   float* C, Layout layout) {
+  if (!a.promoted && !b.promoted) {
+    gemm_fp8(rt, role, fa, fb, m, n, k, a.q.q, b.q.q, bias, C, layout, a.q.inv * b.q.inv);
+    return;
+  }
+  const Vec A = fp32_read(a), B = fp32_read(b);
+  gemm_dt(rt, DType::f32(), m, n, k, A, B, bias ? Src(*bias) : Src(), Dst(C), layout);
+}
+
+bool promoted(const std::array<bool, kGemmCopyCount>& p, GemmCopy c) {
+  return p[static_cast<size_t>(c)];
+}
+
 // ---- matmul's batched GEMMs --------------------------------------------------------------------
 
 /// A (..., m, k) · B (k, n) or (..., k, n) with the same batch dimensions.
@@ -868,9 +903,12 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
       fp8_quantize(rt, scoped("input"), cfg.fwd, x.data(), fwd_kind(*x.impl()), "linear");
   const Fp8Operand wq =
       fp8_quantize(rt, scoped("weight"), cfg.fwd, w.data(), TraceKind::weight, "linear");
+  const std::array<bool, kGemmCopyCount> pc = context().policy->promoted_copies;
+  const auto raw = [&](GemmCopy c, const Values& v) { return promoted(pc, c) ? &v : nullptr; };
   Values y = gemm_out(DType::f32(), M, nout);
-  gemm_fp8(rt, Fp8Gemm::fprop, cfg.fwd, cfg.fwd, M, nout, nin, xq.q, wq.q,
-           b ? &b.data() : nullptr, y.f32(), Layout::nt, xq.inv * wq.inv);
+  gemm_fp8_read(rt, Fp8Gemm::fprop, cfg.fwd, cfg.fwd, M, nout, nin,
+                {xq, raw(GemmCopy::x_fprop, x.data())}, {wq, raw(GemmCopy::w_fprop, w.data())},
+                b ? &b.data() : nullptr, y.f32(), Layout::nt);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, nout, std::move(y));
   if (out->requires_grad) {
     out->saved = {fp8_copy(Values(xq.q, false), x.shape(), cfg.fwd, false),
@@ -882,19 +920,22 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
     const TraceTag tgx{scoped("grad_input"), "linear", grad_kind(*xp)};
     const TraceTag tgw{scoped("weight.grad"), "linear", TraceKind::weight_grad};
     const TraceTag tgb{scoped("bias.grad"), "linear", TraceKind::weight_grad};
-    out->backward_fn = [o, xp, wp, bp, r, xq, wq, kg, tgx, tgw, tgb, M, nin, nout]() {
+    out->backward_fn = [o, xp, wp, bp, r, xq, wq, kg, tgx, tgw, tgb, M, nin, nout, pc]() {
       const Format bwd = fp8_state(*r).config().bwd, fwd = fp8_state(*r).config().fwd;
       const Fp8Operand g = fp8_quantize(*r, kg, bwd, o->grad, TraceKind::activation_grad, "linear");
+      const auto raw = [&](GemmCopy c, const Values& v) { return promoted(pc, c) ? &v : nullptr; };
       if (xp->requires_grad) {
         Values gx = gemm_out(DType::f32(), M, nin);
-        gemm_fp8(*r, Fp8Gemm::dgrad, bwd, fwd, M, nin, nout, g.q, wq.q, nullptr, gx.f32(),
-                 Layout::nn, g.inv * wq.inv);
+        gemm_fp8_read(*r, Fp8Gemm::dgrad, bwd, fwd, M, nin, nout,
+                      {g, raw(GemmCopy::dy_dgrad, o->grad)}, {wq, raw(GemmCopy::w_dgrad, wp->data)},
+                      nullptr, gx.f32(), Layout::nn);
         send_grad(*r, *xp, std::move(gx), &tgx);
       }
       if (wp->requires_grad) {
         Values gw = gemm_out(DType::f32(), nout, nin);
-        gemm_fp8(*r, Fp8Gemm::wgrad, bwd, fwd, nout, nin, M, g.q, xq.q, nullptr, gw.f32(),
-                 Layout::tn, g.inv * xq.inv);
+        gemm_fp8_read(*r, Fp8Gemm::wgrad, bwd, fwd, nout, nin, M,
+                      {g, raw(GemmCopy::dy_wgrad, o->grad)}, {xq, raw(GemmCopy::x_wgrad, xp->data)},
+                      nullptr, gw.f32(), Layout::tn);
         send_grad(*r, *wp, std::move(gw), &tgw);
       }
       if (bp && bp->requires_grad) {
@@ -946,6 +987,23 @@ struct LinearCopies {
         x_wgrad{r.input, BlockAxis::first, "wgrad", r.input_sr, r.input_rht, r.pow2_scales} {}
 };
 
+/// The prows×pcols fp32 values a block GEMM reads of operand x (rows×cols): its block-scaled
+/// copy `c`, or, where `halfway bisect` promoted this copy (Policy::promoted_copies), x's own
+/// values zero-padded the same way. The copy is made and traced either way, so the runtime's
+/// rounding calls, and with them every stochastic-rounding stream, stay those of the run.
+std::vector<float> block_read(Runtime& rt, const BlockCopy& c, bool promote, const TraceTag& tag,
+                              const Values& x, size_t rows, size_t cols, size_t prows,
+                              size_t pcols) {
+  std::vector<float> q = block_copy(rt, c, tag, x, rows, cols, prows, pcols);
+  if (!promote) return q;
+  std::fill(q.begin(), q.end(), 0.0f);
+  x.visit([&](const auto* p) {
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) q[i * pcols + j] = static_cast<float>(p[i * cols + j]);
+  });
+  return q;
+}
+
 /// A copy saved for the backward (memory accounting: the element format's bits).
 std::shared_ptr<const TensorImpl> block_saved(const std::vector<float>& q, size_t rows,
                                               size_t cols, const BlockCopy& c, bool weight) {
@@ -969,8 +1027,11 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [xr, xc] = copy_tile(cp.x_fprop);
   const auto [wr, wc] = copy_tile(cp.w_fprop);
   const size_t Mp = padded(M, xr), Np = padded(N, wr), Kp = padded(K, xc, wc);
-  const auto xq = block_copy(rt, cp.x_fprop, tx, x.data(), M, K, Mp, Kp);
-  const auto wq = block_copy(rt, cp.w_fprop, tw, w.data(), N, K, Np, Kp);
+  const std::array<bool, kGemmCopyCount> pc = context().policy->promoted_copies;
+  const auto xq =
+      block_read(rt, cp.x_fprop, promoted(pc, GemmCopy::x_fprop), tx, x.data(), M, K, Mp, Kp);
+  const auto wq =
+      block_read(rt, cp.w_fprop, promoted(pc, GemmCopy::w_fprop), tw, w.data(), N, K, Np, Kp);
   Values y = gemm_blocks(rt, M, N, Mp, Np, Kp, xq, wq, b ? &b.data() : nullptr, Layout::nt);
   Ptr out = linear_output(rt, fp8_out_dtype(x, w), x, w, b, int64_t(N), std::move(y));
   if (!out->requires_grad) return Tensor(out);
@@ -983,8 +1044,10 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [xwr, xwc] = copy_tile(cp.x_wgrad);
   const size_t Mw = padded(M, gwr, xwr), Nw = padded(N, gwc), Kw = padded(K, xwc);
   std::vector<float> wd, xw;
-  if (xp->requires_grad) wd = block_copy(rt, cp.w_dgrad, tw, w.data(), N, K, Nd, Kd);
-  if (wp->requires_grad) xw = block_copy(rt, cp.x_wgrad, tx, x.data(), M, K, Mw, Kw);
+  if (xp->requires_grad)
+    wd = block_read(rt, cp.w_dgrad, promoted(pc, GemmCopy::w_dgrad), tw, w.data(), N, K, Nd, Kd);
+  if (wp->requires_grad)
+    xw = block_read(rt, cp.x_wgrad, promoted(pc, GemmCopy::x_wgrad), tx, x.data(), M, K, Mw, Kw);
   if (!xw.empty()) out->saved.push_back(block_saved(xw, Mw, Kw, cp.x_wgrad, false));
   if (!wd.empty()) out->saved.push_back(block_saved(wd, Nd, Kd, cp.w_dgrad, true));
   TensorImpl* o = out.get();
@@ -995,11 +1058,13 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   out->backward_fn = [=]() {
     const Values& G = o->grad;
     if (xp->requires_grad) {
-      const auto gq = block_copy(*r, cp.g_dgrad, tg, G, M, N, Md, Nd);
+      const auto gq =
+          block_read(*r, cp.g_dgrad, promoted(pc, GemmCopy::dy_dgrad), tg, G, M, N, Md, Nd);
       send_grad(*r, *xp, gemm_blocks(*r, M, K, Md, Kd, Nd, gq, wd, nullptr, Layout::nn), &tgx);
     }
     if (wp->requires_grad) {
-      const auto gq = block_copy(*r, cp.g_wgrad, tg, G, M, N, Mw, Nw);
+      const auto gq =
+          block_read(*r, cp.g_wgrad, promoted(pc, GemmCopy::dy_wgrad), tg, G, M, N, Mw, Nw);
       send_grad(*r, *wp, gemm_blocks(*r, N, K, Nw, Kw, Mw, gq, xw, nullptr, Layout::tn), &tgw);
     }
     if (bp && bp->requires_grad)

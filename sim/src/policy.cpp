@@ -134,8 +134,23 @@ bool scope_matches(std::string_view pattern, std::string_view scope) {
 CastRule Policy::rule_in(OpKind k, const std::string& scope) const {
   for (const std::string& s : fp32_scopes)
     if (scope_matches(s, scope)) return CastRule::fp32;
+  for (const std::string& s : fp32_sites)
+    if (s == scope) return CastRule::fp32;
   return rule(k);
 }
+
+namespace {
+struct CopyNames {
+  const char *name, *operand, *gemm;
+};
+constexpr CopyNames kCopies[kGemmCopyCount] = {
+    {"X (fprop)", "X", "fprop"},  {"W (fprop)", "W", "fprop"}, {"dY (dgrad)", "dY", "dgrad"},
+    {"W (dgrad)", "W", "dgrad"}, {"dY (wgrad)", "dY", "wgrad"}, {"X (wgrad)", "X", "wgrad"}};
+}  // namespace
+
+const char* gemm_copy_name(GemmCopy c) { return kCopies[static_cast<size_t>(c)].name; }
+const char* gemm_copy_operand(GemmCopy c) { return kCopies[static_cast<size_t>(c)].operand; }
+const char* gemm_copy_gemm(GemmCopy c) { return kCopies[static_cast<size_t>(c)].gemm; }
 
 const BlockRecipe* Policy::blocks_in(const std::string& scope) const {
   for (const BlockLayer& l : block_layers)

@@ -446,6 +446,13 @@ nlohmann::json policy_json(const Precision& pr) {
     pol["promoted_roles"] = roles;
   }
   if (!p.fp32_scopes.empty()) pol["fp32_scopes"] = p.fp32_scopes;
+  if (!p.fp32_sites.empty()) pol["fp32_sites"] = p.fp32_sites;
+  if (p.promoted_copies != decltype(p.promoted_copies){}) {
+    nlohmann::json copies = nlohmann::json::array();
+    for (int c = 0; c < kGemmCopyCount; ++c)
+      if (p.promoted_copies[size_t(c)]) copies.push_back(gemm_copy_name(GemmCopy(c)));
+    pol["promoted_copies"] = copies;
+  }
   pol["update"] = update_method_name(p.update.method);
   if (p.update.method == UpdateMethod::kahan)
     pol["compensation"] = p.update.compensation.name();

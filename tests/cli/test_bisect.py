@@ -96,6 +96,10 @@ steps = 30
 """, ["softmax"], 8, ["--metric", "drift"]),
     # The same, cut into layers: the softmax lives in the one transformer block.
     "softmax_layer": (None, ["layer blocks.0"], 16, ["--metric", "drift", "--granularity", "layer"]),
+    # The same, cut into single op sites: the attention's softmax, not its scores, scale or
+    # context, nor the q/k/v/proj linear layers beside it.
+    "softmax_tensor": (None, ["tensor blocks.0.attn.softmax"], 16,
+                       ["--metric", "drift", "--granularity", "tensor"]),
     # fp16 exp_avg_sq in a byte-level language model, measured by the validation loss.
     "val_loss": ("""[model]
 kind = "transformer"
@@ -142,6 +146,20 @@ EVIDENCE = {"exp_avg_sq": ".exp_avg_sq", "vanishing_update": ".update"}
 
 
 PLANTED["softmax_layer"] = (PLANTED["softmax"][0],) + PLANTED["softmax_layer"][1:]
+PLANTED["softmax_tensor"] = (PLANTED["softmax"][0],) + PLANTED["softmax_tensor"][1:]
+
+# fp8 with per-tensor current scaling and a 4-bit (e2m1) backward format: the gradients' fp8
+# copies are coarse, the search runs over the six GEMM operand copies.
+FP8_OPERANDS = MLP + """[optimizer]
+kind = "adam"
+lr = 0.01
+[precision]
+policy = "fp8-current"
+fp8_backward = "e2m1"
+[run]
+steps = 40
+"""
+COPIES = ["X (fprop)", "W (fprop)", "dY (dgrad)", "W (dgrad)", "dY (wgrad)", "X (wgrad)"]
 
 
 def write_config(tmp, name, text):
@@ -241,6 +259,30 @@ def planted(tmp):
             check_outputs(name, out, so, want, budget)
         if name in EVIDENCE:
             check_evidence(name, tmp, text, EVIDENCE[name], so)
+
+
+def operands(tmp):
+    """--granularity operand: the parts are the six copies, every printed number recomputes
+    from bisect.csv, and with all six promoted each GEMM reads fp32 operands and is the fp32
+    linear layer's, so that run's metric is the fp32 reference's, bit for bit."""
+    cfg = write_config(tmp, "operands", FP8_OPERANDS)
+    out = os.path.join(tmp, "operands.bisect")
+    rc, so, se = run([cfg, "--granularity", "operand", "--budget", "24", "--out", out])
+    print(f"operands: rc {rc}\n{so}{se}", end="")
+    check(rc == 0, f"operands: exit {rc}: {se}")
+    if rc != 0:
+        return
+    with open(os.path.join(out, "bisect.json")) as f:
+        j = json.load(f)
+    check([p["name"] for p in j["parts"]] == ["operand " + c for c in COPIES],
+          f"operands: parts {j['parts']}")
+    want = [m["name"] for m in j["culprit"]]
+    check(want and all(w.startswith("operand ") for w in want), f"operands: culprit {want}")
+    check_outputs("operands", out, so, want, 24)
+    rows = read_csv(os.path.join(out, "bisect.csv"))
+    ref = [r["metric"] for r in rows if r["role"] == "reference"]
+    every = [r["metric"] for r in rows if r["role"] == "candidate" and r["parts"] == "6"]
+    check(len(every) == 1 and every == ref, f"operands: all promoted {every}, fp32 {ref}")
 
 
 def resume_and_jobs(tmp):
@@ -354,6 +396,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         bad_input(tmp)
         planted(tmp)
+        operands(tmp)
         resume_and_jobs(tmp)
         budget_runs_out(tmp)
         interrupted(tmp)

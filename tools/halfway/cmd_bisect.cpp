@@ -6,6 +6,7 @@
 // original run's trace evidence. Finished runs are kept as DIR/runs/KEY.json, so a stopped
 // bisection resumes where it stopped.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <charconv>
@@ -51,7 +52,8 @@ struct BisectOptions {
 struct TensorTotals {
   std::string op;
   std::string role;  ///< the role that rounds it: forward, backward, update
-  uint64_t total = 0, flushed = 0, overflow = 0;
+  uint64_t total = 0, flushed = 0, overflow = 0;  ///< overflow: saturated, for a block copy
+  std::string gemm;  ///< a block-scaled copy (blocks.csv): the GEMM that reads it; else empty
 };
 
 /// One training run's outcome, as stored in DIR/runs/KEY.json.
@@ -75,7 +77,8 @@ json to_json(const RunResult& r) {
   j["losses"] = l;
   json t = json::object();
   for (const auto& [name, x] : r.tensors)
-    t[name] = {{"op", x.op}, {"role", x.role}, {"total", x.total}, {"flushed", x.flushed}, {"overflow", x.overflow}};
+    t[name] = {{"op", x.op}, {"role", x.role}, {"total", x.total}, {"flushed", x.flushed},
+               {"overflow", x.overflow}, {"gemm", x.gemm}};
   j["tensors"] = t;
   return j;
 }
@@ -89,8 +92,8 @@ RunResult from_json(const json& j) {
   for (const auto& v : j.at("losses")) r.losses.push_back(num(v));
   for (const auto& [name, x] : j.at("tensors").items())
     r.tensors[name] = {x.at("op").get<std::string>(), x.at("role").get<std::string>(),
-                       x.at("total").get<uint64_t>(),
-                       x.at("flushed").get<uint64_t>(), x.at("overflow").get<uint64_t>()};
+                       x.at("total").get<uint64_t>(), x.at("flushed").get<uint64_t>(),
+                       x.at("overflow").get<uint64_t>(), x.value("gemm", std::string())};
   return r;
 }
 
@@ -147,6 +150,17 @@ RunResult train_one(sim::TrainConfig c, const std::string& metric, bool evidence
       x.total += t.events.total;
       x.flushed += t.events.flushed;
       x.overflow += t.events.overflow;
+    }
+    for (const sim::BlockRecord& b : st->blocks) {
+      TensorTotals& x = r.tensors[b.name + " [" + b.gemm + "]"];
+      x.op = b.op;
+      x.gemm = b.gemm;
+      const bool grad = b.kind == sim::TraceKind::activation_grad ||
+                        b.kind == sim::TraceKind::weight_grad;
+      x.role = sim::role_name(grad ? sim::Role::backward : sim::Role::forward);
+      x.total += b.events.elements;
+      x.flushed += b.events.flushed;
+      x.overflow += b.events.saturated;
     }
   };
   const sim::TrainSummary s = sim::train(c, o, cb);
@@ -353,8 +367,39 @@ std::vector<std::optional<double>> Bisection::closed(const std::vector<sim::Part
 }
 
 
-/// Whether the traced tensor `name` (of op `op`) is rounded by part `q`.
+/// The suffixes ops.cpp gives the tensors one op site rounds (`scoped(...)`).
+bool site_tensor(const std::string& site, const std::string& name) {
+  static const char* const suffixes[] = {"output",     "input",      "other",       "weight",
+                                         "bias",       "grad_input", "grad_other",  "grad_target",
+                                         "grad_output", "weight.grad", "bias.grad"};
+  if (name.compare(0, site.size() + 1, site + ".") != 0) return false;
+  const std::string rest = name.substr(site.size() + 1);
+  return std::any_of(std::begin(suffixes), std::end(suffixes),
+                     [&](const char* x) { return rest == x; });
+}
+
+/// Whether the block copy or fp8 quantization `name` is what operand copy `c` reads: the
+/// operand's trace name, and for a block copy the GEMM (an fp8 operand's one quantization
+/// serves both of its GEMMs).
+bool copy_tensor(sim::GemmCopy c, const std::string& name, const TensorTotals& t) {
+  const std::string op = sim::gemm_copy_operand(c);
+  const std::string suffix = op == "X" ? ".input" : op == "W" ? ".weight" : ".grad_output";
+  const std::string base = t.gemm.empty() ? name : name.substr(0, name.rfind(" ["));
+  return t.op == "linear" && base.size() > suffix.size() &&
+         base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         (t.gemm.empty() || t.gemm == sim::gemm_copy_gemm(c));
+}
+
+/// Whether the traced tensor `name` (of op `op`) is rounded by part `q`. Block copies count
+/// for operand parts only (the other parts' evidence is trace.csv's, as `halfway train`'s).
 bool covers(const sim::PrecisionPart& q, const std::string& name, const TensorTotals& t) {
+  if (!q.copies.empty())
+    return std::any_of(q.copies.begin(), q.copies.end(),
+                       [&](sim::GemmCopy c) { return copy_tensor(c, name, t); });
+  if (!t.gemm.empty()) return false;
+  for (const std::string& s : q.sites)
+    if (site_tensor(s, name)) return true;
+  if (!q.sites.empty()) return false;
   const std::string& op = t.op;
   for (sim::Role r : q.roles)
     if (t.role == sim::role_name(r)) return true;
@@ -475,8 +520,10 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   app.add_option("--against", o.against, "the reference: fp32 (the default)");
   app.add_option("--metric", o.metric, "final_loss (default), val_loss (text data), drift");
   app.add_option("--granularity", o.granularity, "op (default: op kinds, optimizer states, "
-                                                 "weights), role (forward, backward, update) or "
-                                                 "layer (the model's modules by name)");
+                                                 "weights), role (forward, backward, update), "
+                                                 "layer (the model's modules by name), tensor "
+                                                 "(single op sites by name) or operand (the "
+                                                 "fp8/block recipe's GEMM operand copies)");
   app.add_option("--budget", o.budget, "the most training runs to use (default 64, at least 2)");
   app.add_option("--out", o.out, "output folder (default: the config's name + '.bisect')");
   app.add_option("--jobs,-j", o.jobs, "runs in parallel (the answer does not depend on it)")

@@ -20,9 +20,11 @@
 namespace halfway::sim {
 
 /// How finely `halfway bisect` cuts a policy into parts: the three roles (forward, backward,
-/// update), the op kinds and optimizer states, or the model's layers (with the optimizer
-/// states and the other parts that belong to no layer).
-enum class Granularity : uint8_t { role, op, layer };
+/// update), the op kinds and optimizer states, the model's layers, its single op sites
+/// (`tensor`: the tensors one name scope rounds, not the scopes below it), or the six GEMM
+/// operand copies of an fp8 or block recipe's linear layers (`operand`); the last three with
+/// the optimizer states and the other parts that belong to no layer.
+enum class Granularity : uint8_t { role, op, layer, tensor, operand };
 /// Throws InputError naming the granularities for an unknown name.
 Granularity parse_granularity(std::string_view name);
 const char* granularity_name(Granularity g);
@@ -42,6 +44,10 @@ struct PrecisionPart {
   std::vector<Role> roles;
   /// Layers (name scopes) whose ops all run under the fp32 rule (Policy::fp32_scopes).
   std::vector<std::string> scopes;
+  /// Op sites (exact name scopes) whose ops run under the fp32 rule (Policy::fp32_sites).
+  std::vector<std::string> sites;
+  /// GEMM operand copies read unquantized (Policy::promoted_copies).
+  std::vector<GemmCopy> copies;
 };
 
 /// The parts of `c`'s precision that differ from the fp32 reference at granularity `g`, in
@@ -51,7 +57,12 @@ struct PrecisionPart {
 /// accumulation. Roles: forward, backward, update (weights, optimizer state and the update
 /// rounding). Layers: every module scope of the model (an MLP's "0", "1", ...; a
 /// transformer's tok_emb, pos_emb, embed, blocks.N, ln_f, head) and the loss, then the op
-/// granularity's parts that are not op groups. Empty for an fp32 config.
+/// granularity's parts that are not op groups. Tensors: likewise, with each block cut into its
+/// op sites (blocks.N.ln1, .attn.q, .attn.k, .attn.v, .attn.scores, .attn.scale, .attn.mask
+/// (causal models), .attn.softmax, .attn.context, .attn.proj, .res1, .ln2, .mlp.fc1, .mlp.act,
+/// .mlp.fc2, .res2). Operands: the six copies X (fprop), W (fprop),
+/// dY (dgrad), W (dgrad), dY (wgrad), X (wgrad) of an fp8 or block recipe, then the parts
+/// that are not op groups. Empty for an fp32 config.
 std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g);
 
 /// `c` with every part of `parts` promoted to fp32 (the order of `parts` does not matter).

@@ -85,6 +85,18 @@ struct BlockLayer {
   std::optional<BlockRecipe> recipe;
 };
 
+/// The six operand copies a linear layer's three GEMMs read (TE's usages): fprop reads X and
+/// W, dgrad reads dY and W, wgrad reads dY and X. Under a per-tensor fp8 recipe the two copies
+/// of an operand are one quantization; under a block recipe each is its own, blocked along
+/// the GEMM's reduction dimension.
+enum class GemmCopy : uint8_t { x_fprop, w_fprop, dy_dgrad, w_dgrad, dy_wgrad, x_wgrad };
+inline constexpr int kGemmCopyCount = 6;
+/// "X (fprop)", "W (fprop)", "dY (dgrad)", "W (dgrad)", "dY (wgrad)", "X (wgrad)".
+const char* gemm_copy_name(GemmCopy c);
+/// The copy's operand ("X", "W", "dY") and the GEMM that reads it ("fprop", "dgrad", "wgrad").
+const char* gemm_copy_operand(GemmCopy c);
+const char* gemm_copy_gemm(GemmCopy c);
+
 /// Whether the name scope `scope` is `pattern` or lies below it ("blocks.0" covers
 /// "blocks.0.attn.q"; "blocks.*.mlp" covers "blocks.3.mlp.fc1").
 bool scope_matches(std::string_view pattern, std::string_view scope);
@@ -135,9 +147,18 @@ struct Policy {
   /// `halfway bisect`'s layer promotion: every op under one of these scopes (the scope itself
   /// or a name below it, "blocks.0" covering "blocks.0.attn.q") runs under the fp32 rule.
   std::vector<std::string> fp32_scopes;
+  /// `halfway bisect`'s tensor promotion: every op whose name scope is exactly one of these
+  /// (not the names below it: "blocks.0.attn" leaves "blocks.0.attn.q" alone) runs under the
+  /// fp32 rule.
+  std::vector<std::string> fp32_sites;
+  /// `halfway bisect`'s operand promotion: a set copy's GEMM reads the operand's own fp32
+  /// values instead of its quantized copy. The copy is still made and traced, so every other
+  /// rounding and random stream of the run is unchanged. Default: none.
+  std::array<bool, kGemmCopyCount> promoted_copies{};
 
   CastRule rule(OpKind k) const { return rules[static_cast<size_t>(k)]; }
-  /// The rule of op `k` under the name scope `scope`: fp32 within fp32_scopes, else rule(k).
+  /// The rule of op `k` under the name scope `scope`: fp32 within fp32_scopes or at one of
+  /// fp32_sites, else rule(k).
   CastRule rule_in(OpKind k, const std::string& scope) const;
   /// The block recipe of the linear layers under `scope`: the first matching block_layers
   /// entry's (null for a layer kept unquantized), else `blocks` (null without one).
@@ -146,6 +167,7 @@ struct Policy {
     return role_rounding[static_cast<size_t>(r)].value_or(run_default);
   }
   void set(OpKind k, CastRule r) { rules[static_cast<size_t>(k)] = r; }
+  bool copy_promoted(GemmCopy c) const { return promoted_copies[static_cast<size_t>(c)]; }
   /// Master weights exist when the parameters are fp32 and some op lowers them.
   bool master_weights() const;
 };
