@@ -24,6 +24,7 @@
 #if HALFWAY_PY_SIM
 #include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/analyze.hpp"
+#include "halfway/sim/bisect.hpp"
 #include "halfway/sim/block_quant.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/fp8.hpp"
@@ -1601,6 +1602,52 @@ void bind_emulation(py::module_& m) {
   py::class_<SimOp>(m, "_SimOp").def("backward", &SimOp::backward, py::arg("grad"),
                                      py::arg("rounding"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// halfway.torch.bisect (python/halfway/torch_bisect.py): the search and the folder are the ones
+// `halfway bisect` runs (sim/bisect.hpp's ddmin, io.hpp's publish_folder); Python only trains.
+
+/// ddmin over parts 0..n-1: `evaluate(list of sets) -> list of float or None` (None: the
+/// budget is spent). Returns (culprit, finished).
+std::pair<sim::PartSet, bool> ddmin_py(int n, double threshold, int batch,
+                                       py::function evaluate) {
+  if (n < 0) throw py::value_error("_ddmin: n must be at least 0");
+  const auto eval = [&](const std::vector<sim::PartSet>& sets) {
+    const py::object got = evaluate(py::cast(sets));
+    auto f = got.cast<std::vector<std::optional<double>>>();
+    if (f.size() != sets.size())
+      throw py::value_error("_ddmin: evaluate returned " + std::to_string(f.size()) +
+                            " values for " + std::to_string(sets.size()) + " sets");
+    return f;
+  };
+  const sim::SearchResult r = sim::ddmin(n, threshold, batch, eval);
+  return {r.culprit, r.finished};
+}
+
+/// A folder of text files published as `halfway bisect` publishes its own: every file finished
+/// under a temporary name, the old manifest removed, the files renamed into place in order,
+/// `manifest` written last.
+void publish_texts(const std::string& dir,
+                   const std::vector<std::pair<std::string, std::string>>& files,
+                   const std::string& manifest) {
+  std::vector<std::unique_ptr<sim::AtomicFile>> out;
+  for (const auto& [name, text] : files) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    out.push_back(std::make_unique<sim::AtomicFile>(path));
+    out.back()->out() << text;
+  }
+  for (auto& f : out) f->finish();
+  std::vector<std::function<void()>> renames;
+  for (auto& f : out) renames.push_back([p = f.get()] { p->publish(); });
+  sim::publish_folder(dir, {}, renames, manifest);
+}
+
+void bind_bisect(py::module_& m) {
+  m.def("_ddmin", &ddmin_py, py::arg("n"), py::arg("threshold"), py::arg("batch"),
+        py::arg("evaluate"));
+  m.def("_unpublish_folder", &sim::unpublish_folder, py::arg("dir"), py::arg("stale"));
+  m.def("_publish_texts", &publish_texts, py::arg("dir"), py::arg("files"), py::arg("manifest"));
+}
 #endif
 
 }  // namespace
@@ -1799,6 +1846,7 @@ PYBIND11_MODULE(_halfway, m) {
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");
   bind_analysis_run(m);
   bind_emulation(m);
+  bind_bisect(m);
   m.def("_git_revision", &sim::git_revision,
         "The git revision the simulator was built from ('-dirty': from uncommitted changes).");
 #endif
