@@ -19,6 +19,7 @@ usage: test_experiment_numbers.py PATH/TO/halfway
 Exits 77 (skipped) when matplotlib, pandas or numpy is missing.
 """
 import concurrent.futures
+import csv
 import glob
 import json
 import math
@@ -1115,8 +1116,67 @@ def check_emulate_recipes(res, figs, con):
     expect_seed_spread(con, finals, "final loss (last {I} steps)", 10)
 
 
+def check_bisect_cases(res, figs, con):
+    """Each bisection's title, bar labels and legend, and its console line, recomputed from its
+    bisect.csv (the mean metric per candidate set, the gap, the share closed) and the loss
+    curves of its bisect.json; a case without a gap prints its no_gap.txt line."""
+    doc = figs["bisect_cases"]
+    cases, drawn, versions = ["mxfp4_operands", "fp16_layers", "bf16_update"], 0, set()
+    for name in cases:
+        folder = os.path.join(res, name)
+        no_gap = os.path.join(res, name + ".no_gap.txt")
+        if not os.path.exists(os.path.join(folder, "manifest.json")):
+            if os.path.exists(no_gap):
+                with open(no_gap) as f:
+                    con.expect("%s: %s" % (name, f.read().strip()), full=True)
+            else:
+                con.expect("%s: not run" % name, full=True)
+            continue
+        drawn += 1
+        with open(os.path.join(folder, "bisect.csv")) as f:
+            rows = list(csv.DictReader(f))
+        with open(os.path.join(folder, "bisect.json")) as f:
+            j = json.load(f)
+        versions.add(j["version"])
+        metrics, order = {}, []
+        for r in rows:
+            key = (r["role"], r["promoted"])
+            if key not in metrics:
+                order.append(key)
+            metrics.setdefault(key, []).append(float(r["metric"]) if r["metric"] else math.nan)
+        mean = {k: sum(v) / len(v) for k, v in metrics.items()}
+        ref, orig = mean[("reference", "")], mean[("original", "")]
+        gap = orig - ref
+        closed = {k[1]: (orig - mean[k]) / gap for k in order if k[0] == "candidate"}
+        doc.expect("%s (%s):\n%s {N} against fp32's {N}, {I} runs" % (name, j["granularity"],
+                                                                     j["metric"]),
+                   orig, ref, len(rows))
+        for p in closed:
+            if math.isfinite(closed[p]):
+                doc.expect(" {N}%", 100 * closed[p], full=True)
+            else:
+                doc.text(" n/a")
+        culprit = [m["name"] for m in j["culprit"]]
+        shown = " + ".join(culprit[:3]) + (" + %d more" % (len(culprit) - 3)
+                                           if len(culprit) > 3 else "")
+        seed = next(k for k in j if k.startswith("losses_seed_"))
+        doc.expect("%s: loss curves, seed {I}" % name, int(seed[len("losses_seed_"):]))
+        for k, label in (("reference", "fp32 reference"), ("original", "original"),
+                         ("fixed", "fixed: " + shown)):
+            if k in j[seed]:
+                doc.expect(label + ", last {N}", j[seed][k][-1], full=True)
+        key = " + ".join(culprit)
+        con.expect("%s: promoting %s closes {N}%% of the gap in %s ({N} against fp32's {N}, gap "
+                   "{N}); {I} runs, finished %s" % (name, " + ".join("`%s`" % c for c in culprit),
+                                                    j["metric"], "yes" if j["finished"] else "no"),
+                   100 * closed[key], orig, ref, gap, len(rows))
+    doc.expect("halfway bisect, {I} of {I} cases drawn, halfway %s" % ", ".join(sorted(versions)),
+               drawn, len(cases))
+
+
 CHECKERS = {"accumulation": check_accumulation,
             "accumulation_training": check_accumulation_training,
+            "bisect_cases": check_bisect_cases,
             "block_formats": check_block_formats, "demo": check_demo,
             "dynamic_scaler": check_dynamic_scaler,
             "emulate_recipes": check_emulate_recipes, "format_comparison": check_format_comparison,
@@ -1176,12 +1236,12 @@ def main_check(argv):
     return 1 if errors else 0
 
 
-def shorten(path):
-    """Cut every run of a sweep.toml or emulate.toml to 6 steps (the tiny versions)."""
+def shorten(path, steps=6):
+    """Cut every run of a sweep.toml, emulate.toml or config to `steps` (the tiny versions)."""
     with open(path) as f:
         s = f.read()
     with open(path, "w") as f:
-        f.write(re.sub(r"(?m)^steps = \d+", "steps = 6", s))
+        f.write(re.sub(r"(?m)^steps = \d+", "steps = %d" % steps, s))
 
 
 def main(halfway):
@@ -1208,6 +1268,14 @@ def main(halfway):
             r = subprocess.run([halfway, "run", os.path.join(exps, n), "--results", res_root],
                                capture_output=True, text=True, env=env)
             ok(r.returncode == 0, "%s: halfway run (tiny)" % n)
+        p = os.path.join(exps, n, "bisect.toml")
+        if os.path.exists(p):
+            # Each case's config cut short; a bisection needs a gap, which 6 steps do not give.
+            for c in glob.glob(os.path.join(exps, n, "*.toml")):
+                shorten(c, 30)
+            r = subprocess.run([halfway, "run", os.path.join(exps, n), "--results", res_root,
+                                "--jobs", "2"], capture_output=True, text=True, env=env)
+            ok(r.returncode == 0, "%s: halfway run (tiny) %s" % (n, r.stderr.strip()[-300:]))
         p = os.path.join(exps, n, "emulate.toml")
         if os.path.exists(p):  # a Python experiment (run.py): torch and the module needed
             shorten(p)
@@ -1287,6 +1355,22 @@ def main(halfway):
         errors = check(name, bad, texts_of(bad), out)
         print("     planted bug in %s: %s" % (name, errors[:1]))
         return any(word in e for e in errors)
+
+    if "bisect_cases" in seen:
+        res, texts, out = seen["bisect_cases"]
+        drawn = [c for c in ("mxfp4_operands", "fp16_layers", "bf16_update")
+                 if os.path.exists(os.path.join(res, c, "manifest.json"))]
+        ok(drawn, "bisect_cases: some case has a gap to bisect in the tiny version")
+        if drawn:
+            bad = os.path.join(tempfile.mkdtemp(prefix="bisect-corrupt-", dir=tmp), "results")
+            shutil.copytree(res, bad)
+            p = os.path.join(bad, drawn[0], "bisect.csv")
+            t = pd.read_csv(p, dtype=str, keep_default_na=False)
+            t.loc[1, "metric"] = repr(float(t.loc[1, "metric"]) * 1.01)  # the original's
+            t.to_csv(p, index=False)
+            errors = check("bisect_cases", bad, texts, out)
+            ok(any(drawn[0] in e for e in errors), "negative control: the original run's metric "
+               "1%% higher in %s's bisect.csv is caught (%s)" % (drawn[0], errors[:1]))
 
     if "demo" in seen:
         def more_flushed(s):

@@ -44,12 +44,17 @@ for n in names:
     if os.path.exists(p):
         with open(p, "w") as f:
             f.write("lengths = [16, 256]\ntrials = 2\nseed = 0\n")
-    for file in ("sweep.toml", "emulate.toml"):  # emulate.toml: run.py's, a PyTorch model
+    # emulate.toml: run.py's, a PyTorch model; bisect.toml's cases: their configs, cut to 30
+    # steps, since a bisection needs a gap, which 6 steps do not give.
+    bisect = os.path.exists(os.path.join(exps, n, "bisect.toml"))
+    files = [f for f in os.listdir(os.path.join(exps, n)) if f.endswith(".toml")] if bisect \
+        else ["sweep.toml", "emulate.toml"]
+    for file in files:
         p = os.path.join(exps, n, file)
         if os.path.exists(p):
             with open(p) as f:
                 s = f.read()
-            s = re.sub(r"(?m)^steps = \d+", "steps = 6", s)
+            s = re.sub(r"(?m)^steps = \d+", "steps = %d" % (30 if bisect else 6), s)
             with open(p, "w") as f:
                 f.write(s)
 

@@ -1,8 +1,10 @@
 // `halfway run EXPERIMENT_DIR... [--all] [--jobs N] [--results DIR] [--plot-only]`: run one
-// experiment (its sweep.toml, accumulation.toml or Python run.py, if any, into RESULTS/<name>/)
+// experiment (its sweep.toml, accumulation.toml, bisect.toml or Python run.py, if any, into
+// RESULTS/<name>/)
 // and draw its figures with its plot.py, which reads only the results folder.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
@@ -55,6 +57,100 @@ std::string shortest(double v) {
     if (std::strtod(t, nullptr) == v) return t;
   }
   return buf;
+}
+
+/// One [[case]] of an experiment's bisect.toml: `halfway bisect CONFIG` with these options.
+struct BisectCase {
+  std::string name, config, granularity = "op", metric = "final_loss";
+  int64_t budget = 64;
+  std::vector<int64_t> seeds;
+};
+
+/// The cases of `file` (each: name, config, and optionally granularity, metric, budget,
+/// seeds); an unknown key or a bad value is an InputError naming it.
+std::vector<BisectCase> load_bisect_cases(const fs::path& file) {
+  toml::table t;
+  try {
+    t = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    throw InputError(file.string() + ": " + std::string(e.description()));
+  }
+  const toml::array* cases = t.get_as<toml::array>("case");
+  if (t.size() != 1 || !cases || cases->empty())
+    throw InputError(file.string() + ": holds [[case]] tables only, at least one");
+  std::vector<BisectCase> r;
+  for (const toml::node& n : *cases) {
+    const toml::table* c = n.as_table();
+    if (!c) throw InputError(file.string() + ": every case must be a [[case]] table");
+    BisectCase b;
+    const std::string where = file.string() + ": case " + std::to_string(r.size() + 1);
+    for (auto&& [k, v] : *c) {
+      const std::string key(k.str());
+      std::string* text = key == "name" ? &b.name : key == "config" ? &b.config
+                        : key == "granularity" ? &b.granularity : key == "metric" ? &b.metric
+                                                                     : nullptr;
+      if (text && v.is_string()) {
+        *text = *v.value<std::string>();
+      } else if (key == "budget" && v.is_integer()) {
+        b.budget = *v.value<int64_t>();
+      } else if (key == "seeds" && v.is_array()) {
+        for (const toml::node& s : *v.as_array()) {
+          if (!s.is_integer() || *s.value<int64_t>() < 0)
+            throw InputError(where + ": seeds must be non-negative integers");
+          b.seeds.push_back(*s.value<int64_t>());
+        }
+      } else {
+        throw InputError(where + ": unknown key or bad value '" + key +
+                         "' (name, config, granularity, metric, budget, seeds)");
+      }
+    }
+    const bool plain = !b.name.empty() && std::all_of(b.name.begin(), b.name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+    });
+    if (!plain || b.config.empty())
+      throw InputError(where + ": needs a name of letters, digits, '_' and '-', and a config");
+    r.push_back(b);
+  }
+  return r;
+}
+
+/// An experiment's bisect.toml: each case runs `halfway bisect` (this program) on its config,
+/// a path relative to the experiment, into OUT/<case>/, resuming from the runs kept there. A
+/// case whose config shows no gap (exit 2, "no gap: ...") leaves OUT/<case>.no_gap.txt with
+/// that line instead, and the plot says so; any other failure stops the experiment.
+int run_bisect_cases(const fs::path& file, const fs::path& out, int jobs) {
+  const std::vector<BisectCase> cases = load_bisect_cases(file);
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  fs::create_directories(out);
+  for (const BisectCase& c : cases) {
+    std::vector<std::string> args = {self, "bisect", (file.parent_path() / c.config).string(),
+                                     "--out", (out / c.name).string(), "--granularity",
+                                     c.granularity, "--metric", c.metric, "--budget",
+                                     std::to_string(c.budget), "--jobs", std::to_string(jobs)};
+    if (!c.seeds.empty()) {
+      std::string s;
+      for (int64_t v : c.seeds) s += (s.empty() ? "" : ",") + std::to_string(v);
+      args.insert(args.end(), {"--seeds", s});
+    }
+    std::printf("halfway run: bisect %s (%s, %s)\n", c.name.c_str(), c.config.c_str(),
+                c.granularity.c_str());
+    std::fflush(stdout);
+    std::string said;
+    const int rc = run_captured(args, said);
+    std::fputs(said.c_str(), stdout);
+    const fs::path no_gap = out / (c.name + ".no_gap.txt");
+    const size_t at = said.find("no gap: ");
+    if (rc == 2 && at != std::string::npos) {
+      sim::write_file_atomic(no_gap.string(), said.substr(at, said.find('\n', at) - at) + "\n");
+      continue;
+    }
+    fs::remove(no_gap);
+    if (rc != 0 && rc != 1) {  // 1: an answer that is unfinished or does not explain the gap
+      std::fprintf(stderr, "halfway run: bisect %s failed (exit status %d)\n", c.name.c_str(), rc);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 /// The accumulation experiment (experiments/accumulation/accumulation.toml): dot products of
@@ -142,6 +238,7 @@ int run_one(const fs::path& exp, const fs::path& results_root, int jobs, bool pl
   if (!fs::is_directory(exp)) throw InputError("no experiment folder " + exp.string());
   const fs::path sweep = exp / "sweep.toml", plot = exp / "plot.py";
   const fs::path acc = exp / "accumulation.toml", runner = exp / "run.py";
+  const fs::path bisect = exp / "bisect.toml";
   if (!fs::exists(sweep) && !fs::exists(plot))
     throw InputError(exp.string() + " has neither sweep.toml nor plot.py");
   const fs::path out = results_root / name;
@@ -167,6 +264,11 @@ int run_one(const fs::path& exp, const fs::path& results_root, int jobs, bool pl
     std::printf("halfway run: %s -> %s\n", name.c_str(), out.string().c_str());
     std::fflush(stdout);
     run_accumulation(acc, out);
+  }
+  if (fs::exists(bisect) && !plot_only) {
+    std::printf("halfway run: %s -> %s\n", name.c_str(), out.string().c_str());
+    std::fflush(stdout);
+    if (run_bisect_cases(bisect, out, jobs) != 0) return 1;
   }
   if (fs::exists(sweep) && !plot_only) {
     const SweepDef d = load_sweep(sweep.string());
