@@ -38,8 +38,9 @@ from .analysis import (CHUNK, DEFAULT_FORMATS, DEFAULT_SCALES, check_block_optio
 
 from .emulate import emulate, recipe_from_toml
 from .optimizer import optimizer
+from .torch_bisect import bisect
 
-__all__ = ["trace", "emulate", "optimizer", "recipe_from_toml"]
+__all__ = ["trace", "emulate", "optimizer", "recipe_from_toml", "bisect"]
 
 # The folders (real paths) that a trace in its with block is writing.
 _writing = set()
