@@ -1,6 +1,6 @@
 """halfway.torch.bisect (python/halfway/torch_bisect.py): `halfway bisect` on a PyTorch model.
 
-Planted culprits on a 4-layer MLP (inp, a, b, out; 8-16-16-16-1, 865 parameters; 30 steps of
+Planted culprits on a 4-layer MLP (inp, a, b, out; 8-16-16-16-1, 705 parameters; 30 steps of
 Adam on a fixed regression; CPU, one thread). `inp` and `b` are custom layers whose input
 carries one massive constant activation (64) read with weight 0: nothing changes in fp32 or
 bf16, but under mxfp4 (blocks of 32) it sets its block's shared scale to 16 and every other
