@@ -5,11 +5,14 @@ reproduce every stored text output (printed lines and results, not stderr) exact
 draw at least one figure. Images are not compared byte for byte (the numbers drawn are the
 printed ones). Negative control: a stored output changed by one character must be reported.
 
-The kernel runs PyTorch with ATEN_CPU_CAPABILITY=default: its vectorised kernels' reductions
-and elementwise loops then take 8-lane vectors on every x86 CPU, where AVX-512 machines would
-otherwise take 16 lanes and sum in another order (notebook 05's mxfp8 loss read 1.7311e-04 on
-an AVX-512 machine and 1.7255e-04 on an AVX2 one; with the capability pinned, AVX2, the default
-capability and halfway's scalar path give the same bits here). The stored outputs are made the
+The kernel runs PyTorch with ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=AVX2 and
+ONEDNN_MAX_CPU_ISA=AVX2: its own vectorised kernels' reductions and elementwise loops, and the
+fp32 GEMMs it leaves to MKL and oneDNN, then take the same vectors on every x86 CPU with AVX2,
+where AVX-512 machines would otherwise sum in another order. Notebook 05's mxfp8 loss read
+1.7311e-04 on an AVX-512 Xeon and 1.7255e-04 on an AVX2 EPYC; on the Xeon, pinning ATen's
+capability alone still gave 1.7311e-04, halfway's own kernels forced to their AVX2 path
+(HALFWAY_DISABLE_ISA=avx512) too, and capping MKL and oneDNN at AVX2 gave 1.7255e-04: the
+difference is PyTorch's fp32 GEMMs, not halfway's roundings. The stored outputs are made the
 same way: `test_notebooks.py --store NOTEBOOK...` executes the notebooks and writes them back
 with their outputs."""
 
@@ -66,7 +69,8 @@ def mismatches(stored, fresh):
 
 
 # The kernel's environment: PyTorch's CPU kernels at one vector width on every machine.
-KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "default"}
+KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+              "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def kernel_spec(tmp):
