@@ -129,6 +129,38 @@ TEST_CASE("bisect: op sites and GEMM operand copies as parts") {
     CHECK(parse_granularity(granularity_name(g)) == g);
 }
 
+TEST_CASE("bisect: against a reference config, the parts it shares are none, the rest take its "
+          "settings where one config can hold them") {
+  const TrainConfig ref = config(
+      "policy = \"torch-cuda-bf16\"\nrounding = \"stochastic\"\nsr_random_bits = 8\n",
+      "exp_avg_sq_dtype = \"bf16\"\n");
+  const TrainConfig c = config(
+      "policy = \"torch-cuda-bf16\"\naccumulation = \"h100\"\nrounding = \"rtz\"\n",
+      "exp_avg_sq_dtype = \"fp16\"\nexp_avg_dtype = \"bf16\"\n");
+  const auto ps = precision_parts(c, Granularity::op, &ref);
+  // matmul/linear is bf16 in both: no part.
+  CHECK(names(ps) == V{"optimizer state exp_avg", "optimizer state exp_avg_sq",
+                       "rounding minMag", "accumulation h100"});
+  const TrainConfig all = promote(c, ps);
+  CHECK(all.optimizer.exp_avg_dtype == StateFormat{});
+  CHECK(all.optimizer.exp_avg_sq_dtype == DType::low(formats::bf16));
+  CHECK(all.precision.rounding == Rounding::stochastic);
+  CHECK(all.precision.sr_random_bits == 8);
+  CHECK(all.precision.accumulation == ref.precision.accumulation);
+  CHECK(all.precision.policy.rules == ref.precision.policy.rules);
+  CHECK(part(ps, "optimizer state exp_avg_sq").setting == "optimizer.exp_avg_sq_dtype = \"bf16\"");
+  CHECK(part(ps, "accumulation h100").setting == "precision.accumulation = \"fp32\"");
+  // Without a reference, the same config's parts go to fp32 and near-even.
+  CHECK(promote(c, precision_parts(c, Granularity::op)).precision.rounding == Rounding::near_even);
+  // An op group the reference lowers to another dtype is promoted to fp32, and says so.
+  const TrainConfig f16 = config("policy = \"torch-cuda-fp16\"\n");
+  const auto mm = precision_parts(f16, Granularity::op, &ref);
+  CHECK(names(mm) == V{"matmul/linear"});
+  CHECK(mm[0].setting.find("fp32, not the reference's low precision") != std::string::npos);
+  // Against itself: nothing to promote.
+  CHECK(precision_parts(c, Granularity::op, &c).empty());
+}
+
 TEST_CASE("bisect: a promoted op site covers its own scope only") {
   Policy p = preset_policy("torch-cuda-fp16");
   p.fp32_sites = {"blocks.0.attn", "2"};

@@ -350,7 +350,7 @@ def draw_bisect(directory):
     ax.set_title("%s: %.4g against the reference's %.4g (gap %.4g)" %
                  (a["metric"], a["original_metric"], a["reference_metric"], a["gap"]), fontsize=8)
     curves = a[key]
-    names = {"reference": "reference (fp32)", "original": "original",
+    names = {"reference": "reference (%s)" % a.get("against", "fp32"), "original": "original",
              "fixed": "fixed (promoting %s)" % culprit}
     for j, (k, label) in enumerate(names.items()):
         if k in curves:

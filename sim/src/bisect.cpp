@@ -110,6 +110,22 @@ bool has_gemm_copies(const Policy& p) {
                      [](const BlockLayer& l) { return l.recipe.has_value(); });
 }
 
+/// The config's words for optimizer state `name` kept in `f`.
+std::string state_setting(const std::string& name, const StateFormat& f) {
+  return "optimizer." + name + "_dtype = \"" + f.name() + "\"";
+}
+
+/// The setting of a part that promotes optimizer states (to `formats`, fp32 where empty) and,
+/// with `weights`, the weights' master copy.
+std::string states_setting(bool weights, const std::vector<std::string>& states,
+                           const std::vector<StateFormat>& formats) {
+  std::string s = weights ? "an fp32 master copy of the weights" : "";
+  for (size_t i = 0; i < states.size(); ++i)
+    s += (s.empty() ? "" : ", ") +
+         state_setting(states[i], i < formats.size() ? formats[i] : StateFormat{});
+  return s;
+}
+
 PrecisionPart weights_part() {
   PrecisionPart w;
   w.name = "weights";
@@ -141,7 +157,10 @@ const char* granularity_name(Granularity g) {
   return "op";
 }
 
-std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) {
+namespace {
+
+/// The parts of `c` against the fp32 reference (precision_parts without `ref`).
+std::vector<PrecisionPart> fp32_parts(const TrainConfig& c, Granularity g) {
   const Precision& pr = c.precision;
   const Policy& p = pr.policy;
   std::vector<PrecisionPart> parts;
@@ -161,11 +180,8 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
     if (p.param_dtype.is_low() || !low_states.empty()) {
       PrecisionPart u = p.param_dtype.is_low() ? weights_part() : PrecisionPart{};
       u.name = "update";
-      std::string what = p.param_dtype.is_low() ? "an fp32 master copy of the weights" : "";
-      for (const std::string& st : low_states)
-        what += (what.empty() ? "optimizer." : ", optimizer.") + st + "_dtype = \"fp32\"";
-      u.setting = what;
       u.states = low_states;
+      u.setting = states_setting(u.weights, u.states, {});
       parts.push_back(u);
     }
     return parts;
@@ -213,7 +229,7 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
   for (const std::string& s : low_states) {
     PrecisionPart part;
     part.name = "optimizer state " + s;
-    part.setting = "optimizer." + s + "_dtype = \"fp32\"";
+    part.setting = state_setting(s, StateFormat{});
     part.states = {s};
     parts.push_back(part);
   }
@@ -243,6 +259,87 @@ std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g) 
   return parts;
 }
 
+/// The format `o` keeps optimizer state `name` in.
+StateFormat state_format(const OptimizerConfig& o, const std::string& name) {
+  for (const StateDtype& sd : used_states(o))
+    if (name == sd.name) return o.*sd.dtype;
+  return StateFormat{};
+}
+
+/// Whether policies `a` and `b` compute op `k` alike: the same rule, and behind a lowering
+/// rule the same low dtype, fp8 recipe or block recipes; behind a pure policy the same dtypes.
+bool same_treatment(const Policy& a, const Policy& b, OpKind k) {
+  if (a.rule(k) != b.rule(k) || pure(a) != pure(b) || has_low_ops(a) != has_low_ops(b))
+    return false;
+  if (pure(a) && (a.param_dtype != b.param_dtype || a.input_dtype != b.input_dtype)) return false;
+  if (a.rule(k) != CastRule::lower || !has_low_ops(a)) return true;
+  if (a.low != b.low || a.fp8 != b.fp8 || (a.fp8 && !(a.fp8_config == b.fp8_config)))
+    return false;
+  return k != OpKind::linear || (a.blocks == b.blocks && a.block_layers == b.block_layers);
+}
+
+bool same_rounding(const Precision& a, const Precision& b) {
+  for (int r = 0; r < kRoleCount; ++r)
+    if (a.rounding_of(Role(r)) != b.rounding_of(Role(r))) return false;
+  return a.sr_random_bits == b.sr_random_bits;
+}
+
+/// `part` against the reference `ref` instead of fp32: what `c` already shares with `ref` is
+/// taken out of it, what one config can hold is set to `ref`'s own setting; false when
+/// nothing of the part is left.
+bool against(PrecisionPart& part, const TrainConfig& c, const TrainConfig& ref,
+             const std::shared_ptr<const Precision>& to) {
+  const Policy &p = c.precision.policy, &q = ref.precision.policy;
+  const bool state_part = !part.states.empty() || part.weights;
+  std::vector<std::string> states;
+  for (const std::string& st : part.states) {
+    const StateFormat f = state_format(ref.optimizer, st);
+    if (f == state_format(c.optimizer, st)) continue;
+    states.push_back(st);
+    part.state_formats.push_back(f);
+  }
+  part.states = states;
+  if (q.param_dtype == p.param_dtype) part.weights = false;
+  if (q.input_dtype == p.input_dtype) part.inputs = false;
+  if (state_part) part.setting = states_setting(part.weights, part.states, part.state_formats);
+  if (part.rounding) {
+    part.rounding = !same_rounding(c.precision, ref.precision);
+    part.reference = to;
+    part.setting = std::string("the reference's rounding (precision.rounding = \"") +
+                   rounding_name(to->rounding) + "\", its per-role roundings and random bits)";
+  }
+  if (part.accumulation) {
+    part.accumulation = to->accumulation != c.precision.accumulation;
+    part.reference = to;
+    part.setting = "precision.accumulation = \"" + to->accumulation->name + "\"";
+  }
+  if (!part.ops.empty()) {
+    if (std::all_of(part.ops.begin(), part.ops.end(),
+                    [&](OpKind k) { return same_treatment(p, q, k); }))
+      part.ops.clear();
+    else if (std::any_of(part.ops.begin(), part.ops.end(), [&](OpKind k) {
+               return q.rule(k) == CastRule::lower && has_low_ops(q);
+             }))
+      part.setting += " (fp32, not the reference's low precision: one policy holds one)";
+  }
+  return !part.ops.empty() || !part.states.empty() || part.weights || part.inputs ||
+         part.rounding || part.accumulation || !part.roles.empty() || !part.scopes.empty() ||
+         !part.sites.empty() || !part.copies.empty();
+}
+
+}  // namespace
+
+std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g,
+                                           const TrainConfig* ref) {
+  std::vector<PrecisionPart> parts = fp32_parts(c, g);
+  if (!ref) return parts;
+  const auto to = std::make_shared<const Precision>(ref->precision);
+  std::vector<PrecisionPart> out;
+  for (PrecisionPart& part : parts)
+    if (against(part, c, *ref, to)) out.push_back(std::move(part));
+  return out;
+}
+
 TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& parts) {
   TrainConfig r = c;
   Precision& pr = r.precision;
@@ -260,15 +357,17 @@ TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& part
   }
   for (const PrecisionPart& q : parts) {
     for (OpKind k : q.ops) p.set(k, CastRule::fp32);
-    for (const std::string& s : q.states)
+    for (size_t i = 0; i < q.states.size(); ++i)
       for (const StateDtype& sd : used_states(r.optimizer))
-        if (s == sd.name) r.optimizer.*sd.dtype = StateFormat{};
+        if (q.states[i] == sd.name)
+          r.optimizer.*sd.dtype = i < q.state_formats.size() ? q.state_formats[i] : StateFormat{};
     if (q.inputs) p.input_dtype = DType::f32();
     if (q.rounding) {
-      pr.rounding = Rounding::near_even;
-      p.role_rounding = {};
+      pr.rounding = q.reference ? q.reference->rounding : Rounding::near_even;
+      p.role_rounding = q.reference ? q.reference->policy.role_rounding : decltype(p.role_rounding){};
+      if (q.reference) pr.sr_random_bits = q.reference->sr_random_bits;
     }
-    if (q.accumulation) pr.accumulation = &default_accumulation();
+    if (q.accumulation) pr.accumulation = q.reference ? q.reference->accumulation : &default_accumulation();
     for (Role role : q.roles) p.promoted_roles[size_t(role)] = true;
     for (const std::string& s : q.scopes) p.fp32_scopes.push_back(s);
     for (const std::string& s : q.sites) p.fp32_sites.push_back(s);

@@ -285,6 +285,46 @@ def operands(tmp):
     check(len(every) == 1 and every == ref, f"operands: all promoted {every}, fp32 {ref}")
 
 
+def against_config(tmp):
+    """--against CONFIG2: the reference is that config's run; the matmul family, bf16 in both,
+    is no part; exp_avg (fp32 in the reference) and exp_avg_sq (bf16 there) are promoted to the
+    reference's own formats, so the run with every part promoted is the reference's, bit for
+    bit, seed by seed; the culprit is the fp16 exp_avg_sq."""
+    base = MLP + """[optimizer]
+kind = "adam"
+lr = 0.01
+exp_avg_sq_dtype = "bf16"
+[precision]
+policy = "torch-cuda-bf16"
+[run]
+steps = 40
+"""
+    ref = write_config(tmp, "against_ref", base)
+    cfg = write_config(tmp, "against_orig", base.replace(
+        'exp_avg_sq_dtype = "bf16"', 'exp_avg_sq_dtype = "fp16"\nexp_avg_dtype = "bf16"'))
+    out = os.path.join(tmp, "against.bisect")
+    rc, so, se = run([cfg, "--against", ref, "--seeds", "0,1", "--budget", "12", "--out", out])
+    print(f"against: rc {rc}\n{so}{se}", end="")
+    check(rc == 0, f"against: exit {rc}: {se}")
+    if rc != 0:
+        return
+    with open(os.path.join(out, "bisect.json")) as f:
+        j = json.load(f)
+    check(j["parts"] == [
+        {"name": "optimizer state exp_avg", "setting": 'optimizer.exp_avg_dtype = "fp32"'},
+        {"name": "optimizer state exp_avg_sq", "setting": 'optimizer.exp_avg_sq_dtype = "bf16"'}],
+        f"against: parts {j['parts']}")
+    check([m["name"] for m in j["culprit"]] == ["optimizer state exp_avg_sq"],
+          f"against: culprit {j['culprit']}")
+    check(j["against"] == ref, f"against: bisect.json's against {j['against']}")
+    rows = read_csv(os.path.join(out, "bisect.csv"))
+    refm = {r["seed"]: r["metric"] for r in rows if r["role"] == "reference"}
+    every = {r["seed"]: r["metric"] for r in rows if r["role"] == "candidate" and r["parts"] == "2"}
+    check(every == refm, f"against: every part promoted {every}, the reference {refm}")
+    check("to the reference's precision (optimizer.exp_avg_sq_dtype = \"bf16\")" in so and
+          f"against the reference {ref}'s " in so, f"against: paragraph {so}")
+
+
 def resume_and_jobs(tmp):
     """A second run into the same folder reuses every run; --jobs 2 gives the same answer."""
     text, want, budget, extra = PLANTED["exp_avg_sq"]
@@ -370,8 +410,13 @@ def bad_input(tmp):
     cfg = write_config(tmp, "bad", text)
     fp32 = write_config(tmp, "fp32", MLP + '[optimizer]\nkind = "adam"\nlr = 0.01\n'
                         '[precision]\npolicy = "fp32"\n[run]\nsteps = 3\n')
+    other_model = write_config(tmp, "other_model", text.replace("[8, 32, 32, 1]", "[8, 16, 1]"))
     cases = {
         "unknown granularity": ([cfg, "--granularity", "bogus"], "unknown granularity 'bogus'"),
+        "reference of another run": ([cfg, "--against", other_model],
+                                     "the configs differ in 'model.layers'"),
+        "drift against a config": ([cfg, "--against", fp32, "--metric", "drift"],
+                                   "use final_loss or val_loss"),
         "reference not a config": ([cfg, "--against", os.path.join(tmp, "nope.toml")],
                                    "--against must be fp32 or a config file"),
         "budget below 2": ([cfg, "--budget", "1"], "--budget must be at least 2"),
@@ -397,6 +442,7 @@ def main():
         bad_input(tmp)
         planted(tmp)
         operands(tmp)
+        against_config(tmp)
         resume_and_jobs(tmp)
         budget_runs_out(tmp)
         interrupted(tmp)

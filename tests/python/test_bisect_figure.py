@@ -21,7 +21,8 @@ CSV = """run,role,promoted,parts,seed,metric,mean_metric,closed
 3,candidate,matmul/linear,1,0,0.1,0.1,0.05493
 4,candidate,optimizer state exp_avg_sq,1,0,0.03843,0.03843,1
 """
-ANSWER = {"metric": "final_loss", "threshold": 0.9, "reference_metric": 0.03843,
+ANSWER = {"metric": "final_loss", "against": "fp32", "threshold": 0.9,
+          "reference_metric": 0.03843,
           "original_metric": 0.1036, "gap": 0.06517,
           "culprit": [{"name": "optimizer state exp_avg_sq"}],
           "losses_seed_0": {"reference": [1.0, 0.5, 0.03843], "original": [1.0, 0.6, 0.1036],
@@ -40,7 +41,7 @@ def expected(directory):
     culprit = a["culprit"][0]["name"]
     titles = ["final_loss: %.4g against the reference's %.4g (gap %.4g)" %
               (a["original_metric"], a["reference_metric"], a["gap"]), "loss curves, seed 0"]
-    legend = ["reference (fp32), last %.4g" % c["reference"][-1],
+    legend = ["reference (%s), last %.4g" % (a["against"], c["reference"][-1]),
               "original, last %.4g" % c["original"][-1],
               "fixed (promoting %s), last %.4g" % (culprit, c["fixed"][-1])]
     return {"bars": bars, "titles": titles, "legend": legend}

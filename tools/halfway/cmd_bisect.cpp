@@ -264,9 +264,9 @@ struct Tried {
 
 class Bisection {
  public:
-  Bisection(const BisectOptions& o, const sim::TrainConfig& c,
+  Bisection(const BisectOptions& o, const sim::TrainConfig& c, sim::TrainConfig ref,
             std::vector<sim::PrecisionPart> parts, RunCache& cache)
-      : o_(o), c_(c), parts_(std::move(parts)), cache_(cache) {}
+      : o_(o), c_(c), ref_config_(std::move(ref)), parts_(std::move(parts)), cache_(cache) {}
 
   /// The reference's and the original's mean metrics (nullopt: over the budget).
   bool measure_gap();
@@ -277,6 +277,7 @@ class Bisection {
 
   const BisectOptions& o_;
   const sim::TrainConfig& c_;
+  sim::TrainConfig ref_config_;  ///< the reference run: fp32's, or --against's config
   std::vector<sim::PrecisionPart> parts_;
   RunCache& cache_;
   std::deque<Tried> tried_;  // pointers to its rows stay valid
@@ -343,7 +344,7 @@ std::vector<const Tried*> Bisection::evaluate(
 
 bool Bisection::measure_gap() {
   const std::vector<const Tried*> r =
-      evaluate({{Tried{"reference", {}, {}}, sim::reference_config(c_)},
+      evaluate({{Tried{"reference", {}, {}}, ref_config_},
                 {Tried{"original", {}, {}}, c_}});
   if (r.size() < 2) return false;
   ref_ = tried_[0].mean;
@@ -437,6 +438,11 @@ std::string evidence(const sim::PrecisionPart& q, const RunResult& orig) {
   return s;
 }
 
+/// "the fp32 reference's", or "the reference R.toml's" with --against R.toml.
+std::string reference_words(const BisectOptions& o) {
+  return o.against == "fp32" ? "the fp32 reference's" : "the reference " + o.against + "'s";
+}
+
 /// The console paragraph: the culprit in the config's words, each member alone, the trace
 /// evidence and the runs used.
 std::string paragraph(const Bisection& b, const sim::PartSet& culprit, double closed,
@@ -445,11 +451,11 @@ std::string paragraph(const Bisection& b, const sim::PartSet& culprit, double cl
   for (size_t i = 0; i < culprit.size(); ++i)
     s += std::string(i == 0 ? "" : i + 1 == culprit.size() ? " and " : ", ") + "`" +
          b.parts_[size_t(culprit[i])].name + "`";
-  s += " to fp32 (";
+  s += o.against == "fp32" ? " to fp32 (" : " to the reference's precision (";
   for (size_t i = 0; i < culprit.size(); ++i)
     s += std::string(i ? "; " : "") + b.parts_[size_t(culprit[i])].setting;
   s += ")" + std::string(culprit.size() > 1 ? " together" : "") + " closes " + pct(closed) +
-       " of the gap in " + o.metric + " (" + short_num(b.orig_) + " against the fp32 reference's " +
+       " of the gap in " + o.metric + " (" + short_num(b.orig_) + " against " + reference_words(o) + " " +
        short_num(b.ref_) + ", gap " + short_num(b.gap_) +
        (o.seeds.size() > 1 ? ", the mean of " + std::to_string(o.seeds.size()) + " seeds" : "") + ")";
   if (culprit.size() > 1) {
@@ -517,7 +523,8 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   CLI::App app{"Find which part of a precision policy explains its gap to fp32", "halfway bisect"};
   BisectOptions o;
   app.add_option("config", o.config, "the run's TOML config");
-  app.add_option("--against", o.against, "the reference: fp32 (the default)");
+  app.add_option("--against", o.against, "the reference: fp32 (the default), or a config of "
+                                         "the same run in another precision");
   app.add_option("--metric", o.metric, "final_loss (default), val_loss (text data), drift");
   app.add_option("--granularity", o.granularity, "op (default: op kinds, optimizer states, "
                                                  "weights), role (forward, backward, update), "
@@ -560,11 +567,45 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   if (o.against != "fp32") {
     if (!fs::is_regular_file(o.against))
       throw InputError("--against must be fp32 or a config file, got '" + o.against + "'");
-    sim::parse_config_file(o.against);  // a bad config is reported as such
-    throw InputError("--against " + o.against + ": a second config as the reference is not "
-                     "supported yet (use --against fp32)");
+    if (o.metric == "drift")
+      throw InputError("--metric drift is the distance to the fp32 reference trained alongside; "
+                       "with --against " + o.against + " use final_loss or val_loss");
   }
   return o;
+}
+
+/// The first key (dotted) under which the tables `a` and `b` differ, or "": tables are
+/// compared key by key, every other value (an array too) as a whole.
+std::string first_difference(const json& a, const json& b, const std::string& at) {
+  if (!a.is_object() || !b.is_object()) return a == b ? "" : at;
+  for (const auto& [x, y] : {std::pair{&a, &b}, std::pair{&b, &a}})
+    for (const auto& [k, v] : x->items()) {
+      const std::string key = at.empty() ? k : at + "." + k;
+      if (!y->contains(k)) return key;
+      if (std::string d = first_difference(v, (*y)[k], key); !d.empty()) return d;
+    }
+  return "";
+}
+
+/// The first setting outside the precision in which configs `a` and `b` differ, as
+/// "model.d_model", or "" when they are the same run: their [precision], [scaler] and [trace]
+/// tables, the optimizer states' dtypes, run.reference and run.seed (a bisection sets the
+/// seeds of both) are left out.
+std::string differs_outside_precision(const sim::TrainConfig& a, const sim::TrainConfig& b) {
+  const auto strip = [](const sim::TrainConfig& c) {
+    json j = json::parse(c.config_json, nullptr, false);
+    if (j.is_discarded()) throw InputError("--against: a config holds values JSON cannot "
+                                           "compare (inf or nan)");
+    for (const char* k : {"precision", "scaler", "trace"}) j.erase(k);
+    for (const char* k : {"exp_avg_dtype", "exp_avg_sq_dtype", "momentum_buffer_dtype"})
+      if (j.contains("optimizer")) j["optimizer"].erase(k);
+    for (const char* k : {"reference", "seed"})
+      if (j.contains("run")) j["run"].erase(k);
+    for (const char* k : {"optimizer", "run"})  // a table left empty is one not written
+      if (j.contains(k) && j[k].empty()) j.erase(k);
+    return j;
+  };
+  return first_difference(strip(a), strip(b), "");
 }
 
 }  // namespace
@@ -582,24 +623,38 @@ int cmd_bisect(int argc, char** argv) {
     o.out = (p.parent_path() / p.stem()).string() + ".bisect";
   }
   const sim::Granularity g = sim::parse_granularity(o.granularity);
-  std::vector<sim::PrecisionPart> parts = sim::precision_parts(c, g);
+  sim::TrainConfig ref = sim::reference_config(c);
+  std::string def = sim::read_text_file(o.config) + "\nmetric " + o.metric + "\n";
+  if (o.against != "fp32") {
+    ref = sim::parse_config_file(o.against);
+    if (const std::string k = differs_outside_precision(c, ref); !k.empty())
+      throw InputError("--against " + o.against + ": the configs differ in '" + k +
+                       "'; a reference is the same run in another precision ([precision], "
+                       "[scaler], optimizer state dtypes)");
+    ref.trace = false;
+    ref.reference.clear();
+    def += "against\n" + sim::read_text_file(o.against);
+  }
+  std::vector<sim::PrecisionPart> parts =
+      sim::precision_parts(c, g, o.against == "fp32" ? nullptr : &ref);
   const fs::path out(o.out), runs = out / "runs";
   fs::create_directories(runs);
   sim::unpublish_folder(o.out, {"bisect.csv", "bisect.json"});
-  std::string def = sim::read_text_file(o.config) + "\nmetric " + o.metric + "\n";
   RunCache cache(runs, def, o.metric, o.budget, o.jobs);
-  Bisection b(o, c, parts, cache);
+  Bisection b(o, c, ref, parts, cache);
   sim::install_stop_handlers();
   try {
     if (!b.measure_gap()) throw InputError("--budget " + std::to_string(o.budget) + " cannot pay for the reference and the original runs of " + std::to_string(o.seeds.size()) + " seeds");
     const double limit = o.min_gap >= 0 ? o.min_gap : 1e-6 + 1e-3 * std::fabs(b.ref_);
     if (!(std::fabs(b.gap_) > limit))
-      throw InputError("no gap: " + o.metric + " " + num_str(b.orig_) + " against the fp32 reference's " +
-                       num_str(b.ref_) + ", gap " + num_str(b.gap_) + " (at most " + num_str(limit) +
+      throw InputError("no gap: " + o.metric + " " + num_str(b.orig_) + " against " +
+                       reference_words(o) + " " + num_str(b.ref_) + ", gap " + num_str(b.gap_) + " (at most " + num_str(limit) +
                        " counts as none); nothing to bisect");
     if (parts.empty())
       throw InputError("a gap of " + num_str(b.gap_) + " in " + o.metric + ", but no part of " +
-                       o.config + "'s precision differs from fp32 at granularity " + o.granularity);
+                       o.config + "'s precision differs from " +
+                       (o.against == "fp32" ? std::string("fp32") : o.against) +
+                       " at granularity " + o.granularity);
     const int n = int(parts.size());
     sim::PartSet all(static_cast<size_t>(n), 0);
     for (int i = 0; i < n; ++i) all[size_t(i)] = i;

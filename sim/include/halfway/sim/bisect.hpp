@@ -10,11 +10,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "halfway/sim/precision.hpp"
 #include "halfway/sim/trainer.hpp"
 
 namespace halfway::sim {
@@ -48,6 +50,11 @@ struct PrecisionPart {
   std::vector<std::string> sites;
   /// GEMM operand copies read unquantized (Policy::promoted_copies).
   std::vector<GemmCopy> copies;
+  /// Against a reference config: the format each of `states` takes (empty: fp32), and the
+  /// reference's precision whose rounding or accumulation a `rounding` or `accumulation` part
+  /// takes (null: near-even and the `fp32` model).
+  std::vector<StateFormat> state_formats;
+  std::shared_ptr<const Precision> reference;
 };
 
 /// The parts of `c`'s precision that differ from the fp32 reference at granularity `g`, in
@@ -63,7 +70,15 @@ struct PrecisionPart {
 /// .mlp.fc2, .res2). Operands: the six copies X (fprop), W (fprop),
 /// dY (dgrad), W (dgrad), dY (wgrad), X (wgrad) of an fp8 or block recipe, then the parts
 /// that are not op groups. Empty for an fp32 config.
-std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g);
+///
+/// With `ref` (a reference run's config; null: the fp32 reference), only the parts in which `c`
+/// differs from `ref` are listed, and each is promoted to `ref`'s own setting where one config
+/// can hold it beside the rest of `c`'s precision: an optimizer state's format, the rounding,
+/// the accumulation, an op group or the weights or the input cast that `ref` keeps in fp32.
+/// Everything else (an op group `ref` lowers to another dtype or recipe, a role, a layer, an op
+/// site, an operand copy) is promoted to fp32, and the part's `setting` says so.
+std::vector<PrecisionPart> precision_parts(const TrainConfig& c, Granularity g,
+                                           const TrainConfig* ref = nullptr);
 
 /// `c` with every part of `parts` promoted to fp32 (the order of `parts` does not matter).
 TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& parts);

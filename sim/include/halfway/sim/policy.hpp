@@ -53,6 +53,7 @@ struct Fp8Config {
   int amax_history_len = 1024;
   AmaxAlgo amax_compute_algo = AmaxAlgo::max;
   int margin = 0;
+  bool operator==(const Fp8Config&) const = default;
 };
 const char* scaling_name(Fp8Scaling s);
 
@@ -83,6 +84,7 @@ struct BlockRecipe {
 struct BlockLayer {
   std::string match;
   std::optional<BlockRecipe> recipe;
+  bool operator==(const BlockLayer&) const = default;
 };
 
 /// The six operand copies a linear layer's three GEMMs read (TE's usages): fprop reads X and
