@@ -325,6 +325,36 @@ steps = 40
           f"against the reference {ref}'s " in so, f"against: paragraph {so}")
 
 
+def shards(tmp):
+    """--shard I/N: two processes bisecting into one folder at once give the unsharded answer
+    and bisect.csv byte for byte, each training part of the runs; a shard left alone trains the
+    others' share itself once --shard-wait passes (no hang), with the same answer."""
+    text, want, budget, extra = PLANTED["exp_avg_sq"]
+    cfg = write_config(tmp, "shards", text)
+    whole = os.path.join(tmp, "whole_shards.bisect")
+    rc, _, _ = run([cfg, "--budget", str(budget), "--out", whole] + extra)
+    check(rc == 0, f"shards: unsharded exit {rc}")
+    out = os.path.join(tmp, "sharded.bisect")
+    args = [HALFWAY, "bisect", cfg, "--budget", str(budget), "--out", out] + extra
+    p1 = subprocess.Popen(args + ["--shard", "1/2"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    rc0, so0, se0 = run(args[2:] + ["--shard", "0/2"])
+    so1, se1 = p1.communicate(timeout=600)
+    check(rc0 == 0 and p1.returncode == 0, f"shards: exit {rc0}, {p1.returncode}: {se0}{se1}")
+    m = re.search(r"shard 1/2 done \((\d+) runs of (\d+) trained here\)", so1)
+    check(m is not None and 0 < int(m.group(1)) < int(m.group(2)),
+          f"shards: shard 1 trained part of the runs: {so1}")
+    check("closes" in so0 and "closes" not in so1, f"shards: shard 0 prints the answer: {so0}")
+    with open(os.path.join(out, "bisect.csv")) as f, open(os.path.join(whole, "bisect.csv")) as g:
+        check(f.read() == g.read(), "shards: sharded bisect.csv differs from the unsharded one")
+    alone = os.path.join(tmp, "alone.bisect")
+    rc, so, se = run([cfg, "--budget", str(budget), "--out", alone, "--shard", "0/3",
+                      "--shard-wait", "0"] + extra)
+    check(rc == 0, f"shards: a lone shard exit {rc}: {se}")
+    with open(os.path.join(alone, "bisect.csv")) as f, open(os.path.join(whole, "bisect.csv")) as g:
+        check(f.read() == g.read(), "shards: a lone shard's bisect.csv differs")
+
+
 def resume_and_jobs(tmp):
     """A second run into the same folder reuses every run; --jobs 2 gives the same answer."""
     text, want, budget, extra = PLANTED["exp_avg_sq"]
@@ -420,6 +450,7 @@ def bad_input(tmp):
         "reference not a config": ([cfg, "--against", os.path.join(tmp, "nope.toml")],
                                    "--against must be fp32 or a config file"),
         "budget below 2": ([cfg, "--budget", "1"], "--budget must be at least 2"),
+        "shard out of range": ([cfg, "--shard", "2/2"], "--shard 2/2 is out of range"),
         "unknown metric": ([cfg, "--metric", "accuracy"], "unknown metric 'accuracy'"),
         "val_loss without text": ([cfg, "--metric", "val_loss"], "needs text data"),
         "no gap": ([fp32, "--out", os.path.join(tmp, "fp32.bisect")], "no gap: final_loss"),
@@ -443,6 +474,7 @@ def main():
         planted(tmp)
         operands(tmp)
         against_config(tmp)
+        shards(tmp)
         resume_and_jobs(tmp)
         budget_runs_out(tmp)
         interrupted(tmp)

@@ -466,6 +466,65 @@ def test(cluster, tmp):
         show_logs(killed)
 
 
+BISECT_CONFIG = """[model]
+kind = "mlp"
+layers = [8, 32, 32, 1]
+activation = "gelu"
+[data]
+synthetic = "regression"
+batch_size = 32
+n = 256
+[loss]
+kind = "mse"
+[optimizer]
+kind = "adam"
+lr = 0.01
+exp_avg_sq_dtype = "fp16"
+[precision]
+policy = "torch-cuda-bf16"
+[run]
+steps = 40
+"""
+
+
+def test_bisect(cluster, tmp):
+    """`slurm-sweep bisect`: a 2-task array, each task a shard of one bisection into one folder;
+    task 0's answer and bisect.csv equal a bisection run here, unsharded."""
+    cfg = os.path.join(tmp, "bisect.toml")
+    with open(cfg, "w") as f:
+        f.write(BISECT_CONFIG)
+    opts = ["--seeds", "0,1", "--budget", "12"]
+    local = os.path.join(tmp, "bisect-local")
+    r = subprocess.run([HALFWAY, "bisect", cfg, "--out", local] + opts,
+                       env={k: v for k, v in cluster.env.items() if not k.startswith("SLURM")},
+                       capture_output=True, text=True, timeout=120)
+    if not check(r.returncode == 0, "the local bisection runs (%s)" % r.stderr.strip()):
+        return
+    shared = os.path.join(tmp, "bisect-shared")
+    r = cluster.cmd([SLURM_SWEEP, "bisect", cfg, shared, "--tasks", "2", "--halfway", HALFWAY,
+                     "--"] + opts, timeout=30, check_rc=True)
+    print(r.stdout, end="")
+    array = re.search(r"array job (\d+)", r.stdout)
+    if not check(array is not None, "slurm-sweep bisect printed the array job: %s" % r.stdout):
+        return
+    tasks = wait_final(cluster, array.group(1), 120, 2)
+    ok = check(all(v == ("COMPLETED", "0:0") for v in tasks.values()) and len(tasks) == 2,
+               "both bisect tasks completed with exit 0: %s" % tasks)
+    with open(os.path.join(local, "bisect.csv")) as f:
+        want = f.read()
+    got = os.path.join(shared, "bisect.csv")
+    ok &= check(os.path.exists(got) and open(got).read() == want,
+                "the sharded bisection's bisect.csv == the local one's")
+    logs = ""
+    for name in sorted(os.listdir(os.path.join(shared, "slurm"))):
+        with open(os.path.join(shared, "slurm", name)) as f:
+            logs += f.read()
+    ok &= check("shard 1/2 done" in logs and "closes 100% of the gap" in logs,
+                "task 1 trained its share, task 0 printed the answer")
+    if not ok:
+        show_logs(shared)
+
+
 def main():
     if os.geteuid() != 0:
         print("skipped: starting Slurm's daemons needs root")
@@ -495,6 +554,7 @@ def main():
         print("ok   cluster up in %.1f s: munged, slurmctld, slurmd on %s" %
               (time.monotonic() - t0, cluster.host), flush=True)
         test(cluster, tmp)
+        test_bisect(cluster, tmp)
     except Exception as e:  # noqa: BLE001 -- the Timeout above included
         failures.append("%s: %s" % (type(e).__name__, e))
         print("FAIL %s: %s" % (type(e).__name__, e), flush=True)

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <deque>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -46,6 +47,8 @@ struct BisectOptions {
   double min_gap = -1;  ///< < 0: the default (see no_gap_limit)
   bool plot = false;
   std::string python;
+  std::string shard;         ///< --shard I/N (or Slurm's job array)
+  double shard_wait = 3600;  ///< seconds a shard waits for another's run before training it
 };
 
 /// Traced totals of one tensor over the original run's steps (the evidence).
@@ -190,6 +193,14 @@ class RunCache {
   RunCache(fs::path runs, std::string definition, std::string metric, int budget, int jobs)
       : dir_(std::move(runs)), def_(std::move(definition)), metric_(std::move(metric)),
         budget_(budget), jobs_(jobs) {}
+  /// This process is shard `shard` of `count` (--shard): of a request's missing runs it trains
+  /// those at places ≡ shard (mod count) and waits up to `wait_s` seconds for the others to
+  /// appear in the runs folder, then trains the ones still missing itself (the same bits).
+  void set_shard(int shard, int count, double wait_s) {
+    shard_ = shard;
+    shards_ = count;
+    wait_s_ = wait_s;
+  }
 
   std::string key(const std::string& what, uint64_t seed) const {
     return hex64(fnv1a(def_ + "\n" + what + "\nseed " + std::to_string(seed)));
@@ -201,9 +212,19 @@ class RunCache {
   int ran() const { return ran_; }
 
  private:
+  /// Train specs[i] for each i of `idx`, `jobs_` at a time, into out[i] and the runs folder.
+  void train(const std::vector<RunSpec>& specs, const std::vector<size_t>& idx,
+             std::vector<std::optional<RunResult>>& out);
+  /// Read the runs of `idx` that other shards train as they appear; the indices of those
+  /// still missing after the wait.
+  std::vector<size_t> await(const std::vector<RunSpec>& specs, const std::vector<size_t>& idx,
+                            std::vector<std::optional<RunResult>>& out) const;
+
   fs::path dir_;
   std::string def_, metric_;
   int budget_, jobs_, ran_ = 0;
+  int shard_ = 0, shards_ = 1;
+  double wait_s_ = 0;
   std::map<std::string, RunResult> used_;
 };
 
@@ -226,17 +247,29 @@ std::vector<std::optional<RunResult>> RunCache::get(const std::vector<RunSpec>& 
       todo.push_back(i);
     }
   }
+  // A missing run belongs to the shard of its place in this request: the request, like the
+  // whole search, is the same in every shard.
+  std::vector<size_t> mine, theirs;
+  for (size_t i : todo) (int(i % size_t(shards_)) == shard_ ? mine : theirs).push_back(i);
+  train(specs, mine, out);
+  train(specs, await(specs, theirs, out), out);
+  for (size_t i : todo) used_[specs[i].key] = *out[i];
+  return out;
+}
+
+void RunCache::train(const std::vector<RunSpec>& specs, const std::vector<size_t>& idx,
+                     std::vector<std::optional<RunResult>>& out) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   std::string error;
   const auto worker = [&] {
-    for (size_t t; (t = next++) < todo.size();) {
-      const RunSpec& s = specs[todo[t]];
+    for (size_t t; (t = next++) < idx.size();) {
+      const RunSpec& s = specs[idx[t]];
       try {
         RunResult r = train_one(s.config, metric_, s.evidence);
         sim::write_file_atomic((dir_ / (s.key + ".json")).string(), to_json(r).dump() + "\n");
         std::lock_guard<std::mutex> g(mu);
-        out[todo[t]] = r;
+        out[idx[t]] = r;
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(mu);
         if (error.empty()) error = e.what();
@@ -244,13 +277,30 @@ std::vector<std::optional<RunResult>> RunCache::get(const std::vector<RunSpec>& 
     }
   };
   std::vector<std::thread> pool;
-  for (int i = 0; i < std::min<int>(jobs_, int(todo.size())); ++i) pool.emplace_back(worker);
+  for (int i = 0; i < std::min<int>(jobs_, int(idx.size())); ++i) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
   if (const int sig = sim::stop_signal()) throw Stopped{sig};
   if (!error.empty()) throw std::runtime_error(error);
-  for (size_t i : todo) used_[specs[i].key] = *out[i];
-  ran_ += int(todo.size());
-  return out;
+  ran_ += int(idx.size());
+}
+
+std::vector<size_t> RunCache::await(const std::vector<RunSpec>& specs,
+                                    const std::vector<size_t>& idx,
+                                    std::vector<std::optional<RunResult>>& out) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s_);
+  std::vector<size_t> missing;
+  for (size_t i : idx) {
+    const fs::path f = dir_ / (specs[i].key + ".json");
+    while (!fs::exists(f) && std::chrono::steady_clock::now() < deadline) {
+      if (const int sig = sim::stop_signal()) throw Stopped{sig};
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (fs::exists(f))
+      out[i] = from_json(json::parse(sim::read_file(f.string())));
+    else
+      missing.push_back(i);
+  }
+  return missing;
 }
 
 
@@ -540,6 +590,13 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   app.add_option("--min-gap", o.min_gap, "a gap at most this large counts as none (default "
                                          "1e-6 + 1e-3 x |the reference's metric|)");
   app.add_flag("--plot", o.plot, "also draw bisect.png (Python with matplotlib)");
+  app.add_option("--shard", o.shard, "this process is shard I of N bisecting into the same "
+                                     "--out (a shared file system): it trains its share of each "
+                                     "step's runs and reads the others'; shard 0 writes the "
+                                     "answer; default from SLURM_ARRAY_TASK_ID/COUNT");
+  app.add_option("--shard-wait", o.shard_wait, "seconds a shard waits for another shard's run "
+                                               "before training it itself (default 3600)")
+      ->check(CLI::Range(0.0, 1e7));
   o.python = std::getenv("HALFWAY_PYTHON") ? std::getenv("HALFWAY_PYTHON") : "/usr/bin/python3";
   app.add_option("--python", o.python, "Python for --plot (default $HALFWAY_PYTHON or "
                                        "/usr/bin/python3)");
@@ -637,10 +694,13 @@ int cmd_bisect(int argc, char** argv) {
   }
   std::vector<sim::PrecisionPart> parts =
       sim::precision_parts(c, g, o.against == "fp32" ? nullptr : &ref);
+  int shard = 0, shards = 1;
+  resolve_shard(o.shard, shard, shards);
   const fs::path out(o.out), runs = out / "runs";
   fs::create_directories(runs);
-  sim::unpublish_folder(o.out, {"bisect.csv", "bisect.json"});
+  if (shard == 0) sim::unpublish_folder(o.out, {"bisect.csv", "bisect.json"});
   RunCache cache(runs, def, o.metric, o.budget, o.jobs);
+  cache.set_shard(shard, shards, o.shard_wait);
   Bisection b(o, c, ref, parts, cache);
   sim::install_stop_handlers();
   try {
@@ -670,6 +730,12 @@ int cmd_bisect(int argc, char** argv) {
     }
     const Tried* t = b.find(res.culprit);
     const double closed = t ? t->closed : NAN;
+    if (shard != 0) {  // every shard found the same answer; shard 0 writes it
+      std::printf("halfway bisect: shard %d/%d done (%d runs of %d trained here); shard 0 "
+                  "writes the answer into %s\n", shard, shards, cache.ran(), cache.used(),
+                  o.out.c_str());
+      return 0;
+    }
     sim::AtomicFile csv((out / "bisect.csv").string()), js((out / "bisect.json").string());
     csv.out() << csv_text(b, o.seeds);
     js.out() << answer_json(b, res.culprit, closed, res.finished, o).dump(2) << "\n";

@@ -388,6 +388,31 @@ void parse_shard(const std::string& s, int& i, int& n, const std::string& what) 
 
 }  // namespace
 
+void resolve_shard(const std::string& option, int& shard, int& count) {
+  shard = 0;
+  count = 1;
+  const char* sid = std::getenv("SLURM_ARRAY_TASK_ID");
+  const char* scount = std::getenv("SLURM_ARRAY_TASK_COUNT");
+  if (!option.empty()) parse_shard(option, shard, count, "--shard");
+  if (sid && scount && *sid && *scount) {
+    const char* smin = std::getenv("SLURM_ARRAY_TASK_MIN");
+    int si = 0, sn = 0;
+    try {
+      si = std::stoi(sid) - (smin && *smin ? std::stoi(smin) : 0);
+      sn = std::stoi(scount);
+    } catch (const std::exception&) {
+      throw InputError("SLURM_ARRAY_TASK_ID/COUNT are not integers");
+    }
+    const std::string s = std::to_string(si) + "/" + std::to_string(sn);
+    int i2 = 0, n2 = 1;
+    parse_shard(s, i2, n2, "SLURM_ARRAY_TASK_ID/COUNT (minus SLURM_ARRAY_TASK_MIN)");
+    if (!option.empty() && (i2 != shard || n2 != count))
+      throw InputError("conflicting shard numbers: --shard " + option + " but SLURM says " + s);
+    shard = i2;
+    count = n2;
+  }
+}
+
 uint64_t fnv1a(const std::string& s, uint64_t h) {
   for (unsigned char c : s) {
     h ^= c;
@@ -820,26 +845,7 @@ int cmd_sweep(int argc, char** argv) {
   if (file.empty()) throw InputError("missing SWEEP.toml (usage: halfway sweep SWEEP.toml "
                                      "[--out DIR] [--jobs N] [--shard I/N])");
   int shard = 0, count = 1;
-  const char* sid = std::getenv("SLURM_ARRAY_TASK_ID");
-  const char* scount = std::getenv("SLURM_ARRAY_TASK_COUNT");
-  if (!shard_s.empty()) parse_shard(shard_s, shard, count, "--shard");
-  if (sid && scount && *sid && *scount) {
-    const char* smin = std::getenv("SLURM_ARRAY_TASK_MIN");
-    int si = 0, sn = 0;
-    try {
-      si = std::stoi(sid) - (smin && *smin ? std::stoi(smin) : 0);
-      sn = std::stoi(scount);
-    } catch (const std::exception&) {
-      throw InputError("SLURM_ARRAY_TASK_ID/COUNT are not integers");
-    }
-    const std::string s = std::to_string(si) + "/" + std::to_string(sn);
-    int i2 = 0, n2 = 1;
-    parse_shard(s, i2, n2, "SLURM_ARRAY_TASK_ID/COUNT (minus SLURM_ARRAY_TASK_MIN)");
-    if (!shard_s.empty() && (i2 != shard || n2 != count))
-      throw InputError("conflicting shard numbers: --shard " + shard_s + " but SLURM says " + s);
-    shard = i2;
-    count = n2;
-  }
+  resolve_shard(shard_s, shard, count);
   const SweepDef d = load_sweep(file);
   if (out.empty()) {
     fs::path p(file);

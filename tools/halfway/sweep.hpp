@@ -50,6 +50,11 @@ SweepDef load_sweep(const std::string& path);
 int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
               bool quiet, uint64_t max_memory = 0, uint64_t max_disk = 0);
 
+/// The shard (0-based) and the shard count of this process: `option` ("I/N", --shard; empty:
+/// none) and Slurm's job array (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN, and
+/// SLURM_ARRAY_TASK_COUNT), which must agree when both are given; 0 and 1 without either.
+void resolve_shard(const std::string& option, int& shard, int& count);
+
 /// FNV-1a 64 of `s` (the definition hashes of sweeps and bisections), continuing from `h`.
 uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull);
 /// `v` as 16 lower-case hex digits.
