@@ -330,10 +330,25 @@ def read_bisection(directory):
     return sets, answer
 
 
+def demoted_sets(sets, answer):
+    """A demoting bisection's candidates as the search saw them: each run promoted every part
+    but a set; [(that set, the share of the gap it opens alone)]."""
+    parts = [p["name"] for p in answer["parts"]]
+    out = []
+    for promoted, closed in sets:
+        kept = set(promoted.split(" + ")) if promoted else set()
+        out.append((" + ".join(p for p in parts if p not in kept), 1 - closed))
+    return out
+
+
 def draw_bisect(directory):
     """bisect.png of a bisection folder; returns what it drew, read back from the figure:
-    {"bars": [(label, text)], "titles": [...], "legend": [...]}."""
+    {"bars": [(label, text)], "titles": [...], "legend": [...]}. A demoting bisection
+    (bisect.json's direction) draws each set left in low precision and the share it opens."""
     sets, a = read_bisection(directory)
+    demote = a.get("direction") == "demote"
+    if demote:
+        sets = demoted_sets(sets, a)
     culprit = " + ".join(m["name"] for m in a["culprit"])
     key = next(k for k in a if k.startswith("losses_seed_"))
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 1.8 + 0.3 * max(1, len(sets))))
@@ -346,12 +361,14 @@ def draw_bisect(directory):
     ax.set_yticks(ys)
     ax.set_yticklabels([p for p, _ in sets], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("gap closed (%%), mean over the seeds; dashed: %.0f%%" % (100 * a["threshold"]))
+    ax.set_xlabel("gap %s (%%), mean over the seeds; dashed: %.0f%%" %
+                  ("opened by the set alone" if demote else "closed", 100 * a["threshold"]))
     ax.set_title("%s: %.4g against the reference's %.4g (gap %.4g)" %
                  (a["metric"], a["original_metric"], a["reference_metric"], a["gap"]), fontsize=8)
     curves = a[key]
     names = {"reference": "reference (%s)" % a.get("against", "fp32"), "original": "original",
-             "fixed": "fixed (promoting %s)" % culprit}
+             "fixed": "fixed (promoting %s)" % culprit,
+             "culprit_only": "only %s in low precision" % culprit}
     for j, (k, label) in enumerate(names.items()):
         if k in curves:
             v = [np.nan if x is None else x for x in curves[k]]

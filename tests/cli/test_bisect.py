@@ -325,6 +325,33 @@ steps = 40
           f"against the reference {ref}'s " in so, f"against: paragraph {so}")
 
 
+def demoted(tmp):
+    """--direction demote on the planted pair: promoting needs the backward pass and the update
+    together, but the backward pass alone, every other role promoted, opens the whole gap. The
+    opened shares of bisect.json and the paragraph are recomputed from bisect.csv: 1 minus what
+    promoting the other parts closed."""
+    text, _, budget, extra = PLANTED["pair"]
+    cfg = write_config(tmp, "demote", text)
+    out = os.path.join(tmp, "demote.bisect")
+    rc, so, se = run([cfg, "--budget", str(budget), "--out", out, "--direction", "demote"] + extra)
+    print(f"demote: rc {rc}\n{so}{se}", end="")
+    check(rc == 0, f"demote: exit {rc}: {se}")
+    if rc != 0:
+        return
+    with open(os.path.join(out, "bisect.json")) as f:
+        j = json.load(f)
+    names = [m["name"] for m in j["culprit"]]
+    check(j["direction"] == "demote" and names == ["backward"], f"demote: culprit {names}")
+    _, _, _, closed = recompute(read_csv(os.path.join(out, "bisect.csv")))
+    rest = " + ".join(p["name"] for p in j["parts"] if p["name"] not in names)
+    opened = 1 - closed[rest]
+    check(opened >= 0.9 and abs(j["opened"] - opened) <= 1e-12,
+          f"demote: opened {j['opened']}, bisect.csv gives {opened}")
+    check(abs(j["culprit"][0]["opened_alone"] - opened) <= 1e-12, "demote: opened alone")
+    check(f"keeping only `backward` in {cfg}'s precision (every other part promoted to fp32) "
+          f"opens {100 * opened:.0f}% of the gap" in so, f"demote: paragraph {so}")
+
+
 def shards(tmp):
     """--shard I/N: two processes bisecting into one folder at once give the unsharded answer
     and bisect.csv byte for byte, each training part of the runs; a shard left alone trains the
@@ -451,6 +478,7 @@ def bad_input(tmp):
                                    "--against must be fp32 or a config file"),
         "budget below 2": ([cfg, "--budget", "1"], "--budget must be at least 2"),
         "shard out of range": ([cfg, "--shard", "2/2"], "--shard 2/2 is out of range"),
+        "unknown direction": ([cfg, "--direction", "down"], "unknown direction 'down'"),
         "unknown metric": ([cfg, "--metric", "accuracy"], "unknown metric 'accuracy'"),
         "val_loss without text": ([cfg, "--metric", "val_loss"], "needs text data"),
         "no gap": ([fp32, "--out", os.path.join(tmp, "fp32.bisect")], "no gap: final_loss"),
@@ -474,6 +502,7 @@ def main():
         planted(tmp)
         operands(tmp)
         against_config(tmp)
+        demoted(tmp)
         shards(tmp)
         resume_and_jobs(tmp)
         budget_runs_out(tmp)

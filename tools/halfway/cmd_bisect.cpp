@@ -1,4 +1,4 @@
-// `halfway bisect CONFIG.toml [--against fp32] [--metric final_loss|val_loss|drift]
+// `halfway bisect CONFIG.toml [--against fp32|CONFIG2] [--metric final_loss|val_loss|drift]
 // [--granularity op|role|layer] [--budget N] [--out DIR] [--jobs N] [--seeds S,...]`: which part
 // of a precision policy explains its gap to the fp32 reference. Promotes parts of the policy to
 // fp32 and reruns, by an adaptive group search (delta debugging, sim/bisect.hpp), and reports
@@ -47,6 +47,7 @@ struct BisectOptions {
   double min_gap = -1;  ///< < 0: the default (see no_gap_limit)
   bool plot = false;
   std::string python;
+  std::string direction = "promote";  ///< promote (default) or demote
   std::string shard;         ///< --shard I/N (or Slurm's job array)
   double shard_wait = 3600;  ///< seconds a shard waits for another's run before training it
 };
@@ -322,6 +323,14 @@ class Bisection {
   bool measure_gap();
   /// Mean closed fraction of each set (nullopt: over the budget).
   std::vector<std::optional<double>> closed(const std::vector<sim::PartSet>& sets);
+  /// What the search tests of each set: promoting, the share of the gap it closes; demoting
+  /// (--direction demote: the set alone left in low precision, every other part promoted),
+  /// the share it opens, 1 − what promoting the rest closes (the whole set: the original, 1).
+  std::vector<std::optional<double>> share(const std::vector<sim::PartSet>& sets);
+  /// The share of set `s` (as `share` gives it) from the runs tried; NaN when not run.
+  double share_of(const sim::PartSet& s) const;
+  bool demote() const { return o_.direction == "demote"; }
+  sim::PartSet complement(const sim::PartSet& s) const;
   std::string names(const sim::PartSet& s) const;
   const Tried* find(const sim::PartSet& s) const;
 
@@ -441,6 +450,38 @@ bool copy_tensor(sim::GemmCopy c, const std::string& name, const TensorTotals& t
          (t.gemm.empty() || t.gemm == sim::gemm_copy_gemm(c));
 }
 
+sim::PartSet Bisection::complement(const sim::PartSet& s) const {
+  sim::PartSet r;
+  for (int i = 0; i < int(parts_.size()); ++i)
+    if (!std::binary_search(s.begin(), s.end(), i)) r.push_back(i);
+  return r;
+}
+
+std::vector<std::optional<double>> Bisection::share(const std::vector<sim::PartSet>& sets) {
+  if (!demote()) return closed(sets);
+  std::vector<sim::PartSet> rest;
+  for (const sim::PartSet& s : sets)
+    if (s.size() < parts_.size()) rest.push_back(complement(s));
+  const std::vector<std::optional<double>> c = closed(rest);
+  std::vector<std::optional<double>> out;
+  size_t j = 0;
+  for (const sim::PartSet& s : sets) {
+    if (s.size() == parts_.size()) {
+      out.push_back(1.0);  // nothing promoted: the original run itself
+    } else {
+      const std::optional<double> v = c[j++];
+      out.push_back(v ? std::optional<double>(1 - *v) : std::nullopt);
+    }
+  }
+  return out;
+}
+
+double Bisection::share_of(const sim::PartSet& s) const {
+  if (demote() && s.size() == parts_.size()) return 1.0;
+  const Tried* t = find(demote() ? complement(s) : s);
+  return !t ? NAN : demote() ? 1 - t->closed : t->closed;
+}
+
 /// Whether the traced tensor `name` (of op `op`) is rounded by part `q`. Block copies count
 /// for operand parts only (the other parts' evidence is trace.csv's, as `halfway train`'s).
 bool covers(const sim::PrecisionPart& q, const std::string& name, const TensorTotals& t) {
@@ -497,23 +538,30 @@ std::string reference_words(const BisectOptions& o) {
 /// evidence and the runs used.
 std::string paragraph(const Bisection& b, const sim::PartSet& culprit, double closed,
                       bool finished, const BisectOptions& o) {
-  std::string s = "halfway bisect: promoting ";
+  const char* verb = b.demote() ? "opens" : "closes";
+  std::string s = b.demote() ? "halfway bisect: keeping only " : "halfway bisect: promoting ";
   for (size_t i = 0; i < culprit.size(); ++i)
     s += std::string(i == 0 ? "" : i + 1 == culprit.size() ? " and " : ", ") + "`" +
          b.parts_[size_t(culprit[i])].name + "`";
-  s += o.against == "fp32" ? " to fp32 (" : " to the reference's precision (";
-  for (size_t i = 0; i < culprit.size(); ++i)
-    s += std::string(i ? "; " : "") + b.parts_[size_t(culprit[i])].setting;
-  s += ")" + std::string(culprit.size() > 1 ? " together" : "") + " closes " + pct(closed) +
+  if (b.demote()) {
+    s += std::string(" in ") + o.config + "'s precision (every other part promoted to " +
+         (o.against == "fp32" ? "fp32" : "the reference's precision") + ")";
+  } else {
+    s += o.against == "fp32" ? " to fp32 (" : " to the reference's precision (";
+    for (size_t i = 0; i < culprit.size(); ++i)
+      s += std::string(i ? "; " : "") + b.parts_[size_t(culprit[i])].setting;
+    s += ")";
+  }
+  s += std::string(culprit.size() > 1 ? " together" : "") + " " + verb + " " + pct(closed) +
        " of the gap in " + o.metric + " (" + short_num(b.orig_) + " against " + reference_words(o) + " " +
        short_num(b.ref_) + ", gap " + short_num(b.gap_) +
        (o.seeds.size() > 1 ? ", the mean of " + std::to_string(o.seeds.size()) + " seeds" : "") + ")";
   if (culprit.size() > 1) {
     s += "; alone, ";
     for (size_t i = 0; i < culprit.size(); ++i) {
-      const Tried* t = b.find({culprit[i]});
-      s += std::string(i ? ", " : "") + "`" + b.parts_[size_t(culprit[i])].name + "` closes " +
-           (t ? pct(t->closed) : std::string("(not run)"));
+      const double v = b.share_of({culprit[i]});
+      s += std::string(i ? ", " : "") + "`" + b.parts_[size_t(culprit[i])].name + "` " + verb +
+           " " + (std::isnan(v) ? std::string("(not run)") : pct(v));
     }
   }
   const RunResult& orig = b.tried_[1].runs[0];
@@ -548,22 +596,25 @@ json answer_json(const Bisection& b, const sim::PartSet& culprit, double closed,
                  const BisectOptions& o) {
   json parts = json::array();
   for (const auto& p : b.parts_) parts.push_back({{"name", p.name}, {"setting", p.setting}});
+  // Promoting: the share each set closes; demoting: the share it opens alone.
+  const std::string share = b.demote() ? "opened" : "closed";
   json members = json::array();
-  for (int i : culprit) {
-    const Tried* t = b.find({i});
+  for (int i : culprit)
     members.push_back({{"name", b.parts_[size_t(i)].name},
                        {"setting", b.parts_[size_t(i)].setting},
-                       {"closed_alone", t ? num_json(t->closed) : json(nullptr)}});
-  }
+                       {share + "_alone", num_json(b.share_of({i}))}});
   json curves = json::object();
   curves["reference"] = to_json(b.tried_[0].runs[0])["losses"];
   curves["original"] = to_json(b.tried_[1].runs[0])["losses"];
-  if (const Tried* t = b.find(culprit)) curves["fixed"] = to_json(t->runs[0])["losses"];
+  // The fixed run: the culprit promoted, or, demoting, every other part promoted.
+  if (const Tried* t = b.find(b.demote() ? b.complement(culprit) : culprit))
+    curves[b.demote() ? "culprit_only" : "fixed"] = to_json(t->runs[0])["losses"];
   return {{"config", o.config}, {"against", o.against}, {"metric", o.metric},
+          {"direction", o.direction},
           {"granularity", o.granularity}, {"seeds", o.seeds}, {"threshold", kCloseTarget},
           {"reference_metric", num_json(b.ref_)}, {"original_metric", num_json(b.orig_)},
           {"gap", num_json(b.gap_)}, {"parts", parts}, {"culprit", members},
-          {"closed", num_json(closed)}, {"finished", finished},
+          {share, num_json(closed)}, {"finished", finished},
           {"runs_used", b.cache_.used()}, {"runs_now", b.cache_.ran()}, {"budget", o.budget},
           {"losses_seed_" + std::to_string(o.seeds[0]), curves},
           {"version", sim::sim_version()}};
@@ -589,6 +640,10 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
       ->delimiter(',');
   app.add_option("--min-gap", o.min_gap, "a gap at most this large counts as none (default "
                                          "1e-6 + 1e-3 x |the reference's metric|)");
+  app.add_option("--direction", o.direction, "promote (default: the smallest set whose "
+                                             "promotion closes 90% of the gap) or demote (the "
+                                             "smallest set that, alone left in low precision, "
+                                             "opens 90% of it)");
   app.add_flag("--plot", o.plot, "also draw bisect.png (Python with matplotlib)");
   app.add_option("--shard", o.shard, "this process is shard I of N bisecting into the same "
                                      "--out (a shared file system): it trains its share of each "
@@ -618,6 +673,8 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
     throw InputError("unknown metric '" + o.metric + "' (metrics: final_loss val_loss drift)");
   if (o.plot && !program_exists(o.python))
     throw InputError("--plot: no program '" + o.python + "' (--python, $HALFWAY_PYTHON)");
+  if (o.direction != "promote" && o.direction != "demote")
+    throw InputError("unknown direction '" + o.direction + "' (directions: promote demote)");
   if (o.budget < 2)
     throw InputError("--budget must be at least 2 (the reference and the original run), got " +
                      std::to_string(o.budget));
@@ -722,14 +779,13 @@ int cmd_bisect(int argc, char** argv) {
     sim::SearchResult res{all, f_all.has_value()};
     if (f_all && *f_all >= kCloseTarget)
       res = sim::ddmin(n, kCloseTarget, o.jobs,
-                       [&](const std::vector<sim::PartSet>& s) { return b.closed(s); });
+                       [&](const std::vector<sim::PartSet>& s) { return b.share(s); });
     if (res.finished && res.culprit.size() > 1) {
       std::vector<sim::PartSet> singles;
       for (int i : res.culprit) singles.push_back({i});
-      for (const auto& r : b.closed(singles)) res.finished = res.finished && r.has_value();
+      for (const auto& r : b.share(singles)) res.finished = res.finished && r.has_value();
     }
-    const Tried* t = b.find(res.culprit);
-    const double closed = t ? t->closed : NAN;
+    const double closed = b.share_of(res.culprit);
     if (shard != 0) {  // every shard found the same answer; shard 0 writes it
       std::printf("halfway bisect: shard %d/%d done (%d runs of %d trained here); shard 0 "
                   "writes the answer into %s\n", shard, shards, cache.ran(), cache.used(),
