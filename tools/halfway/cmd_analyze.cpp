@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "format_util.hpp"
 #include "size_option.hpp"
@@ -224,16 +225,7 @@ int cmd_analyze(int argc, char** argv) {
   const SizeOption max_memory(app, "--max-memory", "refuse an analysis whose memory would be "
                               "over SIZE (e.g. 2G, 512M; default: 80% of physical memory); it "
                               "is a fixed working set plus about 1.5 KiB an array");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    throw InputError(msg);
-  }
+  if (parse_or_help(app, argc, argv)) return 0;
   const sim::AnalysisFormats formats = sim::parse_analysis_formats(o.formats);
   sim::AnalyzeOptions ao;
   std::tie(ao.k_min, ao.k_max) = sim::parse_scale_range(o.scales);

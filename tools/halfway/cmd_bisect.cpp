@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "format_util.hpp"
 #include "halfway/names.hpp"
@@ -655,18 +656,7 @@ BisectOptions parse_options(int argc, char** argv, bool& help) {
   o.python = std::getenv("HALFWAY_PYTHON") ? std::getenv("HALFWAY_PYTHON") : "/usr/bin/python3";
   app.add_option("--python", o.python, "Python for --plot (default $HALFWAY_PYTHON or "
                                        "/usr/bin/python3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    help = true;
-    return o;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n') c = ' ';
-    throw InputError(msg);
-  }
+  if ((help = parse_or_help(app, argc, argv))) return o;
   if (o.config.empty()) throw InputError("missing CONFIG.toml (usage: halfway bisect CONFIG.toml [--against fp32])");
   sim::parse_granularity(o.granularity);
   if (o.metric != "final_loss" && o.metric != "val_loss" && o.metric != "drift")

@@ -20,6 +20,7 @@
 #include <boost/multiprecision/cpp_int.hpp>
 #include <toml++/toml.h>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "halfway/accumulate.hpp"
 #include "halfway/names.hpp"
@@ -310,17 +311,7 @@ int cmd_run(int argc, char** argv) {
   app.add_flag("--plot-only", plot_only, "only redraw figures from existing results");
   app.add_option("--python", python, "Python with matplotlib (default: $HALFWAY_PYTHON or "
                                      "/usr/bin/python3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string m = e.what();
-    for (char& c : m)
-      if (c == '\n') c = ' ';
-    throw InputError(m);
-  }
+  if (parse_or_help(app, argc, argv)) return 0;
   std::vector<fs::path> list;
   if (all) {
     if (!exps.empty()) throw InputError("--all takes no experiment folders");

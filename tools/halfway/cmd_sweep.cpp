@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "format_util.hpp"
 #include "halfway/names.hpp"
@@ -834,14 +835,7 @@ int cmd_sweep(int argc, char** argv) {
   const SizeOption max_disk(app, "--max-disk", "refuse a sweep whose runs left would write "
                                                "more than SIZE together, estimated (e.g. 50G; "
                                                "default: the free space where --out is)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw InputError(one_line(e.what()));
-  }
+  if (parse_or_help(app, argc, argv)) return 0;
   if (file.empty()) throw InputError("missing SWEEP.toml (usage: halfway sweep SWEEP.toml "
                                      "[--out DIR] [--jobs N] [--shard I/N])");
   int shard = 0, count = 1;
@@ -863,14 +857,7 @@ int cmd_merge(int argc, char** argv) {
   std::string out;
   app.add_option("dirs", dirs, "results folders of the shards (same sweep)");
   app.add_option("--out", out, "the table to write (default: FIRST_DIR/sweep.csv)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw InputError(one_line(e.what()));
-  }
+  if (parse_or_help(app, argc, argv)) return 0;
   if (dirs.empty()) throw InputError("usage: halfway merge DIR... [--out FILE]");
   nlohmann::json def;
   for (const std::string& dir : dirs) {

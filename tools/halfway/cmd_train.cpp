@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
@@ -63,17 +64,7 @@ int cmd_train(int argc, char** argv) {
   if (const char* p = std::getenv("HALFWAY_PYTHON"); p && *p) b.python = p;
   app.add_option("--python", b.python, "Python with PyTorch for --bench (default: "
                                        "$HALFWAY_PYTHON, else python3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n') c = ' ';
-    throw InputError(msg);
-  }
+  if (parse_or_help(app, argc, argv)) return 0;
   if (run_bench) {
     if (!config.empty()) throw InputError("--bench takes no CONFIG");
     return train_bench(b);
