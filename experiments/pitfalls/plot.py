@@ -1,5 +1,5 @@
 """Experiment 7: the correct AMP loop, the bug of stepping on still-scaled gradients, fp16
-without a scaler, and bf16 without one: loss curves and gradient underflow.
+without a scaler, and bf16 without one: loss curves and the gradient values flushed to zero.
 
 usage: plot.py RESULTS_DIR
 """
@@ -35,7 +35,7 @@ def main(results):
     ax[0].set_title("loss")
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("gradient values flushed to zero (%)")
-    ax[1].set_title("underflow")
+    ax[1].set_title("gradient values flushed to zero")
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=2)
     opt = style.run_config(results, df.iloc[0])["optimizer"]
