@@ -557,7 +557,14 @@ py::object encode_blocks_py(py::handle x, const std::string& scheme, int axis,
     std::copy(e.scale_codes.begin(), e.scale_codes.end(), v.mutable_data());
     scales = v;
   }
-  py::object global = e.global_scale ? np().attr("float32")(*e.global_scale) : py::none();
+  py::object global = py::none();
+  if (e.global_scale) {
+    global = np().attr("float32")(*e.global_scale);
+  } else if (s.has_line_scales()) {  // row-scaled: one per row (axis -1) or column (axis 0)
+    py::array_t<float> g(py::ssize_t(e.global_scales.size()));
+    std::copy(e.global_scales.begin(), e.global_scales.end(), g.mutable_data());
+    global = g;
+  }
   if (counts) return py::make_tuple(codes, scales, global, block_counts(e));
   return py::make_tuple(codes, scales, global);
 }
@@ -599,10 +606,25 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
     e.scale_codes.assign(p, p + sc.size());
   }
   if (!global.is_none()) {
-    if (!s.has_global_scale())
+    if (s.has_line_scales()) {  // row-scaled: a 1-D float32 array, one per row or column
+      const size_t lines = e.axis == BlockAxis::last ? e.rows : e.cols;
+      const py::array g = np().attr("asarray")(global);
+      if (!g.dtype().is(py::dtype::of<float>()) || g.ndim() != 1 || size_t(g.shape(0)) != lines)
+        throw py::value_error("halfway.decode_blocks: " + s.name + " needs its " +
+                              std::to_string(lines) + " global scales, one per " +
+                              (e.axis == BlockAxis::last ? "row" : "column") +
+                              ", as a 1-D float32 array");
+      const auto gf = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(g);
+      e.global_scales.assign(gf.data(), gf.data() + lines);
+    } else if (!s.has_global_scale()) {
       throw py::value_error("halfway.decode_blocks: " + s.name + " has no global scale (pass None)");
-    e.global_scale = np().attr("float32")(global).cast<float>();
-  } else if (s.has_global_scale()) {
+    } else {
+      if (np().attr("ndim")(global).cast<int>() != 0)
+        throw py::value_error("halfway.decode_blocks: " + s.name + " takes one global scale (a "
+                              "scalar), not an array (row-scaled nvfp4 takes one per row)");
+      e.global_scale = np().attr("float32")(global).cast<float>();
+    }
+  } else if (s.has_global_scale() || s.has_line_scales()) {
     throw py::value_error("halfway.decode_blocks: " + s.name + " needs its global scale");
   }
   py::array_t<float> out({py::ssize_t(e.rows), py::ssize_t(e.cols)});

@@ -317,21 +317,44 @@ Result encode(const halfway::BlockScheme& s, const std::vector<float>& x0, size_
     }
     gamax = std::max(gamax, blocks[b].amax);
   }
-  float g = 0;
-  if (s.family == BlockFamily::nvfp4_4over6) res.global_scale = float(gamax);
-  if (s.family == BlockFamily::nvfp4) {
-    g = 2688.0f / float(gamax);
+  // A given global amax (BlockOptions::global_amax) replaces the tensor's or the lines'.
+  if (!o.global_amax.empty() && !s.row_scaled) gamax = o.global_amax[0];
+  // TE's global encode scale from an amax, in fp32.
+  auto te_global = [](double a) {
+    float g = 2688.0f / float(a);
     if (g > FLT_MAX) g = FLT_MAX;
     if (g == 0.0f) g = 1.0f;
+    return g;
+  };
+  float g = 0;
+  if (s.family == BlockFamily::nvfp4_4over6) res.global_scale = float(gamax);
+  if (s.family == BlockFamily::nvfp4 && !s.row_scaled) {
+    g = te_global(gamax);
     res.global_scale = g;
+  }
+  // Row-scaled: each line's amax, walked element by element along the line (a row for blocks
+  // along the last axis, a column for blocks down the first), not from the blocks.
+  const bool by_row = o.axis == halfway::BlockAxis::last;
+  if (s.row_scaled) {
+    const size_t lines = by_row ? rows : cols, len = by_row ? cols : rows;
+    for (size_t l = 0; l < lines; ++l) {
+      double a = 0;
+      for (size_t k = 0; k < len; ++k)
+        a = std::max(a, std::fabs(double(x[by_row ? l * cols + k : k * cols + l])));
+      if (!o.global_amax.empty()) a = o.global_amax[l];
+      res.global_scales.push_back(te_global(a));
+    }
   }
   for (size_t b = 0; b < nb; ++b) {
     halfway::BlockEvents& ev = res.block_events[b];
     ev.elements = blocks[b].idx.size();
     ev.blocks = 1;
+    // A row-scaled block's line: that of its first element (every element shares it).
+    const size_t first = blocks[b].idx.front();
+    const float gb = s.row_scaled ? res.global_scales[by_row ? first / cols : first % cols] : g;
     switch (s.family) {
       case BlockFamily::mx: mx_block(s, x, blocks[b], o, res, ev, b); break;
-      case BlockFamily::nvfp4: nvfp4_block(s, x, blocks[b], g, o, cols, res, ev, b); break;
+      case BlockFamily::nvfp4: nvfp4_block(s, x, blocks[b], gb, o, cols, res, ev, b); break;
       case BlockFamily::fp8_rowwise: fp8_rowwise(s, x, blocks[b], o, res, ev, b); break;
       case BlockFamily::nvfp4_4over6: four_over_six(x, blocks[b], float(gamax), res, ev, b); break;
       default: fp8_block(s, x, blocks[b], o, res, ev, b); break;

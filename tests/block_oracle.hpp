@@ -21,6 +21,7 @@ struct Result {
   std::vector<uint8_t> codes, scale_codes;
   std::vector<float> scales;
   std::optional<float> global_scale;
+  std::vector<float> global_scales;  ///< row-scaled NVFP4: each line's global encode scale
   halfway::BlockEvents events;
   std::vector<halfway::BlockEvents> block_events;
   std::vector<float> decoded;  ///< the dequantized tensor

@@ -81,6 +81,9 @@ void check_on_path(const BlockScheme& s, const std::vector<float>& x, size_t row
                   << hex(bits(want.scales[at])));
   REQUIRE(e.global_scale.has_value() == want.global_scale.has_value());
   if (e.global_scale) CHECK(hex(bits(*e.global_scale)) == hex(bits(*want.global_scale)));
+  if (!same_bits(e.global_scales, want.global_scales, at))
+    FAIL("line global scale " << at << " of " << e.global_scales.size() << " (want "
+                              << want.global_scales.size() << ")");
   CHECK(describe(e.events) == describe(want.events));
   REQUIRE(e.block_events.size() == want.block_events.size());
   BlockEvents sum;
@@ -201,6 +204,7 @@ std::vector<std::string> with_rules(const std::string& name) {
   std::vector<std::string> v{name};
   if (name.rfind("mx", 0) == 0)
     for (const char* r : {":ceil", ":rceil", ":even"}) v.push_back(name + r);
+  if (name == "nvfp4") v.push_back("nvfp4:row_scaled");  // a global scale per line
   return v;
 }
 
@@ -453,7 +457,7 @@ TEST_CASE("blocks along the first axis are the blocks of the transpose along the
     for (size_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
   for (const char* name : {"mxfp8_e4m3", "mxfp4:rceil", "mxfp4:even", "mxint8", "nvfp4",
                            "fp8_block", "fp8_rowwise", "mxfp4:block=0", "mxfp6_e2m3:block=64",
-                           "fp8_block:block=8"}) {
+                           "fp8_block:block=8", "nvfp4:row_scaled"}) {
     const BlockScheme s = parse_block_scheme(name);
     BlockOptions first;
     first.axis = BlockAxis::first;
@@ -470,6 +474,9 @@ TEST_CASE("blocks along the first axis are the blocks of the transpose along the
       for (size_t j = 0; j < a.scale_cols(); ++j)
         REQUIRE(bits(a.scales[i * a.scale_cols() + j]) == bits(b.scales[j * b.scale_cols() + i]));
     CHECK(a.events == b.events);
+    // Row-scaled: each column's global scale is that row's of the transpose.
+    CHECK(a.global_scales == b.global_scales);
+    CHECK(a.global_scales.size() == (s.row_scaled ? cols : 0));
   }
 }
 
@@ -545,17 +552,21 @@ TEST_CASE("stochastic rounding of NVFP4 elements and the random Hadamard transfo
   const size_t rows = 64, cols = 128;
   const std::vector<float> x = mixed(rows * cols, 11, -4, 4);
   const BlockScheme s = parse_block_scheme("nvfp4");
-  for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
-    BlockOptions o;
-    o.axis = axis;
-    o.rounding = Rounding::stochastic;
-    o.seed = 99;
-    o.offset = 1000;
-    check_against_oracle(s, x, rows, cols, o);
-    o.rht = true;
-    check_against_oracle(s, x, rows, cols, o);
-    o.rounding = Rounding::near_even;
-    check_against_oracle(s, x, rows, cols, o);
+  // Row-scaled too: each line's amax is that of the transformed values (TE's reference takes
+  // the columnwise amax after the transform).
+  for (const char* name : {"nvfp4", "nvfp4:row_scaled"}) {
+    for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+      BlockOptions o;
+      o.axis = axis;
+      o.rounding = Rounding::stochastic;
+      o.seed = 99;
+      o.offset = 1000;
+      check_against_oracle(parse_block_scheme(name), x, rows, cols, o);
+      o.rht = true;
+      check_against_oracle(parse_block_scheme(name), x, rows, cols, o);
+      o.rounding = Rounding::near_even;
+      check_against_oracle(parse_block_scheme(name), x, rows, cols, o);
+    }
   }
   // Another seed gives other codes; the same seed the same ones.
   BlockOptions a, b;
@@ -1024,6 +1035,182 @@ TEST_CASE("Four Over Six: each block keeps the scale, to 6 or to 4, of the small
   CHECK(ez.scale_codes == std::vector<uint8_t>{0, 0});
 }
 
+TEST_CASE("row-scaled NVFP4 by hand: a row 2^20 smaller keeps its values") {
+  // Two rows of one 1x16 block: row 0 holds 6, 3, −1.5, 0.5 (then zeros), row 1 the same
+  // times 2^−20. Per tensor, A = 6: g = fp32(2688 / 6) = 448 (0x43E00000), m = fp32(448 ·
+  // fp32(1/6)) = 0x1.2aaaacp+6. Row 0: d = fp32(6 · m) = 0x1.c00002p+8 (448.00003), clamped to
+  // 448 (harmless), e4m3 code 0x7E; fp32(448 · fp32(1/448)) = 1, so q = 1 and the elements
+  // are 6 → 0x7, 3 → 0x5, −1.5 → 0xB, 0.5 → 0x1. Row 1: d = fp32(6·2^−20 · m) =
+  // 0x1.c00002p−12, below half of e4m3's smallest subnormal 2^−9: scale 0 (a real clamp), and
+  // its four values flush to 0.
+  // Row-scaled, row 0 is the same (its amax is the tensor's); row 1 has A = 6·2^−20, g =
+  // 448·2^20 (0x4DE00000), m = 0x1.2aaaacp+26, d = 448.00003 again → 448 (harmless), q =
+  // 1 / fp32(448 · fp32(1/g)) = 2^20, and the elements are row 0's codes; decoded, each is
+  // its value times fp32(448 · 0x1.24924ap−29) = 2^−20, so row 1 comes back exactly.
+  // Blocks down the columns: the transpose, the same numbers per column.
+  const float vals[4] = {6.0f, 3.0f, -1.5f, 0.5f};
+  for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+    const bool last = axis == BlockAxis::last;
+    const size_t rows = last ? 2 : 16, cols = last ? 16 : 2;
+    std::vector<float> x(32, 0.0f);
+    auto at = [&](size_t line, size_t k) -> size_t { return last ? line * 16 + k : k * 2 + line; };
+    for (size_t k = 0; k < 4; ++k) {
+      x[at(0, k)] = vals[k];
+      x[at(1, k)] = std::ldexp(vals[k], -20);
+    }
+    BlockOptions o;
+    o.axis = axis;
+    o.per_block_events = true;
+    INFO((last ? "rows" : "columns"));
+    const BlockEncoding t = encode_blocks(parse_block_scheme("nvfp4"), x.data(), rows, cols, o);
+    REQUIRE(t.global_scale);
+    CHECK(bits(*t.global_scale) == 0x43E00000u);
+    CHECK(t.global_scales.empty());
+    CHECK(t.scale_codes == std::vector<uint8_t>{0x7E, 0x00});
+    CHECK(t.events.flushed == 4);
+    CHECK(t.events.scales_clamped == 2);
+    CHECK(t.events.scales_clamped_harmless == 1);
+    const BlockEncoding r =
+        encode_blocks(parse_block_scheme("nvfp4:row_scaled"), x.data(), rows, cols, o);
+    CHECK(!r.global_scale);
+    REQUIRE(r.global_scales.size() == 2);
+    CHECK(bits(r.global_scales[0]) == 0x43E00000u);
+    CHECK(bits(r.global_scales[1]) == 0x4DE00000u);
+    CHECK(r.scale_codes == std::vector<uint8_t>{0x7E, 0x7E});
+    CHECK(r.events.flushed == 0);
+    CHECK(r.events.saturated == 0);
+    CHECK(r.events.scales_clamped == 2);
+    CHECK(r.events.scales_clamped_harmless == 2);
+    const uint8_t codes[4] = {0x7, 0x5, 0xB, 0x1};
+    for (size_t k = 0; k < 4; ++k) {
+      CHECK(int(t.codes[at(0, k)]) == codes[k]);
+      CHECK(int(r.codes[at(0, k)]) == codes[k]);
+      CHECK(int(r.codes[at(1, k)]) == codes[k]);
+    }
+    std::vector<float> yt(32), yr(32);
+    decode_blocks(parse_block_scheme("nvfp4"), t, yt.data());
+    decode_blocks(parse_block_scheme("nvfp4:row_scaled"), r, yr.data());
+    for (size_t k = 0; k < 4; ++k) {
+      CHECK(yt[at(0, k)] == vals[k]);
+      CHECK(yt[at(1, k)] == 0.0f);  // per tensor: flushed
+      CHECK(yr[at(0, k)] == vals[k]);
+      CHECK(bits(yr[at(1, k)]) == bits(std::ldexp(vals[k], -20)));  // row-scaled: exact
+    }
+    // An all-zero row: A = 0, g = fp32 max as for an all-zero tensor, codes 0, decoded 0.
+    std::vector<float> z = x;
+    for (size_t k = 0; k < 16; ++k) z[at(1, k)] = 0.0f;
+    const BlockEncoding rz =
+        encode_blocks(parse_block_scheme("nvfp4:row_scaled"), z.data(), rows, cols, o);
+    CHECK(bits(rz.global_scales[1]) == bits(FLT_MAX));
+    CHECK(rz.scale_codes[1] == 0);
+    CHECK(rz.events.scales_clamped == 1);  // only row 0's harmless one
+    std::vector<float> yz(32);
+    decode_blocks(parse_block_scheme("nvfp4:row_scaled"), rz, yz.data());
+    for (size_t k = 0; k < 16; ++k) CHECK(bits(yz[at(1, k)]) == 0u);
+  }
+}
+
+TEST_CASE("a given global amax: a tensor quantized in parts is the tensor quantized whole") {
+  // The analyzer quantizes a tensor in parts, each given the amax its global scales come from
+  // (BlockOptions::global_amax): per tensor one value, row-scaled one per line of the part.
+  // Parts of whole blocks cut across the lines (columns of blocks for blocks along the rows,
+  // rows of blocks for blocks down the columns) give the whole tensor's codes, scales and
+  // global scales.
+  const size_t rows = 64, cols = 128;
+  const std::vector<float> x = narrowed(mixed(rows * cols, 41, -12, 12));
+  for (const char* name : {"nvfp4", "nvfp4:row_scaled", "nvfp4_4over6"}) {
+    const BlockScheme s = parse_block_scheme(name);
+    for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+      INFO(name << (axis == BlockAxis::last ? " rows" : " columns"));
+      BlockOptions o;
+      o.axis = axis;
+      const BlockEncoding whole = encode_blocks(s, x.data(), rows, cols, o);
+      // The amax of the tensor, or of each line, over the whole tensor.
+      const bool last = axis == BlockAxis::last;
+      std::vector<float> line(s.row_scaled ? (last ? rows : cols) : 1, 0.0f);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) {
+          float& a = line[s.row_scaled ? (last ? r : c) : 0];
+          a = std::max(a, std::fabs(x[r * cols + c]));
+        }
+      // Along the rows: parts of 32 columns (rows span 4 parts); down the columns: parts of
+      // 16 rows (columns span 4 parts).
+      const size_t pr = last ? rows : 16, pc = last ? 32 : cols;
+      for (size_t r0 = 0; r0 < rows; r0 += pr)
+        for (size_t c0 = 0; c0 < cols; c0 += pc) {
+          std::vector<float> part(pr * pc);
+          for (size_t r = 0; r < pr; ++r)
+            std::copy_n(x.data() + (r0 + r) * cols + c0, pc, part.data() + r * pc);
+          BlockOptions p = o;
+          p.global_amax = s.row_scaled ? std::span<const float>(line).subspan(last ? r0 : c0,
+                                                                               last ? pr : pc)
+                                       : std::span<const float>(line);
+          const BlockEncoding e = encode_blocks(s, part.data(), pr, pc, p);
+          CHECK(e.global_scale == whole.global_scale);
+          if (s.row_scaled) {
+            for (size_t i = 0; i < e.global_scales.size(); ++i)
+              REQUIRE(bits(e.global_scales[i]) ==
+                      bits(whole.global_scales[(last ? r0 : c0) + i]));
+          }
+          for (size_t r = 0; r < pr; ++r)
+            for (size_t c = 0; c < pc; ++c)
+              REQUIRE(e.codes[r * pc + c] == whole.codes[(r0 + r) * cols + c0 + c]);
+          for (size_t i = 0; i < e.scale_rows(); ++i)
+            for (size_t j = 0; j < e.scale_cols(); ++j)
+              REQUIRE(e.scale_codes[i * e.scale_cols() + j] ==
+                      whole.scale_codes[(r0 / whole.tile_rows + i) * whole.scale_cols() +
+                                        c0 / whole.tile_cols + j]);
+          // The oracle takes the given amax too.
+          if (r0 == 0 && c0 == 0) check_against_oracle(s, part, pr, pc, p);
+          // Without it, a part's own amax gives other scales (the negative control).
+          if (r0 == 0 && c0 == 0)
+            CHECK(encode_blocks(s, part.data(), pr, pc, o).scale_codes != e.scale_codes);
+        }
+    }
+  }
+  // Bad given amaxes: below a line's own, not finite, too many or too few, to a scheme without
+  // a global scale.
+  std::vector<float> ones(16 * 32, 1.0f);
+  BlockOptions o;
+  const float half = 0.5f, inf = std::numeric_limits<float>::infinity(), two[2] = {2.0f, 2.0f};
+  for (std::span<const float> g : {std::span<const float>(&half, 1),
+                                   std::span<const float>(&inf, 1), std::span<const float>(two)}) {
+    o.global_amax = g;
+    CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4"), ones.data(), 16, 32, o),
+                    InputError);
+  }
+  std::vector<float> lines(16, 2.0f);
+  o.global_amax = lines;
+  CHECK_NOTHROW(encode_blocks(parse_block_scheme("nvfp4:row_scaled"), ones.data(), 16, 32, o));
+  lines[3] = 0.5f;
+  CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4:row_scaled"), ones.data(), 16, 32, o),
+                  InputError);
+  o.global_amax = std::span<const float>(lines).first(15);
+  CHECK_THROWS_AS(encode_blocks(parse_block_scheme("nvfp4:row_scaled"), ones.data(), 16, 32, o),
+                  InputError);
+  o.global_amax = std::span<const float>(two, 1);
+  CHECK_THROWS_AS(encode_blocks(parse_block_scheme("mxfp4"), ones.data(), 16, 32, o), InputError);
+  CHECK_THROWS_AS(encode_blocks(parse_block_scheme("fp8_block"), ones.data(), 16, 128, o),
+                  InputError);
+  // Decoding a row-scaled encoding needs one positive finite global scale per line.
+  const BlockScheme rs = parse_block_scheme("nvfp4:row_scaled");
+  const BlockEncoding e = encode_blocks(rs, ones.data(), 16, 32);
+  std::vector<float> y(16 * 32);
+  CHECK_NOTHROW(decode_blocks(rs, e, y.data()));
+  BlockEncoding bad = e;
+  bad.global_scales.pop_back();
+  CHECK_THROWS_AS(decode_blocks(rs, bad, y.data()), InputError);
+  bad = e;
+  bad.global_scale = 1.0f;
+  CHECK_THROWS_AS(decode_blocks(rs, bad, y.data()), InputError);
+  bad = e;
+  bad.global_scales[2] = 0.0f;
+  CHECK_THROWS_AS(decode_blocks(rs, bad, y.data()), InputError);
+  BlockEncoding per_tensor = encode_blocks(parse_block_scheme("nvfp4"), ones.data(), 16, 32);
+  per_tensor.global_scales = e.global_scales;
+  CHECK_THROWS_AS(decode_blocks(parse_block_scheme("nvfp4"), per_tensor, y.data()), InputError);
+}
+
 TEST_CASE("block lengths and tiles of any size, and whole-dimension blocks") {
   // Lengths the AVX-512 kernels are not specialised for take the portable loops on every
   // path: lengths below, between and above 16, 32 and 128, odd ones, one element per block,
@@ -1038,7 +1225,8 @@ TEST_CASE("block lengths and tiles of any size, and whole-dimension blocks") {
         "nvfp4:block=0", "nvfp4_2d:tile=8x24", "nvfp4_2d:tile=1x5", "fp8_block:block=60",
         "fp8_block:block=0", "fp8_block_2d:tile=24x40", "fp8_block_2d:tile=3x5",
         "fp8_rowwise", "fp8_rowwise_e5m2", "fp8_rowwise:block=30", "mxfp8_e4m3:block=16",
-        "mxint8:block=0", "nvfp4_4over6", "nvfp4_4over6:block=24", "nvfp4_4over6_2d:tile=8x24"}) {
+        "mxint8:block=0", "nvfp4_4over6", "nvfp4_4over6:block=24", "nvfp4_4over6_2d:tile=8x24",
+        "nvfp4:row_scaled:block=24", "nvfp4:block=8:row_scaled", "nvfp4:row_scaled:block=0"}) {
     const BlockScheme s = parse_block_scheme(name);
     for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
       const auto [tr, tc] = block_tile(s, axis, rows, cols);
@@ -1086,7 +1274,13 @@ TEST_CASE("bad shapes, names and options are one-line input errors") {
   for (const char* bad : {"mxfp4:block=", "mxfp4:block=-1", "mxfp4:block=x", "mxfp4:block=1e3",
                           "mxfp4:block=16777217", "mxfp4:block=8:block=16", "mxfp4:tile=4x4",
                           "nvfp4_2d:block=8", "nvfp4_2d:tile=8", "nvfp4_2d:tile=0x8",
-                          "fp8_block_2d:tile=8x", "fp8_rowwise:rceil", "mxint8:pow2"}) {
+                          "fp8_block_2d:tile=8x", "fp8_rowwise:rceil", "mxint8:pow2",
+                          // row scaling: nvfp4's 1-D blocks only, once
+                          "nvfp4_2d:row_scaled", "nvfp4_2d:tile=1x16:row_scaled",
+                          "nvfp4_4over6:row_scaled", "nvfp4_4over6_2d:row_scaled",
+                          "mxfp4:row_scaled", "mxfp8_e4m3:rceil:row_scaled", "fp8_block:row_scaled",
+                          "fp8_rowwise:row_scaled", "nvfp4:row_scaled:row_scaled", "nvfp4:row",
+                          "nvfp4:rowscaled", "nvfp4:row_scaled=1"}) {
     INFO(bad);
     CHECK_THROWS_AS(parse_block_scheme(bad), InputError);
   }

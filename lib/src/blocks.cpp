@@ -534,16 +534,19 @@ inline float e4m3_value(uint32_t code) {
 
 /// Each NVFP4 block's scale value, encode multiplier 1 / (scale × global decode) (capped at
 /// fp32 max) and whether its scale underflowed to zero: branch-free, so that it vectorises.
+/// PerBlock: decode[b] is block b's global decode scale (row-scaled); else decode[0] is every
+/// block's.
+template <bool PerBlock>
 HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
                                              const uint32_t* __restrict amax, size_t nb,
-                                             float decode,
+                                             const float* __restrict decode,
                                              float* __restrict scales, float* __restrict mult,
                                              uint8_t* __restrict special,
                                              uint8_t* __restrict clamped) {
   const float fp32_max = FLT_MAX;
   for (size_t b = 0; b < nb; ++b) {
     const float s = e4m3_value(codes[b]);
-    const float enc = 1.0f / (s * decode);
+    const float enc = 1.0f / (s * decode[PerBlock ? b : 0]);
     clamped[b] |= uint8_t(s == 0.0f) & uint8_t(amax[b] != 0);  // the scale underflowed to zero
     scales[b] = s;
     mult[b] = fp32_max < enc ? fp32_max : enc;  // std::min(enc, fp32 max)
@@ -552,13 +555,15 @@ HALFWAY_BLOCKS_CLONES void nvfp4_multipliers(const uint8_t* __restrict codes,
 }
 
 /// Each NVFP4 block's decode scale before the e4m3 rounding, amax × multiplier clamped to
-/// fp32 max and then to 448 (clamped: it was above 448).
+/// fp32 max and then to 448 (clamped: it was above 448). PerBlock as nvfp4_multipliers.
+template <bool PerBlock>
 HALFWAY_BLOCKS_CLONES void nvfp4_decode_scales(const uint32_t* __restrict amax, size_t nb,
-                                               float multiplier, float* __restrict ds,
+                                               const float* __restrict multiplier,
+                                               float* __restrict ds,
                                                uint8_t* __restrict clamped) {
   const float fp32_max = FLT_MAX;
   for (size_t b = 0; b < nb; ++b) {
-    float d = bits_f32(amax[b]) * multiplier;
+    float d = bits_f32(amax[b]) * multiplier[PerBlock ? b : 0];
     d = d < fp32_max ? d : fp32_max;
     clamped[b] = d > 448.0f;
     ds[b] = d < 448.0f ? d : 448.0f;
@@ -571,29 +576,70 @@ void nvfp4_scales_avx512(const uint32_t* amax, size_t nb, float multiplier, floa
                          uint8_t* clamped, uint64_t& n_zero, uint64_t& n_clamped);
 #endif
 
-void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax, uint32_t amax_all,
-                  BlockEncoding& e) {
-  const Nvfp4Global g = nvfp4_global(amax_all);
-  e.global_scale = g.encode;
+/// The line (row along the last axis, column along the first) of block b of a 1-D encoding
+/// with `sc` blocks a row: row-scaled NVFP4's global scale of that block.
+size_t line_of(size_t b, size_t sc, BlockAxis axis) {
+  return axis == BlockAxis::last ? b / sc : b % sc;
+}
+
+/// The portable loops of nvfp4_scales: the block scales' codes and values, the element
+/// multipliers, the zero scales (returned) and the clamped ones (`clamped`, counted in
+/// n_clamped). PerBlock: mult and decode hold each block's global factors, else one for all.
+template <bool PerBlock>
+uint64_t nvfp4_scales_portable(Job& j, const std::vector<uint32_t>& amax, const float* mult,
+                               const float* decode, BlockEncoding& e, uint8_t* clamped,
+                               uint64_t& n_clamped) {
+  const size_t nb = amax.size();
+  thread_local std::vector<float> ds;
+  ds.resize(nb);
+  nvfp4_decode_scales<PerBlock>(amax.data(), nb, mult, ds.data(), clamped);
+  round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
+  nvfp4_multipliers<PerBlock>(e.scale_codes.data(), amax.data(), nb, decode, e.scales.data(),
+                              j.mult, j.special, clamped);
+  n_clamped = count_of(clamped, nb, 1);
+  return count_of(j.special, nb, kZeroScale);
+}
+
+/// `global`: the bits of the amax each line's global scale comes from (row-scaled: rows or
+/// columns entries), or the call's (one entry).
+void nvfp4_scales(Job& j, const std::vector<uint32_t>& amax,
+                  const std::vector<uint32_t>& global, BlockEncoding& e) {
   const size_t nb = amax.size();
   thread_local std::vector<uint8_t> clamped;
   clamped.resize(nb);
   uint64_t zero = 0, n_clamped = 0;
+  if (j.s.row_scaled) {
+    // Transformer Engine's per-tensor arithmetic with each line's amax (docs/blocks.md), the
+    // factors spread to the blocks of the line, then the portable loops.
+    thread_local std::vector<float> mult, decode;
+    mult.resize(nb);
+    decode.resize(nb);
+    e.global_scales.resize(global.size());
+    std::vector<Nvfp4Global> line(global.size());
+    for (size_t i = 0; i < global.size(); ++i) {
+      line[i] = nvfp4_global(global[i]);
+      e.global_scales[i] = line[i].encode;
+    }
+    for (size_t b = 0; b < nb; ++b) {
+      const Nvfp4Global& g = line[line_of(b, j.sc, j.o.axis)];
+      mult[b] = g.multiplier;
+      decode[b] = g.decode;
+    }
+    zero = nvfp4_scales_portable<true>(j, amax, mult.data(), decode.data(), e, clamped.data(),
+                                       n_clamped);
+  } else {
+    const Nvfp4Global g = nvfp4_global(global[0]);
+    e.global_scale = g.encode;
 #ifdef HALFWAY_BLOCKS_AVX512
-  if (use_avx512()) {
-    nvfp4_scales_avx512(amax.data(), nb, g.multiplier, g.decode, e.scale_codes.data(),
-                        e.scales.data(), j.mult, j.special, clamped.data(), zero, n_clamped);
-  } else
+    if (use_avx512()) {
+      nvfp4_scales_avx512(amax.data(), nb, g.multiplier, g.decode, e.scale_codes.data(),
+                          e.scales.data(), j.mult, j.special, clamped.data(), zero, n_clamped);
+    } else
 #endif
-  {
-    thread_local std::vector<float> ds;
-    ds.resize(nb);
-    nvfp4_decode_scales(amax.data(), nb, g.multiplier, ds.data(), clamped.data());
-    round_f32(formats::e4m3, ds.data(), e.scale_codes.data(), nb);  // RNE, subnormals kept
-    nvfp4_multipliers(e.scale_codes.data(), amax.data(), nb, g.decode, e.scales.data(), j.mult,
-                      j.special, clamped.data());
-    zero = count_of(j.special, nb, kZeroScale);
-    n_clamped = count_of(clamped.data(), nb, 1);
+    {
+      zero = nvfp4_scales_portable<false>(j, amax, &g.multiplier, &g.decode, e, clamped.data(),
+                                          n_clamped);
+    }
   }
   j.specials = zero;
   e.events.scales_clamped += n_clamped;
@@ -1260,6 +1306,36 @@ void encode_4over6(const Job& j, const std::vector<uint32_t>& amax, uint32_t ama
   }
 }
 
+/// The bits of the amax each global scale comes from: the call's (one entry), or each line's
+/// (row-scaled NVFP4: the largest block amax of each row, or of each column for blocks down
+/// the columns); BlockOptions::global_amax in their place, each checked to be finite and at
+/// least the call's own.
+std::vector<uint32_t> global_amax(const Job& j, const std::vector<uint32_t>& amax,
+                                  uint32_t amax_all) {
+  std::vector<uint32_t> own;
+  if (!j.s.row_scaled) {
+    own.assign(1, amax_all);
+  } else if (j.o.axis == BlockAxis::last) {  // 1×k blocks: a row's blocks are consecutive
+    own.resize(j.rows);
+    for (size_t r = 0; r < j.rows; ++r) own[r] = max_of(amax.data() + r * j.sc, j.sc);
+  } else {  // k×1 blocks: column c's blocks are c, c + cols, ...
+    own.assign(j.cols, 0);
+    for (size_t br = 0; br < j.sr; ++br)
+      for (size_t c = 0; c < j.cols; ++c) own[c] = std::max(own[c], amax[br * j.sc + c]);
+  }
+  const std::span<const float> given = j.o.global_amax;
+  if (given.empty()) return own;
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (!(std::fabs(given[i]) <= FLT_MAX) || !(given[i] >= bits_f32(own[i])))
+      throw InputError(j.s.name + ": a given global amax, " + std::to_string(given[i]) +
+                       (own.size() > 1 ? " (line " + std::to_string(i) + ")" : std::string()) +
+                       ", is not finite or below the values' own, " +
+                       std::to_string(bits_f32(own[i])));
+    own[i] = f32_bits(given[i]) & kAbs;
+  }
+  return own;
+}
+
 /// MXINT8: the sign-magnitude codes of its e1m6 grid as int8 two's complement (−0 as 0).
 void to_twos_complement(const BlockScheme& s, std::vector<uint8_t>& codes) {
   const uint8_t sign = uint8_t(s.element.sign_bit()), mag = uint8_t(s.element.mag_mask());
@@ -1282,13 +1358,15 @@ long option_number(std::string_view text, long lo, const std::string& what) {
 }
 
 /// One ":option" of a scheme name into s (docs/blocks.md, "Options"); `seen` holds the kinds
-/// of option given so far (1 a scale rule, 2 a block length, 4 a tile), each allowed once.
+/// of option given so far (1 a scale rule, 2 a block length, 4 a tile, 8 row scaling), each
+/// allowed once.
 void apply_scheme_option(BlockScheme& s, std::string_view base, std::string_view opt,
                          unsigned& seen) {
   const std::string where = "block scheme '" + std::string(base) + "'";
   const unsigned kind = parse_mx_scale_rule(opt)        ? 1
                         : opt.substr(0, 6) == "block=" ? 2
                         : opt.substr(0, 5) == "tile="  ? 4
+                        : opt == "row_scaled"          ? 8
                                                        : 0;
   if (kind & seen)
     throw InputError("option ':" + std::string(opt) + "' of " + where +
@@ -1312,9 +1390,23 @@ void apply_scheme_option(BlockScheme& s, std::string_view base, std::string_view
       throw InputError("option ':tile=' of " + where + " must be RxC, not '" + std::string(v) + "'");
     s.tile_rows = int(option_number(v.substr(0, x), 1, "the tile rows of " + where));
     s.tile_cols = int(option_number(v.substr(x + 1), 1, "the tile columns of " + where));
+  } else if (opt == "row_scaled") {
+    // Transformer Engine's row-scaled NVFP4: a global scale per line along the blocks.
+    if (s.family == BlockFamily::nvfp4 && s.two_d)
+      throw InputError("option ':row_scaled' of " + where + ": a global scale per row needs "
+                       "1-D blocks (a tile spans rows of different global scales; Transformer "
+                       "Engine refuses 2-D row-scaled quantization too): use nvfp4:row_scaled");
+    if (s.family == BlockFamily::nvfp4_4over6)
+      throw InputError("option ':row_scaled' of " + where + ": Four Over Six's arithmetic "
+                       "(fouroversix's reference) is defined with the tensor's amax only");
+    if (s.family != BlockFamily::nvfp4)
+      throw InputError("option ':row_scaled' of " + where + ": only nvfp4 takes it (a global "
+                       "fp32 scale per row; the other schemes have no global scale)");
+    s.row_scaled = true;
   } else {
     throw InputError("unknown option ':" + std::string(opt) + "' of " + where + " (" +
-                     mx_rule_list() + " for MX, :block=N for 1-D schemes, :tile=RxC for 2-D)");
+                     mx_rule_list() + " for MX, :block=N for 1-D schemes, :tile=RxC for 2-D, "
+                     ":row_scaled for nvfp4)");
   }
 }
 
@@ -1349,7 +1441,8 @@ BlockScheme parse_block_scheme(std::string_view name) {
     return s;
   }
   throw InputError("unknown block scheme '" + std::string(name) + "' (" + scheme_list() +
-                   "; options: " + mx_rule_list() + " for MX, :block=N, :tile=RxC)");
+                   "; options: " + mx_rule_list() + " for MX, :block=N, :tile=RxC, "
+                   ":row_scaled)");
 }
 
 const char* mx_scale_rule_name(MxScaleRule r) {
@@ -1422,6 +1515,16 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
   if (tr * tc > size_t(kMaxBlock))
     throw InputError(s.name + ": a block of " + std::to_string(tr) + "x" + std::to_string(tc) +
                      " has more than 2^24 elements");
+  const size_t lines = o.axis == BlockAxis::last ? rows : cols;
+  if (!o.global_amax.empty() && !s.has_global_scale() && !s.has_line_scales())
+    throw InputError(s.name + ": has no global scale to take a given amax");
+  if (!o.global_amax.empty() && s.has_global_scale() && o.global_amax.size() != 1)
+    throw InputError(s.name + ": takes one global amax, not " +
+                     std::to_string(o.global_amax.size()));
+  if (!o.global_amax.empty() && s.has_line_scales() && o.global_amax.size() != lines)
+    throw InputError(s.name + ": takes one global amax per " +
+                     (o.axis == BlockAxis::last ? "row" : "column") + " (" +
+                     std::to_string(lines) + "), not " + std::to_string(o.global_amax.size()));
 }
 
 BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
@@ -1459,11 +1562,14 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   const std::vector<uint32_t>& amax = block_amax(j);
   const uint32_t amax_all = s.family == BlockFamily::mx ? 0 : max_of(amax.data(), nb);
   if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax_all);
+  const std::vector<uint32_t> global =
+      s.has_global_scale() || s.has_line_scales() ? global_amax(j, amax, amax_all)
+                                                  : std::vector<uint32_t>{};
   switch (s.family) {
     case BlockFamily::mx: mx_scales(j, amax, e); break;
-    case BlockFamily::nvfp4: nvfp4_scales(j, amax, amax_all, e); break;
+    case BlockFamily::nvfp4: nvfp4_scales(j, amax, global, e); break;
     case BlockFamily::fp8_rowwise: fp8_rowwise_scales(j, amax, e); break;
-    case BlockFamily::nvfp4_4over6: encode_4over6(j, amax, amax_all, e); return e;
+    case BlockFamily::nvfp4_4over6: encode_4over6(j, amax, global[0], e); return e;
     default: fp8_block_scales(j, amax, e); break;
   }
   encode_elements(j, e);
@@ -1489,7 +1595,11 @@ void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t
   }
   const size_t nb = e.scale_rows() * e.scale_cols();
   t.scale.resize(nb);
-  const float gd = s.family == BlockFamily::nvfp4 ? 1.0f / *e.global_scale : 1.0f;
+  const float gd = s.has_global_scale() && s.family == BlockFamily::nvfp4
+                       ? 1.0f / *e.global_scale
+                       : 1.0f;
+  std::vector<float> line_gd(e.global_scales.size());  // row-scaled: each line's 1 / g
+  for (size_t i = 0; i < line_gd.size(); ++i) line_gd[i] = 1.0f / e.global_scales[i];
   const bool e4m3_scales = s.family == BlockFamily::nvfp4 || s.family == BlockFamily::nvfp4_4over6;
   static const std::array<float, 256> e4m3 = [] {  // every e4m3 code, sign and NaN included
     std::array<float, 256> v{};
@@ -1503,6 +1613,8 @@ void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t
     if (s.family == BlockFamily::mx)
       t.scale[b] = e.scale_codes[b] == 0xFF ? std::numeric_limits<float>::quiet_NaN()
                                             : pow2f(int(e.scale_codes[b]) - 127);
+    else if (s.row_scaled)
+      t.scale[b] = e4m3[e.scale_codes[b]] * line_gd[line_of(b, e.scale_cols(), e.axis)];
     else if (e4m3_scales)
       t.scale[b] = e4m3[e.scale_codes[b]] * gd;  // 4over6: gd = 1, the e4m3 value
     else
@@ -1578,9 +1690,23 @@ void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out) {
   const bool coded = !s.fp32_scales();
   if ((coded ? e.scale_codes.size() : e.scales.size()) != nb)
     throw InputError(s.name + ": expected " + std::to_string(nb) + " scales");
-  if (s.family == BlockFamily::nvfp4 &&
+  if (s.has_global_scale() && s.family == BlockFamily::nvfp4 &&
       (!e.global_scale || !(*e.global_scale > 0.0f) || std::isinf(*e.global_scale)))
     throw InputError(s.name + ": needs a finite positive fp32 global scale");
+  if (s.has_line_scales()) {
+    const size_t lines = e.axis == BlockAxis::last ? e.rows : e.cols;
+    if (e.global_scale || e.global_scales.size() != lines)
+      throw InputError(s.name + ": needs " + std::to_string(lines) + " global scales, one per " +
+                       (e.axis == BlockAxis::last ? "row" : "column") + ", not " +
+                       (e.global_scale ? "one for the tensor"
+                                       : std::to_string(e.global_scales.size())));
+    for (float g : e.global_scales)
+      if (!(g > 0.0f) || std::isinf(g))
+        throw InputError(s.name + ": needs finite positive fp32 global scales, not " +
+                         std::to_string(g));
+  } else if (!e.global_scales.empty()) {
+    throw InputError(s.name + ": has no global scale per line");
+  }
   if (s.family == BlockFamily::nvfp4_4over6 &&
       (!e.global_scale || !(*e.global_scale >= 0.0f) || std::isinf(*e.global_scale)))
     throw InputError(s.name + ": needs the tensor's amax, a finite fp32 number >= 0, as its "

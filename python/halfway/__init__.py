@@ -192,8 +192,9 @@ _BLOCK_OPTIONS = """
         mxint8, nvfp4, nvfp4_2d, nvfp4_4over6 and nvfp4_4over6_2d (Four Over Six),
         fp8_block, fp8_block_2d, fp8_rowwise and fp8_rowwise_e5m2 (torchao's float8 rowwise:
         one scale per row). Options after colons: ':block=N' (1-D
-        schemes: N elements per block, 0 the whole dimension), ':tile=RxC' (2-D schemes).
-        docs/blocks.md defines each one bit for bit.
+        schemes: N elements per block, 0 the whole dimension), ':tile=RxC' (2-D schemes),
+        ':row_scaled' (nvfp4: Transformer Engine's row-scaled NVFP4, a global scale per row,
+        or per column with axis=0). docs/blocks.md defines each one bit for bit.
     axis: -1 (default): 1 x k blocks along each row; 0: k x 1 blocks down each column (the
         operand whose reduction dimension is its first). The 2-D schemes use their tiles.
     rounding: the rounding of the elements, any scheme: 'near_even' (default),
@@ -228,7 +229,8 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, s
     Returns (codes, scales, global_scale): codes is uint8 with x's shape (element encodings);
     scales is shaped [rows / tile_rows, cols / tile_cols] and holds uint8 codes (e8m0 for MX,
     e4m3 for NVFP4) or float32 values (fp8_block*); global_scale is NVFP4's fp32 global encode
-    scale (a numpy float32) and None otherwise. With counts=True a dict is appended.
+    scale (a numpy float32; row-scaled nvfp4: a float32 array, one per row, or per column
+    with axis=0) and None otherwise. With counts=True a dict is appended.
     """
     _block_args("encode_blocks", x, scheme, axis, rounding, random_bits, seed, offset, rht,
                 pow2_scales, pad, counts)
@@ -240,8 +242,9 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, s
 
 def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
     """The float32 values of block-scaled codes: element x scale, rounded once in fp32
-    (NVFP4: element x fp32(e4m3 scale x fp32(1 / global_scale))). The blocks' axis is read
-    from the scales' shape unless given. Shapes that do not match raise ValueError."""
+    (NVFP4: element x fp32(e4m3 scale x fp32(1 / global_scale)), row-scaled with each row's
+    or column's global_scale). The blocks' axis is read from the scales' shape unless given.
+    Shapes that do not match raise ValueError."""
     _args.values("decode_blocks", "codes", codes)
     _args.values("decode_blocks", "scales", scales)
     if global_scale is not None:

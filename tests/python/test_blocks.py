@@ -4,7 +4,10 @@ definitions in docs/blocks.md, written here without halfway:
 - NVFP4: Transformer Engine's NVFP4QuantizerRef._quantize_blockwise_reference, each step a
   numpy float32 operation in TE's order, elements by TE's cast_to_fp4x2 threshold table;
   stochastic rounding from the definition of the random stream (oracle.sr_bits) with exact
-  fractions; the random Hadamard transform as a Sylvester matrix (np.kron).
+  fractions; the random Hadamard transform as a Sylvester matrix (np.kron). Row-scaled
+  (nvfp4:row_scaled, TE's row_scaled_nvfp4): the same steps with each row's amax (each
+  column's for blocks down the columns) broadcast in place of the tensor's, as TE's reference
+  takes torch.max(abs(x), dim=1) of the rowwise and of the transposed input.
 - MX: every scale rule (floor, ceil, rceil, even) from its definition, with np.frexp in exact
   float64 steps, and at every e8m0 code's boundaries in exact fractions (rceil's one fp32
   product by numpy float32), the elements x / 2^k exactly in float64 and rounded to the nearest table value, ties to the even
@@ -280,16 +283,25 @@ def rht_ref(x, axis):
     return unblock(out, x.shape, 16, axis, False)
 
 
-def nvfp4_ref(x, two_d, axis, rht=False, seed=None, offset=0, mode=None, bits=32):
+def nvfp4_ref(x, two_d, axis, rht=False, seed=None, offset=0, mode=None, bits=32,
+              row_scaled=False):
     if rht:
         x = rht_ref(x, axis)
     b = blocks_view(x, 16, axis, two_d)
     vec_max = np.abs(b).max(axis=-1).astype(F32)
-    global_amax = F32(np.abs(x).max())
+    if row_scaled:
+        # One amax per line along the blocks, shaped to broadcast over blocks_view's
+        # [scale_rows, scale_cols]: rows for axis -1, columns for axis 0.
+        line = np.abs(x).max(axis=1 if axis == -1 else 0).astype(F32)
+        global_amax = line[:, None] if axis == -1 else line[None, :]
+    else:
+        global_amax = F32(np.abs(x).max())
     with np.errstate(divide="ignore", over="ignore"):
         g = F32(F32(448.0) * F32(6.0)) / global_amax
     g = np.minimum(g, FMAX)
-    if g == 0:
+    if row_scaled:
+        g = np.where(g == 0, F32(1.0), g).astype(F32)
+    elif g == 0:
         g = F32(1.0)
     gd = F32(1.0) / g
     mult = g * (F32(1.0) / F32(6.0))
@@ -303,6 +315,8 @@ def nvfp4_ref(x, two_d, axis, rht=False, seed=None, offset=0, mode=None, bits=32
         y = np.clip(b * enc[..., None], F32(-6.0), F32(6.0))
     if mode is None and seed is not None:
         mode = "stochastic"
+    if row_scaled:  # the global scales as encode_blocks returns them: one per line
+        g = g[:, 0] if axis == -1 else g[0, :]
     if mode in (None, "near_even"):
         codes = te_fp4_codes(y)
     else:
@@ -479,7 +493,8 @@ def compare(x, scheme, want, **kw):
     tag = f"{scheme} {x.shape} {kw}"
     check(same(codes, wc), f"{tag}: codes differ at {np.argwhere(codes != wc)[:3].tolist()}")
     check(same(scales, ws), f"{tag}: scales differ")
-    check((g is None) == (wg is None) and (g is None or same(np.float32(g), F32(wg))),
+    check((g is None) == (wg is None) and (g is None or same(g if np.ndim(g) else F32(g),
+                                                             np.asarray(wg, dtype=F32))),
           f"{tag}: global scale {g} want {wg}")
     return codes, scales, g
 
@@ -561,6 +576,9 @@ def element_rounding():
                 compare(x, scheme + ":rceil", want, axis=axis, **kw)
             compare(narrow, "nvfp4", nvfp4_ref(narrow, False, axis, seed=11, offset=3,
                                                mode=mode, bits=bits), axis=axis, **kw)
+            compare(narrow, "nvfp4:row_scaled",
+                    nvfp4_ref(narrow, False, axis, seed=11, offset=3, mode=mode, bits=bits,
+                              row_scaled=True), axis=axis, **kw)
         xb = mixed((8, 256), 10, -5, 5)
         for pow2 in (False, True):
             want = fp8_ref(xb, False, -1, pow2, mode, 11, 3, bits)
@@ -630,15 +648,19 @@ def padding():
     the simulator's block-scaled GEMMs), against numpy's np.pad; pad=False refuses."""
     x = mixed((33, 70), 12, -4, 4)
     for scheme, axis in (("mxfp4", -1), ("mxfp8_e4m3:rceil", 0), ("nvfp4", -1),
-                         ("nvfp4_2d", -1), ("fp8_block", 0), ("fp8_block_2d", -1)):
+                         ("nvfp4_2d", -1), ("fp8_block", 0), ("fp8_block_2d", -1),
+                         ("nvfp4:row_scaled", 0)):
         tr, tc = {"mxfp4": (1, 32), "mxfp8_e4m3:rceil": (32, 1), "nvfp4": (1, 16),
-                  "nvfp4_2d": (16, 16), "fp8_block": (128, 1), "fp8_block_2d": (128, 128)}[scheme]
+                  "nvfp4_2d": (16, 16), "fp8_block": (128, 1), "fp8_block_2d": (128, 128),
+                  "nvfp4:row_scaled": (16, 1)}[scheme]
         pr, pc = -(-33 // tr) * tr, -(-70 // tc) * tc
         xp = np.pad(x, ((0, pr - 33), (0, pc - 70)))
         codes, scales, g = halfway.encode_blocks(x, scheme, axis=axis, pad=True)
         wc, ws, wg = halfway.encode_blocks(xp, scheme, axis=axis)
+        # (row-scaled: a global scale per padded column, 70 of them)
         check(codes.shape == (pr, pc) and same(codes, wc) and same(scales, ws)
-              and same(np.float32(g or 0), np.float32(wg or 0)), f"{scheme} pad: encoding")
+              and same(np.float32(0) if g is None else g, np.float32(0) if wg is None else wg),
+              f"{scheme} pad: encoding")
         q = halfway.quantize_blocks(x, scheme, axis=axis, pad=True)
         wq = halfway.quantize_blocks(xp, scheme, axis=axis)[:33, :70]
         check(q.shape == x.shape and same(q, wq), f"{scheme} pad: quantized values")
@@ -711,7 +733,60 @@ def block_options():
     raises(ValueError, halfway.encode_blocks, x, "mxint8", pow2_scales=True)
 
 
+def row_scaled():
+    """nvfp4:row_scaled (Transformer Engine's row-scaled NVFP4) by hand and against nvfp4_ref's
+    per-line transcription: decoding with each line's global scale, the global scales' shape,
+    and bad input."""
+    # By hand (tests/test_blocks.cpp derives each number): rows 6, 3, -1.5, 0.5 and the same
+    # times 2^-20. Per tensor the second row's block scale rounds to 0 and its values flush;
+    # row-scaled, its global scale is 448 * 2^20 and it decodes exactly.
+    x = np.zeros((2, 16), dtype=F32)
+    x[0, :4] = (6.0, 3.0, -1.5, 0.5)
+    x[1] = x[0] * F32(2.0 ** -20)
+    for axis, v in ((-1, x), (0, np.ascontiguousarray(x.T))):
+        codes, scales, g = halfway.encode_blocks(v, "nvfp4:row_scaled", axis=axis)
+        check(g.dtype == F32 and g.shape == (2,)
+              and g.view(np.uint32).tolist() == [0x43E00000, 0x4DE00000],
+              f"row-scaled axis {axis}: global scales {g}")
+        check(scales.ravel().tolist() == [0x7E, 0x7E], f"row-scaled axis {axis}: scales {scales}")
+        check(same(halfway.quantize_blocks(v, "nvfp4:row_scaled", axis=axis), v),
+              f"row-scaled axis {axis}: values back exactly")
+        flushed = halfway.quantize_blocks(v, "nvfp4", axis=axis)
+        check(not flushed[(1 if axis == -1 else slice(None)), (slice(None) if axis == -1 else 1)]
+              .any(), f"per tensor axis {axis}: the small line flushes")
+    for seed, lo, hi in ((1, -6, 6), (2, -40, 40)):
+        x = mixed((128, 256), seed, lo, hi)
+        for axis in (-1, 0):
+            compare(x, "nvfp4:row_scaled", nvfp4_ref(x, False, axis, row_scaled=True),
+                    axis=axis)
+            compare(x, "nvfp4:row_scaled", nvfp4_ref(x, False, axis, rht=True, row_scaled=True),
+                    axis=axis, rht=True)
+            codes, scales, g = halfway.encode_blocks(x, "nvfp4:row_scaled", axis=axis)
+            check(g.shape == (x.shape[0 if axis == -1 else 1],), f"global scales {g.shape}")
+            y = halfway.decode_blocks(codes, scales, g, "nvfp4:row_scaled")
+            gd = (F32(1.0) / g)[:, None] if axis == -1 else (F32(1.0) / g)[None, :]
+            sv = element_value(scales, "e4m3").astype(F32) * gd
+            want = element_value(codes, "e2m1").astype(F32) * per_element(sv, x.shape, 16, axis,
+                                                                          False)
+            check(same(y, want), f"row-scaled axis {axis}: decoded values")
+            check(same(y, halfway.quantize_blocks(x, "nvfp4:row_scaled", axis=axis)),
+                  f"row-scaled axis {axis}: quantize_blocks != decode(encode)")
+            raises(ValueError, halfway.decode_blocks, codes, scales, g[1:], "nvfp4:row_scaled")
+            raises(ValueError, halfway.decode_blocks, codes, scales, g[0], "nvfp4:row_scaled")
+            raises(ValueError, halfway.decode_blocks, codes, scales, g.astype(np.float64),
+                   "nvfp4:row_scaled")
+            raises(ValueError, halfway.decode_blocks, codes, scales, None, "nvfp4:row_scaled")
+            raises(ValueError, halfway.decode_blocks, codes, scales, g, "nvfp4")
+    x = mixed((32, 64), 3, -3, 3)
+    compare(x, "nvfp4:row_scaled", nvfp4_ref(x, False, 0, seed=7, offset=5, row_scaled=True),
+            axis=0, rounding="stochastic", seed=7, offset=5)
+    for bad in ("nvfp4_2d:row_scaled", "nvfp4_4over6:row_scaled", "mxfp4:row_scaled",
+                "fp8_block:row_scaled", "nvfp4:row_scaled:row_scaled"):
+        raises(ValueError, halfway.encode_blocks, x, bad)
+
+
 def main():
+    row_scaled()
     microxcaling_differences()
     block_options()
     four_over_six()

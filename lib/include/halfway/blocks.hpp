@@ -1,7 +1,7 @@
 /// \file blocks.hpp
 /// Block-scaled quantization of row-major 2-D float32 tensors: OCP MX (one e8m0 scale per 32
-/// elements), NVIDIA NVFP4 (an e4m3 scale per 16 e2m1 elements plus an fp32 global scale; and
-/// Four Over Six's variant), blockwise fp8 (an fp32 scale per 1×128 row tile or 128×128 tile)
+/// elements), NVIDIA NVFP4 (an e4m3 scale per 16 e2m1 elements plus an fp32 global scale, or
+/// one per row with `:row_scaled`; and Four Over Six's variant), blockwise fp8 (an fp32 scale per 1×128 row tile or 128×128 tile)
 /// and torchao's rowwise fp8. Each scheme is defined bit for bit in docs/blocks.md, with its
 /// source. Host only.
 ///
@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,10 @@ struct BlockScheme {
   int tile_rows = 0, tile_cols = 0;  ///< the 2-D tile (two_d only; default block × block)
   bool twos_complement = false;  ///< MXINT8: element codes are int8 two's complement
   MxScaleRule scale_rule = MxScaleRule::floor;  ///< MX only: the suffix ":floor", ":ceil", ...
+  /// nvfp4 (1-D) only, the suffix ":row_scaled" (Transformer Engine's row-scaled NVFP4): one
+  /// fp32 global scale per line along the blocks, from that line's amax: per row for blocks
+  /// along the last axis, per column for blocks down the first.
+  bool row_scaled = false;
   float element_max = 0;  ///< the element format's largest finite value
   int element_emax = 0;   ///< its exponent (MX: emax_elem)
   float half_min_subnormal = 0;  ///< half its smallest subnormal: at most this rounds to ±0
@@ -73,10 +78,13 @@ struct BlockScheme {
   bool fp32_scales() const {
     return family == BlockFamily::fp8_block || family == BlockFamily::fp8_rowwise;
   }
-  /// Whether an encoding has a global scale (NVFP4's encode scale; 4over6's tensor amax).
+  /// Whether an encoding has one global scale (NVFP4's encode scale; 4over6's tensor amax).
   bool has_global_scale() const {
-    return family == BlockFamily::nvfp4 || family == BlockFamily::nvfp4_4over6;
+    return (family == BlockFamily::nvfp4 || family == BlockFamily::nvfp4_4over6) && !row_scaled;
   }
+  /// Whether an encoding has one global scale per line (row-scaled NVFP4:
+  /// BlockEncoding::global_scales).
+  bool has_line_scales() const { return row_scaled; }
 };
 
 /// Parse a scheme name: mxfp8_e4m3 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 mxint8 nvfp4
@@ -84,8 +92,8 @@ struct BlockScheme {
 /// each optionally followed by
 /// options, each after a colon (docs/blocks.md, "Options"): a scale rule for the MX schemes
 /// (":floor" ":ceil" ":rceil" ":even"), ":block=N" for the 1-D schemes (N elements per
-/// block, 0 the whole dimension), ":tile=RxC" for the 2-D ones. The one parser of scheme
-/// names. Throws InputError.
+/// block, 0 the whole dimension), ":tile=RxC" for the 2-D ones, ":row_scaled" for nvfp4 (a
+/// global scale per line). The one parser of scheme names. Throws InputError.
 BlockScheme parse_block_scheme(std::string_view name);
 /// The scheme names without options, in the order above.
 const std::vector<std::string>& block_scheme_names();
@@ -114,6 +122,13 @@ struct BlockOptions {
   bool pow2_scales = false;
   /// Also fill BlockEncoding::block_events.
   bool per_block_events = false;
+  /// For callers that quantize a tensor in parts (the analyzer's chunks): the amax that the
+  /// global scale comes from, in place of the call's own largest |x| (of the values quantized,
+  /// after the Hadamard transform): nvfp4 and nvfp4_4over6, one value, the whole tensor's;
+  /// row-scaled nvfp4, one per line of the call (rows along the last axis, columns along the
+  /// first), each line's in the whole tensor. Each must be finite and at least the call's own
+  /// amax of its line (InputError otherwise). Empty: the call's own.
+  std::span<const float> global_amax;
 };
 
 /// Event counts of a call or of one block.
@@ -163,6 +178,9 @@ struct BlockEncoding {
   /// NVFP4: the fp32 global encode scale; nvfp4_4over6: the tensor's amax, as Four Over Six
   /// keeps it (decoding multiplies by amax / 1536)
   std::optional<float> global_scale;
+  /// Row-scaled NVFP4, in place of global_scale: each line's fp32 global encode scale, rows
+  /// (axis last) or columns (axis first) entries; empty for every other scheme.
+  std::vector<float> global_scales;
   BlockEvents events;                 ///< the whole call
   std::vector<BlockEvents> block_events;  ///< per block (only with per_block_events)
 
@@ -214,7 +232,8 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
                             const BlockOptions& o = {});
 
 /// The dequantized values of `e` (rows×cols fp32, row-major): element × scale in fp32, rounded
-/// once (NVFP4: element × fp32(e4m3 scale × fp32(1 / global scale))). Reads scale_codes for MX
+/// once (NVFP4: element × fp32(e4m3 scale × fp32(1 / global scale)), row-scaled with the
+/// block's line's global scale). Reads scale_codes for MX
 /// and NVFP4, scales for fp8_block. Throws InputError for inconsistent sizes.
 void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out);
 
