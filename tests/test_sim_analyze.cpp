@@ -258,6 +258,12 @@ Detailed run_blocks(const std::string& scheme, const BlockView& v, const std::ve
   return d;
 }
 
+/// The scheme names and row-scaled NVFP4 (an option, not a name of its own).
+std::vector<std::string> with_row_scaled(std::vector<std::string> names) {
+  names.push_back("nvfp4:row_scaled");
+  return names;
+}
+
 void require_same(const BlockAnalysis& a, const BlockAnalysis& b) {
   REQUIRE(a.record.events == b.record.events);
   REQUIRE(std::memcmp(&a.record.signal, &b.record.signal, sizeof(double)) == 0);
@@ -331,7 +337,7 @@ TEST_CASE("analyze_blocks equals one call of encode_blocks on the whole tensor",
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) x[r * cols + c] *= std::exp2(-40.0 + 50.0 * r / rows);
   bool saw_harmless = false, saw_real = false;
-  for (const std::string& scheme : block_scheme_names())
+  for (const std::string& scheme : with_row_scaled(block_scheme_names()))
     for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
       INFO(scheme << (axis == BlockAxis::first ? " axis 0" : " axis -1"));
       const BlockAnalysis want = whole_tensor(scheme, x, rows, cols, axis);
@@ -351,7 +357,7 @@ TEST_CASE("analyze_blocks does not depend on the chunk size, padding and 3-d vie
           "[sim][analyze][blocks]") {
   std::mt19937 g(11);
   const std::vector<std::vector<uint64_t>> shapes = {{37, 70}, {3, 20, 33}, {200}, {130, 5}};
-  for (const std::string& scheme : block_scheme_names())
+  for (const std::string& scheme : with_row_scaled(block_scheme_names()))
     for (const std::vector<uint64_t>& shape : shapes)
       for (int axis : {-1, 0, 1}) {
         if (axis >= int(shape.size())) continue;
@@ -387,6 +393,22 @@ TEST_CASE("analyze_blocks: NVFP4's per-tensor scale is the whole tensor's (negat
   halves.record.merge(b.record);
   CHECK(halves.record.noise != whole.record.noise);
   require_same(run_blocks("nvfp4", block_view({rows, cols}, -1), x, cols * 8).a, whole);
+  // Row-scaled down the columns: each half's own column amaxes give other numbers than the
+  // whole columns'; chunks of 16 rows (a column spans 4) and of one block must not.
+  for (size_t i = 0; i < rows; ++i) x[i * cols + 5] = std::ldexp(x[i * cols + 5], i < 32 ? 12 : 0);
+  const BlockAnalysis rs = whole_tensor("nvfp4:row_scaled", x, rows, cols, BlockAxis::first);
+  const std::vector<float> top_rs(x.begin(), x.begin() + long(rows * cols / 2)),
+      bottom_rs(x.begin() + long(rows * cols / 2), x.end());
+  BlockAnalysis halves_rs = whole_tensor("nvfp4:row_scaled", top_rs, rows / 2, cols,
+                                         BlockAxis::first);
+  halves_rs.record.merge(
+      whole_tensor("nvfp4:row_scaled", bottom_rs, rows / 2, cols, BlockAxis::first).record);
+  CHECK(halves_rs.record.noise != rs.record.noise);
+  for (size_t chunk : {size_t(1), cols * 16})
+    require_same(run_blocks("nvfp4:row_scaled", block_view({rows, cols}, 0), x, chunk).a, rs);
+  // Along the rows: a row cut into runs of one block.
+  const BlockAnalysis rr = whole_tensor("nvfp4:row_scaled", x, rows, cols, BlockAxis::last);
+  require_same(run_blocks("nvfp4:row_scaled", block_view({rows, cols}, -1), x, 1).a, rr);
 }
 
 TEST_CASE("analyze_blocks: NaN and infinity, scale exponents by hand", "[sim][analyze][blocks]") {

@@ -47,6 +47,25 @@ std::pair<float, bool> tensor_amax(const ValueReader& read, uint64_t n, size_t c
   return {amax, nonfinite};
 }
 
+/// Row-scaled NVFP4: the largest |x| of each line of matrix m of the view (each row for blocks
+/// along the last axis, each column for blocks down the first), read `chunk` values at a time.
+std::vector<float> line_amax(const ValueReader& read, const BlockView& v, uint64_t m,
+                             size_t chunk) {
+  const bool last = v.axis == BlockAxis::last;
+  std::vector<float> line(size_t(last ? v.rows : v.cols), 0.0f);
+  const uint64_t n = v.rows * v.cols;
+  std::vector<float> buf(size_t(std::min<uint64_t>(n, chunk)));
+  for (uint64_t at = 0; at < n; at += buf.size()) {
+    const size_t k = size_t(std::min<uint64_t>(buf.size(), n - at));
+    read(m * n + at, buf.data(), k);
+    for (size_t i = 0; i < k; ++i) {
+      float& a = line[size_t(last ? (at + i) / v.cols : (at + i) % v.cols)];
+      a = std::max(a, std::fabs(buf[i]));
+    }
+  }
+  return line;
+}
+
 }  // namespace
 
 BlockView block_view(const std::vector<uint64_t>& shape, int axis) {
@@ -110,7 +129,7 @@ BlockAnalysis analyze_blocks(const BlockScheme& scheme, const BlockView& v,
   a.record.axis = v.axis;
   a.values = v.values();
   const uint64_t budget = std::max<uint64_t>(chunk, tr * tc);
-  float amax = 0;
+  float amax = 0;  // the tensor's, for the per-tensor global scale
   if (s.family != BlockFamily::mx) {
     bool nonfinite = false;
     std::tie(amax, nonfinite) = tensor_amax(read, v.values(), size_t(budget));
@@ -124,24 +143,33 @@ BlockAnalysis analyze_blocks(const BlockScheme& scheme, const BlockView& v,
   const uint64_t band = tr * pcols;
   const uint64_t crows = band <= budget ? tr * std::max<uint64_t>(1, budget / band) : tr;
   const uint64_t ccols = band <= budget ? pcols : tc * std::max<uint64_t>(1, budget / (tr * tc));
-  // NVFP4 (and 4over6): a row of blocks holding the tensor's amax, so that the call's global
-  // scale is the tensor's (the largest |x| of the call is then the tensor's; its blocks are left out).
-  const uint64_t ghost = s.has_global_scale() ? tr : 0;
+  // The global scales are the whole tensor's, whatever the chunk: each call is given the
+  // amax they come from (BlockOptions::global_amax): the tensor's (NVFP4, 4over6), or, for
+  // row-scaled NVFP4 where a line spans several calls (a row cut into runs, a column into
+  // bands of rows), each line's, from one more pass over the matrix (4 bytes a line).
+  const bool last = v.axis == BlockAxis::last;
+  const bool split_lines = s.row_scaled && (last ? ccols < pcols : crows < prows);
+  std::vector<float> lines;
   BlockOptions o;
   o.axis = v.axis;
   o.per_block_events = true;
+  if (s.has_global_scale()) o.global_amax = std::span<const float>(&amax, 1);
   std::vector<float> x, q;
-  for (uint64_t m = 0; m < v.count; ++m)
+  for (uint64_t m = 0; m < v.count; ++m) {
+    if (split_lines) lines = line_amax(read, v, m, size_t(budget));
     for (uint64_t r0 = 0; r0 < prows; r0 += crows) {
       const uint64_t nr = std::min(crows, prows - r0);  // (budget: at most chunk + a band)
       for (uint64_t c0 = 0; c0 < pcols; c0 += ccols) {
         const uint64_t nc = std::min(ccols, pcols - c0);
-        x.assign(size_t((nr + ghost) * nc), 0.0f);
+        x.assign(size_t(nr * nc), 0.0f);
         const uint64_t real_cols = c0 < v.cols ? std::min(nc, v.cols - c0) : 0;
         for (uint64_t i = 0; i < nr && r0 + i < v.rows && real_cols; ++i)
           read((m * v.rows + r0 + i) * v.cols + c0, x.data() + i * nc, size_t(real_cols));
-        if (ghost) x[size_t(nr * nc)] = amax;
-        const BlockEncoding e = encode_blocks(s, x.data(), size_t(nr + ghost), size_t(nc), o);
+        // (1-D blocks: along the rows no padding rows, down the columns no padding columns)
+        if (split_lines)
+          o.global_amax = std::span<const float>(lines).subspan(size_t(last ? r0 : c0),
+                                                                size_t(last ? nr : nc));
+        const BlockEncoding e = encode_blocks(s, x.data(), size_t(nr), size_t(nc), o);
         q.resize(x.size());
         decode_blocks(s, e, q.data());
         add_block_errors(a.record, e, x.data(), q.data(), size_t(nr / tr), [&](const BlockStat& b) {
@@ -159,12 +187,14 @@ BlockAnalysis analyze_blocks(const BlockScheme& scheme, const BlockView& v,
         });
       }
     }
+  }
   return a;
 }
 
 uint64_t block_working_set_bytes(size_t chunk) {
-  // Per value of a chunk of up to 2·chunk: x and q (4 bytes each), a code (1), and per block
-  // of at least 16 values its scale, scale code and events; the amax buffer: 4 per value.
+  // Per value of a chunk of up to 2·chunk (a margin: a call holds at most `chunk` values, or
+  // one block): x and q (4 bytes each), a code (1), and per block of at least 16 values its
+  // scale, scale code and events; the amax buffer: 4 per value.
   const uint64_t c = std::max<uint64_t>(chunk, 128 * 128);
   return 2 * c * (4 + 4 + 1) + 2 * c / 16 * (4 + 1 + sizeof(BlockEvents)) + 4 * c;
 }

@@ -30,7 +30,7 @@ if not hasattr(halfway._halfway, "_AnalysisRun"):
     sys.exit(hwtest.SKIP)
 
 SCHEMES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
-           "nvfp4_2d", "fp8_block", "fp8_block_2d"]
+           "nvfp4_2d", "fp8_block", "fp8_block_2d", "nvfp4:row_scaled"]
 
 
 def check(cond, msg):
@@ -60,20 +60,20 @@ def mx_blocks(b, scheme):
 
 
 def nvfp4_blocks(b, global_amax):
-    """TE's NVFP4 reference in float32 (docs/blocks.md steps 1-5); harmless: d above 448."""
+    """TE's NVFP4 reference in float32 (docs/blocks.md steps 1-5); harmless: d above 448.
+    global_amax: the tensor's, or (row-scaled) an array of each block's line's amax."""
     vec_max = np.abs(b).max(axis=-1).astype(F32)
     with np.errstate(divide="ignore", over="ignore"):
-        g = F32(F32(448.0) * F32(6.0)) / F32(global_amax)
+        g = F32(F32(448.0) * F32(6.0)) / np.asarray(global_amax, dtype=F32)
     g = np.minimum(g, np.finfo(F32).max)
-    if g == 0:
-        g = F32(1.0)
+    g = np.where(g == 0, F32(1.0), g).astype(F32)
     gd = F32(1.0) / g
     mult = g * (F32(1.0) / F32(6.0))
     d = np.minimum(vec_max * mult, np.finfo(F32).max)
     ds = np.minimum(d, F32(448.0))
     scode = round_table(ds.astype(np.float64), "e4m3")
     sval = element_value(scode, "e4m3").astype(F32)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):  # (a zero line: gd = 1 / fp32 max)
         enc = np.minimum(F32(1.0) / (sval * gd), np.finfo(F32).max)
     with np.errstate(over="ignore", invalid="ignore"):
         y = (b * enc[..., None]).astype(F32)
@@ -101,7 +101,9 @@ def fp8_blocks(b):
 
 def oracle_matrix(x, scheme, axis, global_amax):
     """Per block, in row-major block order: amax, scale, flushed, saturated, harmless, real,
-    signal, noise (the last two summed in the block's row-major element order)."""
+    signal, noise (the last two summed in the block's row-major element order). Row-scaled
+    NVFP4 takes each line's amax of this matrix in place of global_amax (the tensor's): its
+    rows for axis -1, its columns for axis 0."""
     nv = scheme.startswith("nvfp4")
     k = 16 if nv else 128 if scheme.startswith("fp8") else 32
     two_d = scheme.endswith("_2d")
@@ -111,6 +113,9 @@ def oracle_matrix(x, scheme, axis, global_amax):
     xp = np.zeros((pr, pc), dtype=F32)
     xp[:r, :c] = x
     b = blocks_view(xp, k, 0 if axis == 0 else -1, two_d)
+    if scheme.endswith(":row_scaled"):  # blocks_view's [block rows, block cols]: a line each
+        line = np.abs(xp).max(axis=1 if axis == -1 else 0)
+        global_amax = line[:, None] if axis == -1 else line[None, :]
     if nv:
         q, scale, sat, real, harmless = nvfp4_blocks(b, global_amax)
     elif scheme.startswith("fp8"):

@@ -11,8 +11,8 @@
 ///     // a.record.events.saturated, a.record.snr_db(), a.clamped_real, ...
 ///
 /// No result depends on the chunk size: chunks are whole blocks visited in the blocks'
-/// row-major order (the order of add_block_errors' sums), and NVFP4's per-tensor scale comes
-/// from the whole tensor's amax (see analyze_blocks).
+/// row-major order (the order of add_block_errors' sums), and NVFP4's global scales come from
+/// the whole tensor's amax, or each whole line's (row-scaled; see analyze_blocks).
 #pragma once
 
 #include <cstdint>
@@ -78,9 +78,11 @@ using ValueReader = std::function<void(uint64_t offset, float* out, size_t n)>;
 /// Quantize the tensor that `read` gives, of view `v`, with scheme `s` (nearest-even
 /// elements), at most about `chunk` values a call of encode_blocks (at least one block; a
 /// chunk of whole rows of blocks, or of one row of blocks cut into runs of whole blocks). For
-/// NVFP4 the per-tensor scale is that of the whole tensor: each chunk is encoded with a row of
-/// blocks appended that holds the tensor's amax (and zeros), whose blocks are then left out,
-/// so the call's global scale is the tensor's. A NaN or infinity given to NVFP4 or fp8_block
+/// NVFP4 and Four Over Six the per-tensor scale is that of the whole tensor: each call is
+/// given the tensor's amax (BlockOptions::global_amax); for row-scaled NVFP4 whose lines span
+/// several calls, each line's amax in its matrix, from one more pass over the matrix (4 bytes
+/// a line: rows cut into runs along the last axis, columns of a matrix taller than a call
+/// down the first). A NaN or infinity given to NVFP4 or fp8_block
 /// (which define no result for them) makes every block a NaN scale (mark_nonfinite), as the
 /// simulator's tracer records such a copy; MX gives the blocks that hold one a NaN scale.
 /// `detail` (optional) sees every block in row-major block order, matrix after matrix.
@@ -88,9 +90,10 @@ BlockAnalysis analyze_blocks(const BlockScheme& s, const BlockView& v, const Val
                              size_t chunk,
                              const std::function<void(const BlockDetail&)>& detail = nullptr);
 
-/// The most memory analyze_blocks takes for a chunk of `chunk` values: the chunk with NVFP4's
-/// extra row of blocks (at most as many values again), its decoded values, codes, scales and
-/// per-block events, and the amax pass's buffer.
+/// The most memory analyze_blocks takes for a chunk of `chunk` values, with a margin of as
+/// many values again: the chunk, its decoded values, codes, scales and per-block events, and
+/// the amax pass's buffer; row-scaled NVFP4's line amaxes come on top (4 bytes a line, where
+/// lines span several calls).
 uint64_t block_working_set_bytes(size_t chunk);
 
 /// The columns appended to kBlocksCsvHeader's in analyze's blocks.csv.
