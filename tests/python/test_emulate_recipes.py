@@ -6,7 +6,8 @@
   32 bits on x itself;
 - halfway.torch.recipe_from_toml reads the [precision] table with the simulator's parser: one
   step of halfway train's default MLP under a custom TOML precision (pure-bf16, stochastic
-  rounding with 4 random bits; a custom fp16 policy with an op rule) and the same step under
+  rounding with 4 random bits; a custom fp16 policy with an op rule; [precision.blocks]
+  recipes, row-scaled NVFP4 activations among them) and the same step under
   emulate(recipe=recipe_from_toml(file)) give bit-identical gradients, loss and trace records;
   negative control: emulate(random_bits=32) on the 4-bit recipe differs;
 - bad files, keys and random_bits are an OSError / ValueError naming the problem."""
@@ -77,6 +78,11 @@ class TomlRecipes(DefaultMlp, hwtest.unittest.TestCase):
                        "layer": [{"match": "2", "input": "mxfp8_e4m3:rceil",
                                   "weight": "mxfp8_e4m3:rceil:block=0",
                                   "grad": "mxfp8_e4m3:rceil", "grad_rht": False}]}},
+        # Transformer Engine's row_scaled_activation: X's copies with a global scale per row
+        # (fprop) and per column (wgrad), as its recipe runs it (no Hadamard transform).
+        "nvfp4, row-scaled activations": {
+            "policy": "nvfp4",
+            "blocks": {"input": "nvfp4:row_scaled", "input_rht": False}},
         "fp8-blockwise as torchao's rowwise, layer 0 kept": {
             "policy": "fp8-blockwise",
             "blocks": {"input": "fp8_rowwise", "weight": "fp8_rowwise", "grad": "fp8_rowwise",

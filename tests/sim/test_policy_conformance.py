@@ -173,7 +173,7 @@ def check_options(halfway, w, btable, linear_scopes):
     import json
     errors = []
     rows = option_table()
-    simtest.check(len(rows) == 9, "the key table has %d rows" % len(rows))
+    simtest.check(len(rows) == 10, "the key table has %d rows" % len(rows))
     for key, preset, value, copies in rows:
         tag = "opt-%s-%s" % (preset, key)
         text = (MODELS["transformer"] + TAIL.format(policy=preset, steps=1) +
