@@ -320,6 +320,34 @@ TEST_CASE("optimizer state in low precision: underflow, overflow, fp8 scale", "[
   }
 }
 
+TEST_CASE("optimizer state names: pow2:<fp8> is halfway's scheme, a bare 8-bit name is renamed",
+          "[sim][update]") {
+  // Every name that parses prints back to itself (a format alias to its canonical name).
+  for (const char* name : {"fp32", "bf16", "fp16", "pow2:e4m3", "pow2:e5m2", "pow2:e4m3fnuz",
+                           "dynamic8", "dynamic8:block=256"}) {
+    INFO(name);
+    const StateFormat f = parse_state_format(name, "k");
+    CHECK(f.name() == name);
+    CHECK(parse_state_format(f.name(), "k") == f);
+  }
+  CHECK(parse_state_format("pow2:e4m3", "k").pow2());
+  CHECK(parse_state_format("pow2:float8_e5m2", "k").name() == "pow2:e5m2");
+  CHECK(!parse_state_format("bf16", "k").pow2());
+  CHECK(!parse_state_format("dynamic8", "k").pow2());
+  CHECK(StateFormat(DType::low(formats::e4m3)).name() == "pow2:e4m3");
+  // The old spelling: one line naming what to write.
+  CHECK_THROWS_WITH(parse_state_format("e4m3", "optimizer.exp_avg_dtype"),
+                    "'optimizer.exp_avg_dtype': 'e4m3' as an optimizer state is now written "
+                    "'pow2:e4m3' (halfway's own per-tensor power-of-two scaling; 8-bit "
+                    "optimizers' block-wise state is 'dynamic8')");
+  CHECK_THROWS_WITH(parse_state_format("float8_e5m2", "k"), Catch::Contains("'pow2:e5m2'"));
+  for (const char* bad : {"pow2:", "pow2:bf16", "pow2:fp32", "pow2:e2m1", "pow2:e8m0",
+                          "pow2:pow2:e4m3", "pow2:dynamic8", "e2m1", "e8m0", "pow2"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_state_format(bad, "k"), InputError);
+  }
+}
+
 TEST_CASE("per-role rounding touches only its role", "[sim][update]") {
   const Captured base = run_config(kPure);
   // update_rounding: the first forward and backward are unchanged, the weights after the
@@ -380,14 +408,14 @@ TEST_CASE("the fp32 reference run: drift against a separate fp32 run", "[sim][up
 TEST_CASE("memory rows for low-precision state, fp8 scales and the compensation",
           "[sim][update]") {
   const std::string cfg =
-      with(with(kPure, "lr = 0.001", "exp_avg_dtype = \"bf16\"\nexp_avg_sq_dtype = \"e5m2\""),
+      with(with(kPure, "lr = 0.001", "exp_avg_dtype = \"bf16\"\nexp_avg_sq_dtype = \"pow2:e5m2\""),
            "policy = \"pure-bf16\"", "update = \"kahan\"\ncompensation = \"low\"");
   const Captured c = run_config(cfg);
   const uint64_t P = 8 * 16 + 16 + 16 + 1;  // weights and biases of 8-16-1
   std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> rows;
   for (const auto& r : c.sum.memory) rows[{r.category, r.dtype}] = {r.elements, r.bytes};
   CHECK(rows[{"optimizer_state", "bf16"}] == std::make_pair(P, 2 * P));
-  CHECK(rows[{"optimizer_state", "e5m2"}] == std::make_pair(P, P));
+  CHECK(rows[{"optimizer_state", "pow2:e5m2"}] == std::make_pair(P, P));
   CHECK(rows[{"optimizer_state_scale", "fp32"}] == std::make_pair(uint64_t(4), uint64_t(16)));
   CHECK(rows[{"compensation", "bf16"}] == std::make_pair(P, 2 * P));
   CHECK(rows.count({"optimizer_state", "fp32"}) == 0);
@@ -395,7 +423,7 @@ TEST_CASE("memory rows for low-precision state, fp8 scales and the compensation"
 
 TEST_CASE("every update option gives the same results at any thread count", "[sim][update]") {
   const std::string cfg = with(
-      with(with(kPure, "lr = 0.001", "exp_avg_dtype = \"e4m3\"\nexp_avg_sq_dtype = \"fp16\""),
+      with(with(kPure, "lr = 0.001", "exp_avg_dtype = \"pow2:e4m3\"\nexp_avg_sq_dtype = \"fp16\""),
            "policy = \"pure-bf16\"",
            "update = \"kahan\"\ncompensation = \"fp32\"\nupdate_rounding = \"sr\"\n"
            "backward_rounding = \"sr\""),

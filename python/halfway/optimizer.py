@@ -58,9 +58,10 @@ class optimizer:
     update: "plain" (the fp32 result rounded) or "kahan" (a compensation buffer per weight;
         needs low-precision weights).
     compensation: the Kahan buffer's dtype, "fp32" or "low" (the weight dtype).
-    state_dtype: the dtype of the optimizer state (fp32, bf16, fp16, an 8-bit format with
-        halfway's per-tensor power-of-two scale, or dynamic8[:block=N]: 8-bit optimizers'
-        block-wise dynamic quantization).
+    state_dtype: the dtype of the optimizer state (fp32, bf16, fp16, pow2:<an 8-bit format>
+        such as pow2:e4m3: halfway's own per-tensor power-of-two scale, or dynamic8[:block=N]:
+        8-bit optimizers' block-wise dynamic quantization). A bare 8-bit name ("e4m3") is
+        refused with a ValueError naming pow2:e4m3.
     seed: the seed of the stochastic rounding's streams.
     random_bits: the random bits of each stochastic rounding (1-32, as
         `precision.sr_random_bits`): a value at fraction f of the spacing rounds up with

@@ -37,17 +37,17 @@ std::vector<MemoryRow> account_memory(const Tensor& loss, std::vector<Param>& pa
     add(master ? "master_weights" : "weights", p.t.dtype(), n);
     add("gradients", p.t.dtype(), n);
     for (const StateFormat& d : optimizer_state) {
-      if (d.dynamic()) {  // 8 bits a value, and an fp32 absmax per block
+      if (d.dynamic() || d.pow2()) {
+        // 8 bits a value, named by the state format ("dynamic8", "pow2:e4m3"), and its fp32
+        // scales: an absmax per block (dynamic8) or one per tensor (pow2).
         auto& e = acc[{"optimizer_state", d.name()}];
         e.first += n;
         e.second = 8;
-        add("optimizer_state_scale", DType::f32(), (n + uint64_t(d.dynamic_block) - 1) /
-                                                       uint64_t(d.dynamic_block));
+        add("optimizer_state_scale", DType::f32(),
+            d.dynamic() ? (n + uint64_t(d.dynamic_block) - 1) / uint64_t(d.dynamic_block) : 1);
         continue;
       }
       add("optimizer_state", d.dtype, n);
-      // An 8-bit state keeps its per-tensor scale beside it.
-      if (d.bits() == 8) add("optimizer_state_scale", DType::f32(), 1);
     }
     if (policy.update.method == UpdateMethod::kahan) add("compensation", policy.update.compensation, n);
   }

@@ -76,6 +76,7 @@ std::vector<StateFormat> Optimizer::state_dtypes() const {
 constexpr long kMaxDynamicBlock = long(1) << 24;
 
 std::string StateFormat::name() const {
+  if (pow2()) return "pow2:" + dtype.name();
   if (!dynamic()) return dtype.name();
   return dynamic_block == 2048 ? "dynamic8" : "dynamic8:block=" + std::to_string(dynamic_block);
 }
@@ -98,7 +99,22 @@ StateFormat parse_state_format(std::string_view name, const std::string& key) {
     return f;
   }
   StateFormat f;
+  if (name.substr(0, 5) == "pow2:") {  // halfway's per-tensor power-of-two scaled 8-bit state
+    f.dtype = parse_dtype(name.substr(5));
+    check_value_dtype(f.dtype, key);
+    if (!f.pow2())
+      throw InputError("'" + key + "': '" + std::string(name) + "': pow2: takes an 8-bit "
+                       "format (pow2:e4m3, pow2:e5m2, ...)");
+    return f;
+  }
   f.dtype = parse_dtype(name);
+  check_value_dtype(f.dtype, key);
+  // Renamed: a bare 8-bit format named halfway's own per-tensor scaling, which reads as if it
+  // were 8-bit Adam's state (that is dynamic8).
+  if (f.pow2())
+    throw InputError("'" + key + "': '" + std::string(name) + "' as an optimizer state is "
+                     "now written 'pow2:" + f.dtype.name() + "' (halfway's own per-tensor "
+                     "power-of-two scaling; 8-bit optimizers' block-wise state is 'dynamic8')");
   check_state_dtype(f, key);
   return f;
 }
@@ -108,10 +124,11 @@ void check_state_dtype(const StateFormat& f, const std::string& key) {
   const DType& d = f.dtype;
   check_value_dtype(d, key);
   if (d == DType::f32() || d == DType::low(formats::bf16) || d == DType::low(formats::fp16) ||
-      (d.is_low() && d.bits() == 8))
+      f.pow2())
     return;
-  throw InputError("'" + key + "' must be fp32, bf16, fp16, an 8-bit format (e4m3, e5m2, ...) "
-                   "or dynamic8, got '" + d.name() + "'");
+  throw InputError("'" + key + "' must be fp32, bf16, fp16, pow2:<an 8-bit format> (halfway's "
+                   "per-tensor power-of-two scaling: pow2:e4m3, pow2:e5m2, ...) or dynamic8, "
+                   "got '" + d.name() + "'");
 }
 
 const std::array<float, 256>& dynamic_map(bool is_signed) {
@@ -200,8 +217,8 @@ void Optimizer::store_state(Runtime& rt, const StateFormat& f, std::vector<float
   if (!dt.is_low()) return;  // fp32: the values are stored as computed
   const TraceTag tag{name, "optimizer", TraceKind::optimizer_state};
   double scale = 1.0;
-  if (dt.bits() == 8) {
-    // Current per-tensor scaling by a power of two: x·s and q/s are exact.
+  if (f.pow2()) {
+    // halfway's per-tensor scaling by a power of two: x·s and q/s are exact.
     float amax = 0.0f;
     for (float x : vals) amax = std::fmax(amax, std::fabs(x));
     Env env;

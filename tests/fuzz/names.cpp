@@ -1,5 +1,6 @@
 // Fuzz harness: the names a user writes in a config or on the command line and that no other
 // harness takes on its own: accumulation names (accumulator_by_name), dtypes (parse_dtype),
+// optimizer state dtypes (parse_state_format: fp32, pow2:e4m3, dynamic8:block=N, ...),
 // policy presets (preset_policy), op kinds and cast rules of [precision.rules] (parse_op,
 // parse_rule), bisect's --granularity (parse_granularity) and HALFWAY_DISABLE_ISA's list
 // (parse_disable_list); block schemes are the analyze harness's. The input is one name. Besides
@@ -12,6 +13,7 @@
 #include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/bisect.hpp"
 #include "halfway/sim/dtype.hpp"
+#include "halfway/sim/optim.hpp"
 #include "halfway/sim/policy.hpp"
 
 namespace {
@@ -41,6 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   round_trip("dtype name does not parse back", text,
              [](const std::string& s) { return parse_dtype(s); },
              [](const DType& d) { return d.name(); });
+  round_trip("optimizer state dtype does not parse back", text,
+             [](const std::string& s) { return parse_state_format(s, "state_dtype"); },
+             [](const StateFormat& f) { return f.name(); });
   round_trip("op name does not parse back", text,
              [](const std::string& s) { return parse_op(s); },
              [](OpKind k) { return std::string(op_name(k)); });

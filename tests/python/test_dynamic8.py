@@ -8,8 +8,10 @@ against definitions written here:
   argmin (the first of equal distances: the lower entry), times absmax; against sim's
   store_dynamic8 on values of many magnitudes, blocks of 2048, 256 and 7, and all-zero blocks;
 - a run: halfway train under Adam with exp_avg_dtype/exp_avg_sq_dtype = "dynamic8" differs from
-  fp32 state and from e4m3 state, is the same twice, records dynamic8 in its manifest, and
-  counts 8 bits per value plus one fp32 absmax per block in memory.csv; bad names are refused.
+  fp32 state and from pow2:e4m3 state, is the same twice, records dynamic8 in its manifest, and
+  counts 8 bits per value plus one fp32 absmax per block in memory.csv; bad names are refused;
+  the pow2:e4m3 run names its state so in the manifest and memory.csv, and the bare 8-bit name
+  (renamed) is a ValueError naming pow2:e4m3, in halfway.train and ht.optimizer.
 Negative control: ties to the upper entry give another storage on the tie cases planted.
 Skipped (exit 77) without torch."""
 import json
@@ -109,7 +111,7 @@ def main():
         a = run("fp32")
         b = run("dyn", exp_avg_dtype="dynamic8", exp_avg_sq_dtype="dynamic8:block=256")
         b2 = run("dyn2", exp_avg_dtype="dynamic8", exp_avg_sq_dtype="dynamic8:block=256")
-        e = run("e4m3", state_dtype="e4m3")
+        e = run("e4m3", state_dtype="pow2:e4m3")
         la, lb, le = (list(r.steps.loss) for r in (a, b, e))
         check(lb != la and lb != le, f"dynamic8 changes the run: {lb} {la} {le}")
         check(lb == list(b2.steps.loss), "dynamic8 runs are the same twice")
@@ -132,6 +134,27 @@ def main():
                 check(False, f"{bad} accepted")
             except ValueError as err:
                 check("exp_avg_dtype" in str(err), f"{bad}: {err}")
+        # halfway's per-tensor power-of-two state is named pow2:<format>, in the manifest and
+        # memory.csv too; the bare 8-bit name it had is refused, naming what to write.
+        st = e.manifest["optimizer_state"]
+        check(st == {"exp_avg": "pow2:e4m3", "exp_avg_sq": "pow2:e4m3"}, f"manifest {st}")
+        rows = e.memory[e.memory["category"] == "optimizer_state"]
+        check(set(rows["dtype"]) == {"pow2:e4m3"} and (rows["bytes"] == rows["elements"]).all(),
+              f"memory.csv pow2 rows {rows.to_dict('records')}")
+        try:
+            run("bare", state_dtype="e4m3")
+            check(False, "a bare e4m3 state accepted")
+        except ValueError as err:
+            check("now written 'pow2:e4m3'" in str(err) and "\n" not in str(err),
+                  f"bare e4m3: {err}")
+        import halfway.torch as ht
+        lin = torch.nn.Linear(2, 2)
+        for name, ok in (("e5m2", False), ("pow2:e5m2", True), ("dynamic8", True)):
+            try:
+                ht.optimizer(torch.optim.Adam(lin.parameters()), state_dtype=name)
+                check(ok, f"ht.optimizer(state_dtype={name!r}) accepted")
+            except ValueError as err:
+                check(not ok and "pow2:e5m2" in str(err), f"ht.optimizer({name!r}): {err}")
     for f in FAILS:
         print("FAIL:", f)
     print("ok: dynamic8 state matches its definitions" if not FAILS else f"{len(FAILS)} failures")

@@ -195,9 +195,9 @@ def check_value_dtypes(halfway, w):
         text = text.replace(f"[{section}]\n", f'[{section}]\n{name} = "e8m0"\n', 1)
         line = expect_bad(halfway, w, text, f"{key} e8m0", f"'{key}' cannot be e8m0")
         check("no zero and no sign" in line, f"{key} e8m0: {line}")
-    ok = mlp().replace("[optimizer]\n", '[optimizer]\nstate_dtype = "e4m3"\n', 1)
+    ok = mlp().replace("[optimizer]\n", '[optimizer]\nstate_dtype = "pow2:e4m3"\n', 1)
     r = run(halfway, "train", w.write("e4m3_state.toml", ok), "--out", w.file("e4m3_out"))
-    check(r.returncode == 0, f"state_dtype e4m3: {r.stderr}")
+    check(r.returncode == 0, f"state_dtype pow2:e4m3: {r.stderr}")
 
 
 def main(halfway):

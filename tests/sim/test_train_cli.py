@@ -153,7 +153,18 @@ def main(halfway):
         expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "fp7"'),
                    "unknown state dtype", "fp7")
         expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "e2m1"'),
-                   "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16, an 8-bit")
+                   "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16, pow2:")
+        # Renamed: a bare 8-bit name was halfway's per-tensor pow2 state; one line says what to
+        # write instead (docs/sim.md, "Updates").
+        for key, bare in (("state_dtype", "e4m3"), ("exp_avg_dtype", "e5m2"),
+                          ("exp_avg_sq_dtype", "e4m3fnuz")):
+            expect_bad(halfway, w, base.replace("lr = 0.01", f'lr = 0.01\n{key} = "{bare}"'),
+                       f"bare {bare} state", f"'optimizer.{key}': '{bare}' as an optimizer state "
+                       f"is now written 'pow2:{bare}'")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "pow2:bf16"'),
+                   "pow2 of a 16-bit format", "pow2: takes an 8-bit format")
+        expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "pow2:e8m0"'),
+                   "pow2 of e8m0", "cannot be e8m0")
         expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nmomentum_buffer_dtype = "bf16"'),
                    "momentum state for adam", "momentum_buffer_dtype is an SGD option")
         expect_bad(halfway, w, base.replace("seed = 0", 'seed = 0\nreference = "fp64"'),

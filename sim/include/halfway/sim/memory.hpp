@@ -2,7 +2,8 @@
 /// Memory accounting per policy: bytes held in each dtype by the weights (parameters, and
 /// the low-precision copies a lowered op makes of them), the fp32 master weights, the
 /// activations saved for backward, the gradients, the optimizer state (each state in its
-/// dtype; an 8-bit state's per-tensor scales as `optimizer_state_scale`) and a Kahan
+/// format; a pow2 state's per-tensor scale and a dynamic8 state's per-block absmaxes as
+/// `optimizer_state_scale`) and a Kahan
 /// update's compensation buffer (`compensation`). Sizes are
 /// elements × bits / 8, so fp8 counts one byte per value and fp4 half a byte.
 ///

@@ -4,8 +4,9 @@
 /// eps added to sqrt(v)/sqrt(bc2), `a + α·b` as a fused multiply-add as ATen's vectorised
 /// add does), arithmetic in fp32. Low-precision parameters (pure policies) get the fp32 result
 /// rounded into their dtype (plainly or Kahan-compensated), traced as "<param>.update".
-/// Optimizer state is kept in fp32 or rounded into its own dtype after each step (fp8 with a
-/// per-tensor power-of-two scale), traced as "<param>.exp_avg" etc. Every step counts, per
+/// Optimizer state is kept in fp32 or rounded into its own dtype after each step (pow2:<fp8>:
+/// halfway's per-tensor power-of-two scale; dynamic8: 8-bit optimizers' blocks), traced as
+/// "<param>.exp_avg" etc. Every step counts, per
 /// parameter, the non-zero updates that left the stored weight unchanged.
 ///
 ///     Optimizer opt(cfg, model.params());
@@ -24,8 +25,9 @@
 
 namespace halfway::sim {
 
-/// How an optimizer state is stored: in a dtype (fp32; bf16 or fp16 rounded; an 8-bit format
-/// with halfway's own per-tensor power-of-two scale), or, `dynamic8`, as 8-bit optimizers
+/// How an optimizer state is stored: in a dtype (fp32; bf16 or fp16 rounded; `pow2:e4m3` and
+/// any 8-bit format: halfway's own per-tensor power-of-two scale, which an 8-bit dtype here
+/// always means), or, `dynamic8`, as 8-bit optimizers
 /// store it (Dettmers et al. 2021): blocks of `dynamic_block` values (2048, or `:block=N`),
 /// each with its fp32 absmax, and each value the nearest entry of the dynamic 8-bit map
 /// (docs/sim.md, "Updates").
@@ -37,15 +39,18 @@ struct StateFormat {
   bool dynamic() const { return dynamic_block > 0; }
   bool stored_as_computed() const { return !dynamic() && !dtype.is_low(); }
   int bits() const { return dynamic() ? 8 : dtype.bits(); }
-  /// "fp32", "bf16", "e4m3", ...; "dynamic8" or "dynamic8:block=N".
+  /// An 8-bit dtype: halfway's per-tensor power-of-two scaled state ("pow2:e4m3").
+  bool pow2() const { return !dynamic() && dtype.is_low() && dtype.bits() == 8; }
+  /// "fp32", "bf16", "fp16"; "pow2:e4m3", ...; "dynamic8" or "dynamic8:block=N".
   std::string name() const;
   bool operator==(const StateFormat& o) const {
     return dynamic_block == o.dynamic_block && dtype == o.dtype;
   }
 };
 
-/// A state format by name (a dtype name, "dynamic8", "dynamic8:block=N" with 1 <= N <= 2^24);
-/// InputError naming `key` for one that cannot hold optimizer state.
+/// A state format by name ("fp32", "bf16", "fp16", "pow2:" and an 8-bit format name,
+/// "dynamic8", "dynamic8:block=N" with 1 <= N <= 2^24); InputError naming `key` for one that
+/// cannot hold optimizer state, and for a bare 8-bit format name (renamed "pow2:<name>").
 StateFormat parse_state_format(std::string_view name, const std::string& key);
 
 /// The 256 values of the dynamic 8-bit map (bitsandbytes' create_dynamic_map: signed for
@@ -67,14 +72,14 @@ struct OptimizerConfig {
   double weight_decay = 0.0;  ///< adamw: decoupled (PyTorch's default 1e-2)
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
-  /// How each state is stored (torch.optim's names): fp32, bf16, fp16, an 8-bit format
+  /// How each state is stored (torch.optim's names): fp32, bf16, fp16, pow2:<an 8-bit format>
   /// (halfway's per-tensor power-of-two scale) or dynamic8 (8-bit optimizers' blocks).
   StateFormat exp_avg_dtype{};
   StateFormat exp_avg_sq_dtype{};
   StateFormat momentum_buffer_dtype{};
 };
 
-/// InputError unless `d` may hold optimizer state (fp32, bf16, fp16, an 8-bit format,
+/// InputError unless `d` may hold optimizer state (fp32, bf16, fp16, pow2:<an 8-bit format>,
 /// dynamic8); `key` names the config option.
 void check_state_dtype(const StateFormat& d, const std::string& key);
 
