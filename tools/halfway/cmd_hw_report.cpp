@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "compare.hpp"
 #include "amx_tiles.hpp"
@@ -21,34 +22,50 @@ namespace {
 using hw::Backend;
 using hw::OpReport;
 
-const char* kHelp =
-    "usage: halfway hw-report [--backend NAME] [--op OP] [--exhaustive] [--cases N] [--json]\n"
-    "                         [--threads N] [--from-file FILE] [--record FILE]\n"
-    "Compares hardware implementations available without a GPU with the library, operation by\n"
-    "operation, and classifies every difference (\"NaN payload canonicalized to 0x7FFF\",\n"
-    "\"fp32 subnormal inputs flushed to zero\", ...), with a count and an example each.\n"
-    "\n"
-    "  --backend NAME  nvidia-host (cuda_fp16.h/cuda_bf16.h/cuda_fp8.h host code), f16c,\n"
-    "                  avx512bf16, avx512fp16; the dot-product instructions avx512bf16-dot\n"
-    "                  (vdpbf16ps), amx-bf16 (tdpbf16ps), amx-fp16 (tdpfp16ps); default:\n"
-    "                  every backend present (absent ones are listed)\n"
-    "  --op OP         only this operation (e.g. f32_to_f16_rn, f16_add)\n"
-    "  --exhaustive    all 2^32 f32 inputs for conversions, all 2^32 operand pairs for\n"
-    "                  arithmetic (minutes per operation); default: a structured sample of\n"
-    "                  2^22 inputs (every 8/16-bit input domain is always covered in full);\n"
-    "                  fma: 2^22 random triples, 2^30 with --exhaustive; dot instructions:\n"
-    "                  2^22 structured and random lanes, 2^27 with --exhaustive\n"
-    "  --cases N       dot instructions: this many lanes (1..2^36); AMX runs full 16x16 tiles,\n"
-    "                  and N counts their outputs (256 a tile)\n"
-    "  --from-file FILE  amx-bf16, amx-fp16: compare and search on tiles recorded in FILE (the\n"
-    "                  record layout of tests/data/amx/README.md) instead of running the\n"
-    "                  instruction; works on any machine\n"
-    "  --record FILE   amx-bf16, amx-fp16 on an AMX machine: also write the tiles run, in\n"
-    "                  that layout\n"
-    "  --json          machine-readable output\n"
-    "  --threads N     worker threads (default: one per hardware thread)\n"
-    "Exit status: 0 when the comparison ran (differences are findings, not failures), 2 on bad\n"
-    "input or a backend that is not present. HALFWAY_HW_DISABLE=a,b hides backends.\n";
+/// What `halfway hw-report` was asked for.
+struct HwReportOptions {
+  std::string backend, op, from_file, record;
+  bool exhaustive = false, json = false;
+  unsigned threads = 0;   ///< 0: one per hardware thread
+  uint64_t dot_cases = 0;  ///< 0: the default lanes (2^22, 2^27 exhaustive)
+};
+
+/// The options from argv (CLI11); returns false after --help.
+bool parse_options(int argc, char** argv, HwReportOptions& o) {
+  CLI::App app{"Compares hardware implementations available without a GPU with the library, "
+               "operation by operation, and classifies every difference (\"NaN payload "
+               "canonicalized to 0x7FFF\", \"fp32 subnormal inputs flushed to zero\", ...), "
+               "with a count and an example each. Exit status: 0 when the comparison ran "
+               "(differences are findings, not failures), 2 on bad input or a backend that is "
+               "not present. HALFWAY_HW_DISABLE=a,b hides backends.",
+               "halfway hw-report"};
+  app.add_option("--backend", o.backend,
+                 "nvidia-host (cuda_fp16.h/cuda_bf16.h/cuda_fp8.h host code), f16c, avx512bf16, "
+                 "avx512fp16; the dot-product instructions avx512bf16-dot (vdpbf16ps), amx-bf16 "
+                 "(tdpbf16ps), amx-fp16 (tdpfp16ps); default: every backend present (absent "
+                 "ones are listed)");
+  app.add_option("--op", o.op, "only this operation (e.g. f32_to_f16_rn, f16_add)");
+  app.add_flag("--exhaustive", o.exhaustive,
+               "all 2^32 f32 inputs for conversions, all 2^32 operand pairs for arithmetic "
+               "(minutes per operation); default: a structured sample of 2^22 inputs (every "
+               "8/16-bit input domain is always covered in full); fma: 2^22 random triples, "
+               "2^30 with --exhaustive; dot instructions: 2^22 structured and random lanes, "
+               "2^27 with --exhaustive");
+  app.add_option("--cases", o.dot_cases, "dot instructions: this many lanes (1..2^36); AMX runs "
+                                         "full 16x16 tiles, and N counts their outputs (256 a "
+                                         "tile)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 36));
+  app.add_option("--from-file", o.from_file,
+                 "amx-bf16, amx-fp16: compare and search on tiles recorded in FILE (the record "
+                 "layout of tests/data/amx/README.md) instead of running the instruction; works "
+                 "on any machine");
+  app.add_option("--record", o.record, "amx-bf16, amx-fp16 on an AMX machine: also write the "
+                                       "tiles run, in that layout");
+  app.add_flag("--json", o.json, "machine-readable output");
+  app.add_option("--threads", o.threads, "worker threads (default: one per hardware thread)")
+      ->check(CLI::Range(1u, 1024u));
+  return !parse_or_help(app, argc, argv);
+}
 
 std::string hx(uint64_t v) { return fmt::format("0x{:016X}", v); }
 
@@ -224,126 +241,79 @@ std::string names_list() {
 
 }  // namespace
 
-int cmd_hw_report(int argc, char** argv) {
-  std::string backend_name, op_name;
-  bool exhaustive = false, json = false;
-  unsigned threads = 0;
-  uint64_t dot_cases = 0;
-  std::string from_file, record;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* opt) -> std::string {
-      if (i + 1 >= argc) throw InputError(std::string(opt) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kHelp);
-      return 0;
-    } else if (a == "--backend") {
-      backend_name = value("--backend");
-    } else if (a == "--op") {
-      op_name = value("--op");
-    } else if (a == "--exhaustive") {
-      exhaustive = true;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--cases") {
-      const std::string v = value("--cases");
-      char* end = nullptr;
-      const unsigned long long c = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || v[0] == '-' || *end || c < 1 || c > (1ull << 36))
-        throw InputError("--cases needs 1..2^36, got '" + v + "'");
-      dot_cases = c;
-    } else if (a == "--from-file") {
-      from_file = value("--from-file");
-    } else if (a == "--record") {
-      record = value("--record");
-    } else if (a == "--threads") {
-      const std::string v = value("--threads");
-      char* end = nullptr;
-      const long t = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || t < 1 || t > 1024) throw InputError("--threads needs 1..1024, got '" + v + "'");
-      threads = static_cast<unsigned>(t);
-    } else {
-      throw InputError("unknown argument '" + a + "' (see 'halfway hw-report --help')");
-    }
-  }
+namespace {
 
-  std::vector<const Backend*> chosen;
-  std::vector<const hw::DotInstruction*> dots;
-  const hw::DotInstruction* tile_backend = hw::find_dot_instruction(backend_name);
-  if (!from_file.empty() || !record.empty()) {
-    if (!tile_backend || !tile_backend->full_tiles())
-      throw InputError(std::string(from_file.empty() ? "--record" : "--from-file") +
-                       " needs --backend amx-bf16 or amx-fp16");
-    if (!from_file.empty() && !record.empty())
-      throw InputError("--from-file and --record exclude each other");
-    if (dot_cases || exhaustive) {
-      if (!from_file.empty()) throw InputError("--from-file compares the file's tiles: no --cases or --exhaustive");
-    }
-  }
-  if (!from_file.empty()) {
-    const std::vector<hw::AmxTile> tiles = hw::read_amx_tiles(from_file);
-    return report_tiles(*tile_backend, tiles, json, threads);
-  }
+/// The JSON object of a backend that is not present here, or its text line.
+void absent(const std::string& name, const std::string& why, bool json,
+            std::vector<std::string>& parts) {
+  if (json)
+    parts.push_back(fmt::format("{{\"name\": \"{}\", \"present\": false, \"absent_reason\": {}}}",
+                                name, json_str(why)));
+  else
+    fmt::print("backend {}: absent ({})\n", name, why);
+}
+
+/// The backends and dot instructions the options choose; InputError for a bad choice.
+void choose(const HwReportOptions& o, const hw::DotInstruction* tile_backend,
+            std::vector<const Backend*>& chosen, std::vector<const hw::DotInstruction*>& dots) {
   if (const hw::DotInstruction* d = tile_backend) {
-    if (!op_name.empty())
-      throw InputError("--op does not apply to backend '" + backend_name +
+    if (!o.op.empty())
+      throw InputError("--op does not apply to backend '" + o.backend +
                        "' (it checks one instruction)");
     const std::string why = d->absent_reason();
-    if (!why.empty()) throw InputError("backend '" + backend_name + "' is not available here: " + why);
+    if (!why.empty()) throw InputError("backend '" + o.backend + "' is not available here: " + why);
     dots.push_back(d);
-  } else if (!backend_name.empty()) {
-    const Backend* b = hw::find_backend(backend_name);
+  } else if (!o.backend.empty()) {
+    const Backend* b = hw::find_backend(o.backend);
     if (!b) {
       bool known = false;
-      for (const auto& n : hw::known_backend_names()) known = known || n == backend_name;
+      for (const auto& n : hw::known_backend_names()) known = known || n == o.backend;
       if (known)
-        throw InputError("backend '" + backend_name +
+        throw InputError("backend '" + o.backend +
                          "' is not built in (nvidia-host needs the CUDA toolkit's headers at "
                          "build time)");
-      throw InputError("unknown backend '" + backend_name + "' (" + names_list() + ")");
+      throw InputError("unknown backend '" + o.backend + "' (" + names_list() + ")");
     }
     const std::string why = b->absent_reason();
-    if (!why.empty()) throw InputError("backend '" + backend_name + "' is not available here: " + why);
+    if (!why.empty()) throw InputError("backend '" + o.backend + "' is not available here: " + why);
     chosen.push_back(b);
   } else {
     chosen = hw::all_backends();
-    if (op_name.empty()) dots = hw::all_dot_instructions();
+    if (o.op.empty()) dots = hw::all_dot_instructions();
   }
+}
 
+/// The operation --op names (Op::count: every operation), offered by some backend of `chosen`.
+hw::Op chosen_op(const std::string& name, const std::vector<const Backend*>& chosen) {
+  if (name.empty()) return hw::Op::count;
   hw::Op only = hw::Op::count;
-  if (!op_name.empty()) {
-    for (int o = 0; o < hw::kOpCount; ++o)
-      if (op_name == hw::op_info(static_cast<hw::Op>(o)).name) only = static_cast<hw::Op>(o);
-    if (only == hw::Op::count) throw InputError("unknown operation '" + op_name + "'");
-    bool offered = false;
-    for (const Backend* b : chosen)
-      if (b->absent_reason().empty())
-        for (hw::Op o : b->ops()) offered = offered || o == only;
-    if (!offered) throw InputError("no available backend implements '" + op_name + "'");
-  }
+  for (int o = 0; o < hw::kOpCount; ++o)
+    if (name == hw::op_info(static_cast<hw::Op>(o)).name) only = static_cast<hw::Op>(o);
+  if (only == hw::Op::count) throw InputError("unknown operation '" + name + "'");
+  bool offered = false;
+  for (const Backend* b : chosen)
+    if (b->absent_reason().empty())
+      for (hw::Op o : b->ops()) offered = offered || o == only;
+  if (!offered) throw InputError("no available backend implements '" + name + "'");
+  return only;
+}
 
-  const hw::Coverage cov = exhaustive ? hw::Coverage::exhaustive : hw::Coverage::sample;
-  std::vector<std::string> parts;  // JSON objects, one per backend
+/// The element-wise backends' reports (JSON objects into `parts`, or text).
+void report_backends(const std::vector<const Backend*>& chosen, hw::Op only,
+                     const HwReportOptions& o, std::vector<std::string>& parts) {
+  const hw::Coverage cov = o.exhaustive ? hw::Coverage::exhaustive : hw::Coverage::sample;
   for (const Backend* b : chosen) {
     const std::string why = b->absent_reason();
     if (!why.empty()) {
-      if (only != hw::Op::count) continue;  // only backends that can run the operation
-      if (json)
-        parts.push_back(fmt::format("{{\"name\": \"{}\", \"present\": false, \"absent_reason\": {}}}",
-                                    b->name(), json_str(why)));
-      else
-        fmt::print("backend {}: absent ({})\n", b->name(), why);
+      if (only == hw::Op::count) absent(b->name(), why, o.json, parts);  // else: not listed
       continue;
     }
     std::vector<OpReport> reports;
-    for (hw::Op o : b->ops()) {
-      if (only != hw::Op::count && o != only) continue;
-      reports.push_back(hw::compare_op(*b, o, cov, threads));
-    }
+    for (hw::Op op : b->ops())
+      if (only == hw::Op::count || op == only)
+        reports.push_back(hw::compare_op(*b, op, cov, o.threads));
     if (reports.empty()) continue;
-    if (json) {
+    if (o.json) {
       std::string js = fmt::format("{{\"name\": \"{}\", \"present\": true, \"description\": {}, \"ops\": [",
                                    b->name(), json_str(b->description()));
       for (size_t i = 0; i < reports.size(); ++i) js += (i ? ", " : "") + json_report(reports[i]);
@@ -352,34 +322,60 @@ int cmd_hw_report(int argc, char** argv) {
       print_text(*b, reports);
     }
   }
-  const uint64_t lanes = dot_cases ? dot_cases : (exhaustive ? uint64_t(1) << 27 : uint64_t(1) << 22);
+}
+
+/// The dot instructions' reports: run, compared with the documented model and searched.
+void report_dots(const std::vector<const hw::DotInstruction*>& dots, const HwReportOptions& o,
+                 std::vector<std::string>& parts) {
+  const uint64_t lanes =
+      o.dot_cases ? o.dot_cases : (o.exhaustive ? uint64_t(1) << 27 : uint64_t(1) << 22);
   for (const hw::DotInstruction* d : dots) {
     const std::string why = d->absent_reason();
     if (!why.empty()) {
-      if (json)
-        parts.push_back(fmt::format("{{\"name\": \"{}\", \"present\": false, \"absent_reason\": {}}}",
-                                    d->name(), json_str(why)));
-      else
-        fmt::print("backend {}: absent ({})\n", d->name(), why);
+      absent(d->name(), why, o.json, parts);
       continue;
     }
+    DotRun run;
     if (d->full_tiles()) {
       std::vector<hw::AmxTile> tiles =
           hw::amx_tile_cases(d->input(), size_t((lanes + hw::kAmxOutputs - 1) / hw::kAmxOutputs));
       d->run_tiles(tiles.data(), tiles.size());
-      if (!record.empty()) hw::write_amx_tiles(record, tiles);
-      const DotRun run = tile_run(*d, tiles, threads);
-      if (json) parts.push_back(dot_json(*d, run));
-      else print_dot(*d, run);
-      continue;
+      if (!o.record.empty()) hw::write_amx_tiles(o.record, tiles);
+      run = tile_run(*d, tiles, o.threads);
+    } else {
+      run.report = hw::compare_dot(*d, lanes, o.threads);
+      run.search = hw::search_dot(*d, std::min(lanes, kDotSearchCases), o.threads);
     }
-    DotRun run;
-    run.report = hw::compare_dot(*d, lanes, threads);
-    run.search = hw::search_dot(*d, std::min(lanes, kDotSearchCases), threads);
-    if (json) parts.push_back(dot_json(*d, run));
+    if (o.json) parts.push_back(dot_json(*d, run));
     else print_dot(*d, run);
   }
-  if (json) fmt::print("{}\n", json_document(exhaustive ? "exhaustive" : "sample", parts));
+}
+
+}  // namespace
+
+int cmd_hw_report(int argc, char** argv) {
+  HwReportOptions o;
+  if (!parse_options(argc, argv, o)) return 0;
+  const hw::DotInstruction* tile_backend = hw::find_dot_instruction(o.backend);
+  if (!o.from_file.empty() || !o.record.empty()) {
+    if (!tile_backend || !tile_backend->full_tiles())
+      throw InputError(std::string(o.from_file.empty() ? "--record" : "--from-file") +
+                       " needs --backend amx-bf16 or amx-fp16");
+    if (!o.from_file.empty() && !o.record.empty())
+      throw InputError("--from-file and --record exclude each other");
+    if (!o.from_file.empty() && (o.dot_cases || o.exhaustive))
+      throw InputError("--from-file compares the file's tiles: no --cases or --exhaustive");
+  }
+  if (!o.from_file.empty())
+    return report_tiles(*tile_backend, hw::read_amx_tiles(o.from_file), o.json, o.threads);
+  std::vector<const Backend*> chosen;
+  std::vector<const hw::DotInstruction*> dots;
+  choose(o, tile_backend, chosen, dots);
+  const hw::Op only = chosen_op(o.op, chosen);
+  std::vector<std::string> parts;  // JSON objects, one per backend
+  report_backends(chosen, only, o, parts);
+  report_dots(dots, o, parts);
+  if (o.json) fmt::print("{}\n", json_document(o.exhaustive ? "exhaustive" : "sample", parts));
   return 0;
 }
 
