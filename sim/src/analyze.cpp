@@ -390,11 +390,8 @@ void AnalysisRun::add(size_t id, const float* x, size_t n) {
 
 namespace {
 
-void put_field(std::string& line, double v) {
-  if (std::isnan(v)) return;
-  char b[64];
-  line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-}
+/// A number cell as trace.csv writes one (tracer.hpp's append_number: empty for NaN).
+void put_field(std::string& line, double v) { append_number(line, v); }
 
 bool in_combined_window(TraceKind k) {
   return k == TraceKind::activation_grad || k == TraceKind::weight_grad || k == TraceKind::tensor;

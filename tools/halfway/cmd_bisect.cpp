@@ -28,6 +28,7 @@
 #include "halfway/names.hpp"
 #include "halfway/sim/bisect.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "spawn.hpp"
 #include "sweep.hpp"
@@ -102,11 +103,12 @@ RunResult from_json(const json& j) {
   return r;
 }
 
-/// The shortest text that reads back to the same binary64 (empty for NaN).
+/// The shortest text that reads back to the same binary64 (empty for NaN), as every CSV of a
+/// run writes numbers (tracer.hpp's append_number).
 std::string num_str(double v) {
-  if (std::isnan(v)) return "";
-  char b[32];
-  return std::string(b, std::to_chars(b, b + sizeof b, v).ptr);
+  std::string s;
+  sim::append_number(s, v);
+  return s;
 }
 
 /// A number for the console: 4 significant digits.
