@@ -16,6 +16,7 @@
 #include <cfloat>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -1580,12 +1581,21 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
 namespace {
 
 /// Every element code's value, and every block's fp32 scale, as decode_blocks multiplies them.
+/// The values are kept for the next call with the same element format (a thread's tables).
 struct DecodeTables {
   float value[256];
   std::vector<float> scale;
+  Format element;
+  bool twos_complement = false, filled = false;
+  /// Codes c and c | 0x80 (c < 0x80) have the same value bits but for the sign bit (every
+  /// sign-magnitude 8-bit format whose NaNs and zeros come in pairs: e4m3, e5m2, not fnuz).
+  bool sign_pairs = false;
 };
 
-void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t) {
+void element_values(const BlockScheme& s, DecodeTables& t) {
+  if (t.filled && t.twos_complement == s.twos_complement &&
+      std::memcmp(&t.element, &s.element, sizeof(Format)) == 0)
+    return;
   const uint32_t limit = s.element.enc_mask();
   for (uint32_t c = 0; c < 256; ++c) {
     Env env;
@@ -1593,6 +1603,16 @@ void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t
                  : c <= limit      ? to_f32(s.element, c, env)
                                    : 0.0f;
   }
+  t.sign_pairs = limit == 0xFF && !s.twos_complement;
+  for (uint32_t c = 0; c < 0x80; ++c)
+    t.sign_pairs = t.sign_pairs && f32_bits(t.value[c | 0x80]) == (f32_bits(t.value[c]) | ~kAbs);
+  t.element = s.element;
+  t.twos_complement = s.twos_complement;
+  t.filled = true;
+}
+
+void decode_tables(const BlockScheme& s, const BlockEncoding& e, DecodeTables& t) {
+  element_values(s, t);
   const size_t nb = e.scale_rows() * e.scale_cols();
   t.scale.resize(nb);
   const float gd = s.has_global_scale() && s.family == BlockFamily::nvfp4
@@ -1658,6 +1678,90 @@ HALFWAY_BLOCKS_CLONES void decode_row(const float* __restrict value, const uint8
   }
 }
 
+using DecodeRowFn = void (*)(const float*, const uint8_t*, const float*, size_t, size_t,
+                            float*);
+
+#ifdef HALFWAY_BLOCKS_AVX512
+/// How 16 codes become their values in AVX-512, by the number of codes the element format has:
+/// one permute for 16 (e2m1), two and a select on bit 5 for 64 (e2m3, e3m2); for
+/// 256, four and three selects on the magnitude's 128 codes and the sign bit put back
+/// (sign_pairs: e4m3, e5m2), else a gather from the table (fnuz formats, MXINT8).
+enum class Lookup { perm16, perm64, perm128_sign, gather };
+
+/// Codes 0 .. 63 of the 128 in t, the half that bit 6 picks.
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512 lookup64(
+    const __m512* t, __m512i code) {
+  const __mmask16 high = _mm512_test_epi32_mask(code, _mm512_set1_epi32(32));
+  return _mm512_mask_blend_ps(high, _mm512_permutex2var_ps(t[0], code, t[1]),
+                              _mm512_permutex2var_ps(t[2], code, t[3]));
+}
+
+template <Lookup L>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline __m512 lookup16(
+    const float* value, const __m512 (&t)[8], __m512i code) {
+  if constexpr (L == Lookup::perm16) return _mm512_permutexvar_ps(code, t[0]);
+  if constexpr (L == Lookup::perm64) return lookup64(t, code);
+  if constexpr (L == Lookup::perm128_sign) {
+    const __mmask16 high = _mm512_test_epi32_mask(code, _mm512_set1_epi32(64));
+    const __m512 mag = _mm512_mask_blend_ps(high, lookup64(t, code), lookup64(t + 4, code));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+  }
+  if constexpr (L == Lookup::gather) return _mm512_i32gather_ps(code, value, 4);
+}
+
+/// Elements c .. c + 15 of a row (those in k) of decode_row_avx512.
+template <bool Divide, Lookup L>
+HALFWAY_BLOCKS_AVX512_TARGET __attribute__((always_inline)) inline void decode16_avx512(
+    const float* value, const __m512 (&t)[8], const uint8_t* code, const float* scale, size_t tc,
+    float* out, size_t c, __mmask16 k) {
+  const __m512i q = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, code + c));
+  const __m512 v = lookup16<L>(value, t, q);
+  const __m512 s = tc == 1 ? _mm512_maskz_loadu_ps(k, scale + c) : _mm512_set1_ps(scale[c / tc]);
+  _mm512_mask_storeu_ps(out + c, k, Divide ? _mm512_div_ps(v, s) : _mm512_mul_ps(v, s));
+}
+
+/// decode_row in AVX-512, 16 elements a step with the same fp32 product (or quotient) per
+/// element. Blocks run down the columns (tc = 1: a scale per element) or along the row in
+/// lengths that are a multiple of 16 (one scale per step); decode_row_for picks it only then.
+template <bool Divide, Lookup L>
+HALFWAY_BLOCKS_AVX512_TARGET void decode_row_avx512(const float* __restrict value,
+                                                    const uint8_t* __restrict code,
+                                                    const float* __restrict scale, size_t cols,
+                                                    size_t tc, float* __restrict out) {
+  __m512 t[8];
+  for (int i = 0; i < 8; ++i)
+    t[i] = L == Lookup::gather ? _mm512_setzero_ps() : _mm512_loadu_ps(value + 16 * i);
+  size_t c = 0;
+  for (; c + 16 <= cols; c += 16) decode16_avx512<Divide, L>(value, t, code, scale, tc, out, c, 0xFFFF);
+  if (c < cols)
+    decode16_avx512<Divide, L>(value, t, code, scale, tc, out, c,
+                               __mmask16((1u << (cols - c)) - 1));
+}
+
+template <bool Divide>
+DecodeRowFn decode_row_avx512_for(uint32_t codes, bool sign_pairs) {
+  if (codes <= 16) return decode_row_avx512<Divide, Lookup::perm16>;
+  if (codes <= 64) return decode_row_avx512<Divide, Lookup::perm64>;
+  if (sign_pairs) return decode_row_avx512<Divide, Lookup::perm128_sign>;
+  return decode_row_avx512<Divide, Lookup::gather>;
+}
+#endif
+
+/// The row decoder for s and a block length tc: the AVX-512 one where it serves, else
+/// decode_row.
+DecodeRowFn decode_row_for(const BlockScheme& s, const DecodeTables& t, size_t tc) {
+  const bool divide = s.family == BlockFamily::fp8_rowwise;
+#ifdef HALFWAY_BLOCKS_AVX512
+  if ((tc == 1 || tc % 16 == 0) && use_avx512()) {
+    const uint32_t codes = s.twos_complement ? 256 : s.element.enc_mask() + 1;
+    return divide ? decode_row_avx512_for<true>(codes, t.sign_pairs)
+                  : decode_row_avx512_for<false>(codes, t.sign_pairs);
+  }
+#endif
+  return divide ? decode_row<true> : decode_row<false>;
+}
+
 /// decode_blocks without its checks, for encodings known to be well formed.
 void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out) {
   thread_local DecodeTables t;
@@ -1671,7 +1775,7 @@ void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out) {
             (t.value[e.codes[r * e.cols + c]] * t.scale[(r / tr) * sc + c / tc]) * a / 1536.0f;
     return;
   }
-  const auto row = s.family == BlockFamily::fp8_rowwise ? decode_row<true> : decode_row<false>;
+  const DecodeRowFn row = decode_row_for(s, t, tc);
   for (size_t r = 0; r < e.rows; ++r)
     row(t.value, e.codes.data() + r * e.cols, t.scale.data() + (r / tr) * sc, e.cols, tc,
         out + r * e.cols);
