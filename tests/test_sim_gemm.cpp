@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -90,6 +91,48 @@ TEST_CASE("fp32 GEMM fast paths give the definition's bits", "[sim][gemm]") {
     halfway_test::skip(std::string("this CPU has no ") +
                        (paths.size() == 1 ? "AVX2+FMA or AVX-512" : "AVX-512") +
                        ": those GEMM paths were not compared");
+}
+
+TEST_CASE("fp32 GEMM with packed B panels: the definition's bits, in any split of the rows",
+          "[sim][gemm]") {
+  // B larger than L1 (k · n > 16 Ki floats) and two or more 6-row blocks: the whole tiles read
+  // packed panels, 8 blocks of rows at a time; the rest of the rows and columns read B itself.
+  const GemmF32Path best = gemm_f32_best_path();
+  if (best == GemmF32Path::scalar) {
+    halfway_test::skip("this CPU has no AVX2+FMA or AVX-512");
+    return;
+  }
+  std::vector<GemmF32Path> paths{GemmF32Path::avx2};
+  if (best == GemmF32Path::avx512) paths.push_back(GemmF32Path::avx512);
+  std::mt19937 g(11);
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{61, 101, 260}, {13, 290, 64},
+                                {110, 67, 300}, {12, 2048, 9}})
+    for (bool specials : {false, true}) {
+      const auto A = values(size_t(m * k), g, specials);
+      const auto B = values(size_t(k * n), g, specials);
+      const auto bv = values(size_t(n), g, specials);
+      std::vector<float> want(size_t(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float c = 0.0f;
+          for (int64_t kk = 0; kk < k; ++kk)
+            c = std::fma(A[size_t(i * k + kk)], B[size_t(kk * n + j)], c);
+          want[size_t(i * n + j)] = c + bv[size_t(j)];
+        }
+      for (GemmF32Path p : paths)
+        for (int64_t split : {int64_t(0), int64_t(5), m / 2}) {  // rows [0, split), [split, m)
+          std::vector<float> C(size_t(m * n), 12345.0f);
+          const GemmF32 args{n, k, A.data(), B.data(), bv.data(), C.data()};
+          gemm_f32_rows(args, 0, split, p);
+          gemm_f32_rows(args, split, m, p);
+          int64_t bad = 0;
+          for (size_t e = 0; e < C.size(); ++e) bad += !same(C[e], want[e]);
+          INFO(gemm_f32_path_name(p) << " m=" << m << " n=" << n << " k=" << k << " split "
+                                     << split);
+          CHECK(bad == 0);
+        }
+    }
+  if (best != GemmF32Path::avx512) halfway_test::skip("this CPU has no AVX-512: only AVX2 ran");
 }
 
 TEST_CASE("every named accumulation resolves into lib's model, and block FMAs follow lib's dot",

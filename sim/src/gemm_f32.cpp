@@ -4,12 +4,19 @@
 // a register-blocked micro-kernel keeps an MR × NR tile of C in vector registers for the whole
 // k loop, each lane its own FMA chain, broadcasting A[i][kk] and loading one row slice of B
 // per step. Every path (AVX-512, AVX2+FMA, scalar) computes the same correctly rounded fused
-// multiply-adds in the same order, so the results are identical bit for bit.
+// multiply-adds in the same order, so the results are identical bit for bit. For more than a
+// few rows, B's columns are first copied panel by panel (NV vectors wide, k rows) into
+// contiguous memory, and the rows run in chunks over each panel: the panel stays in L1/L2 and
+// its rows are no longer n floats apart (a power-of-two n put every row of a tile's B slice in
+// the same L1 set). Copying changes where the values are read from, not which values or in
+// which order they are added.
 #include "gemm_f32.hpp"
 
 #include "halfway/cpu.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -43,18 +50,19 @@ void rows_scalar(const GemmF32& g, int64_t i0, int64_t i1) {
 
 #ifdef HALFWAY_X86_KERNELS
 
-/// The tile [i, i+MR) × [j, j+V·NV) with V-wide vectors (VEC is __m512 or __m256).
+/// The tile [i, i+MR) × [j, j+V·NV) with V-wide vectors (VEC is __m512 or __m256); b points at
+/// B[0][j] in a layout whose rows are ldb floats apart (B itself, or a packed panel).
 #define HALFWAY_TILE(NAME, TARGET, VEC, W, SET0, LOAD, STORE, BCAST, FMA, ADD)                  \
   template <int MR, int NV>                                                                      \
-  __attribute__((target(TARGET))) inline void NAME(const GemmF32& g, int64_t i, int64_t j) {   \
+  __attribute__((target(TARGET))) inline void NAME(const GemmF32& g, int64_t i, int64_t j,      \
+                                                   const float* b, int64_t ldb) {               \
     VEC acc[MR][NV];                                                                             \
     for (int r = 0; r < MR; ++r)                                                                 \
       for (int v = 0; v < NV; ++v) acc[r][v] = SET0();                                           \
     const float* a = g.A + i * g.k;                                                              \
-    const float* b = g.B + j;                                                                    \
     for (int64_t kk = 0; kk < g.k; ++kk) {                                                       \
       VEC bv[NV];                                                                                \
-      for (int v = 0; v < NV; ++v) bv[v] = LOAD(b + kk * g.n + v * W);                           \
+      for (int v = 0; v < NV; ++v) bv[v] = LOAD(b + kk * ldb + v * W);                           \
       for (int r = 0; r < MR; ++r) {                                                             \
         const VEC x = BCAST(a[r * g.k + kk]);                                                    \
         for (int v = 0; v < NV; ++v) acc[r][v] = FMA(x, bv[v], acc[r][v]);                       \
@@ -84,30 +92,62 @@ void tail_columns(const GemmF32& g, int64_t i0, int64_t i1, int64_t j0) {
     }
 }
 
+/// B[:, 0 .. panels · wide) as `panels` contiguous k × wide panels (panel p holds columns
+/// [p · wide, (p + 1) · wide) row after row), in a buffer the thread keeps between calls.
+const float* pack_panels(const GemmF32& g, int64_t panels, int64_t wide) {
+  thread_local std::vector<float> buf;
+  const size_t size = size_t(panels * wide * g.k);
+  if (buf.size() < size) buf.resize(size);
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      const float* src = g.B + kk * g.n + p * wide;
+      std::copy(src, src + wide, buf.data() + (p * g.k + kk) * wide);
+    }
+  return buf.data();
+}
+
 /// Rows in blocks of MR (then 1), columns in tiles of NV vectors of W lanes (then one vector).
+/// Where B is larger than an L1 cache and there are two MR blocks of rows or more, the whole
+/// tiles read packed panels, kChunk blocks of rows at a time.
 template <int W, int MR, int NV, class Tile>
 void rows_blocked(const GemmF32& g, int64_t i0, int64_t i1, Tile tile) {
+  constexpr int64_t kChunk = 8;              // MR-row blocks per pass over a panel
+  constexpr int64_t kSmallB = 16 * 1024;     // floats: B fits L1 as it is, no packing
   const int64_t wide = NV * W;
   const int64_t jw = g.n / wide * wide, jv = g.n / W * W;
-  int64_t i = i0;
-  for (; i + MR <= i1; i += MR) {
-    for (int64_t j = 0; j < jw; j += wide) tile.template operator()<MR, NV>(g, i, j);
-    for (int64_t j = jw; j < jv; j += W) tile.template operator()<MR, 1>(g, i, j);
+  const int64_t full = i0 + (i1 - i0) / MR * MR;  // rows in whole MR blocks: [i0, full)
+  if (full - i0 >= 2 * MR && jw > 0 && g.k * g.n > kSmallB) {
+    const float* packed = pack_panels(g, jw / wide, wide);
+    for (int64_t c0 = i0; c0 < full; c0 += kChunk * MR) {
+      const int64_t c1 = std::min(full, c0 + kChunk * MR);
+      for (int64_t j = 0; j < jw; j += wide)
+        for (int64_t i = c0; i < c1; i += MR)
+          tile.template operator()<MR, NV>(g, i, j, packed + j * g.k, wide);
+    }
+  } else {
+    for (int64_t i = i0; i < full; i += MR)
+      for (int64_t j = 0; j < jw; j += wide) tile.template operator()<MR, NV>(g, i, j, g.B + j, g.n);
   }
-  for (; i < i1; ++i) {
-    for (int64_t j = 0; j < jw; j += wide) tile.template operator()<1, NV>(g, i, j);
-    for (int64_t j = jw; j < jv; j += W) tile.template operator()<1, 1>(g, i, j);
+  for (int64_t i = i0; i < full; i += MR)
+    for (int64_t j = jw; j < jv; j += W) tile.template operator()<MR, 1>(g, i, j, g.B + j, g.n);
+  for (int64_t i = full; i < i1; ++i) {
+    for (int64_t j = 0; j < jw; j += wide) tile.template operator()<1, NV>(g, i, j, g.B + j, g.n);
+    for (int64_t j = jw; j < jv; j += W) tile.template operator()<1, 1>(g, i, j, g.B + j, g.n);
   }
   tail_columns(g, i0, i1, jv);
 }
 
 struct Tile512 {
   template <int MR, int NV>
-  void operator()(const GemmF32& g, int64_t i, int64_t j) const { tile512<MR, NV>(g, i, j); }
+  void operator()(const GemmF32& g, int64_t i, int64_t j, const float* b, int64_t ldb) const {
+    tile512<MR, NV>(g, i, j, b, ldb);
+  }
 };
 struct Tile256 {
   template <int MR, int NV>
-  void operator()(const GemmF32& g, int64_t i, int64_t j) const { tile256<MR, NV>(g, i, j); }
+  void operator()(const GemmF32& g, int64_t i, int64_t j, const float* b, int64_t ldb) const {
+    tile256<MR, NV>(g, i, j, b, ldb);
+  }
 };
 
 #endif  // HALFWAY_X86_KERNELS
