@@ -210,7 +210,7 @@ fake = os.path.join(odd, "py thon")
 # The reference protocol: argv[1] the script, argv[2] a JSON spec; one JSON object printed.
 with open(fake, "w") as f:
     f.write("#!/bin/sh\ncase \"$2\" in *'\"steps\":2'*) echo '{\"reference\": \"fake ref\", "
-            "\"seconds_per_step\": 2.5e-05}';; esac\n")
+            "\"seconds_per_step\": 2.5e-05, \"cpu_seconds_per_step\": 5e-05}';; esac\n")
 os.chmod(fake, 0o755)
 r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--python", fake], capture_output=True,
                    text=True, timeout=300)
@@ -223,13 +223,17 @@ check(r.returncode == 0 and re.search(r"mlp fp32 .* reference +25\.0 us", r.stdo
 r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--json", "--python", fake],
                    capture_output=True, text=True, timeout=300)
 recs = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
-FIELDS = {"name", "model", "threads", "halfway_us", "reference", "reference_us", "ratio",
-          "goal_max"}
+FIELDS = {"name", "model", "threads", "halfway_us", "halfway_cpu_us", "reference", "reference_us",
+          "reference_cpu_us", "ratio", "cpu_ratio", "goal_max"}
 check(r.returncode == 0 and len(recs) == 3 and all(set(x) == FIELDS for x in recs),
       "--json prints one record with the documented fields per row (%r)" % r.stdout[-400:])
 check(all(abs(x["reference_us"] - 25.0) < 1e-9 and x["threads"] == 1 and x["halfway_us"] > 0
           and x["ratio"] == x["halfway_us"] / x["reference_us"] for x in recs),
       "ratio is halfway_us / reference_us (%r)" % recs)
+check(all(abs(x["reference_cpu_us"] - 50.0) < 1e-9 and x["halfway_cpu_us"] > 0
+          and x["cpu_ratio"] == x["halfway_cpu_us"] / x["reference_cpu_us"] for x in recs),
+      "cpu_ratio is halfway_cpu_us / reference_cpu_us, the reference's CPU time as reported "
+      "(%r)" % recs)
 check({x["name"]: x["goal_max"] for x in recs} ==
       {"mlp fp32": 2, "mlp torch-cuda-fp16 traced": 3, "mlp pure-bf16 untraced": 0.5},
       "the MLP rows and their goals (%r)" % recs)
@@ -237,6 +241,8 @@ r = subprocess.run([HALFWAY, "train", "--bench", *QUICK, "--json", "--python", e
                    capture_output=True, text=True, timeout=300)
 recs = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
 check(r.returncode == 0 and recs and all(x["ratio"] is None and x["reference_us"] is None
+                                         and x["cpu_ratio"] is None
+                                         and x["reference_cpu_us"] is None
                                          and x["reference"].startswith("unavailable")
                                          for x in recs),
       "without PyTorch, ratio and reference_us are null and the reference says why (%r)"

@@ -2,7 +2,8 @@
 // machine, in the same run. Every halfway run and every PyTorch run is repeated `reps` times,
 // interleaved, and the medians are compared; a row's ratio is halfway / reference, and its
 // goal the ratio it must not exceed. Each side times steps after its first (no set-up, no
-// warm-up), so the ratio compares steady-state steps.
+// warm-up), so the ratio compares steady-state steps. Both wall time and the process's CPU time
+// are measured: on a loaded machine the wall ratio moves with the load, the CPU one much less.
 #include "train_bench.hpp"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include "commands.hpp"
@@ -192,13 +194,15 @@ def gpt(s):
 
 step = mlp(spec["mode"] == "emulated-bf16") if spec["model"] == "mlp" else gpt(spec)
 step()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for _ in range(spec["steps"]):
     step()
 dt = (time.perf_counter() - t0) / spec["steps"]
+cpu = (time.process_time() - c0) / spec["steps"]
 mode = "fp32 eager" if spec["mode"] == "fp32" else "fp32 eager emulating bf16 by round-trip casts"
 print(json.dumps({"reference": "PyTorch %s %s, %s thread(s), %s" % (
-    torch.__version__, mode, threads, blas_name()), "seconds_per_step": dt}))
+    torch.__version__, mode, threads, blas_name()), "seconds_per_step": dt,
+    "cpu_seconds_per_step": cpu}))
 )PY";
 
 double median(std::vector<double> v) {
@@ -206,25 +210,40 @@ double median(std::vector<double> v) {
   return v.empty() ? NAN : v[v.size() / 2];
 }
 
-/// Seconds per step of a full `halfway train` run (outputs and all), from the end of its first
-/// step to the end of its last.
-double time_halfway(const std::string& config, int threads, const std::string& dir) {
+/// Seconds per step, wall and CPU (every thread of the process).
+struct StepTime {
+  double wall = NAN, cpu = NAN;
+};
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+/// The time per step of a full `halfway train` run (outputs and all), from the end of its
+/// first step to the end of its last.
+StepTime time_halfway(const std::string& config, int threads, const std::string& dir) {
   const sim::TrainConfig c = sim::parse_config(config, ".", "bench.toml");
   sim::TrainOptions o;
   o.threads = threads;
   std::chrono::steady_clock::time_point first, last;
+  double cpu_first = 0, cpu_last = 0;
   o.on_progress = [&](int64_t done, int64_t) {
     (done == 1 ? first : last) = std::chrono::steady_clock::now();
+    (done == 1 ? cpu_first : cpu_last) = process_cpu_seconds();
   };
   sim::write_run(c, dir, o);
   const std::chrono::duration<double> dt = last - first;
-  return dt.count() / double(c.steps - 1);
+  const double steps = double(c.steps - 1);
+  return {dt.count() / steps, (cpu_last - cpu_first) / steps};
 }
 
-/// One PyTorch measurement: the reference's description and seconds per step, or why not.
+/// One PyTorch measurement: the reference's description and its time per step, or why not
+/// (the CPU time is optional in the protocol: a reference may report wall time alone).
 struct TorchResult {
   std::string reference;
-  std::optional<double> seconds;
+  std::optional<double> seconds, cpu_seconds;
 };
 
 TorchResult time_torch(const std::string& python, const std::string& script,
@@ -240,12 +259,17 @@ TorchResult time_torch(const std::string& python, const std::string& script,
     const auto j = nlohmann::json::parse(last.empty() ? out : last, nullptr, false);
     if (j.is_object() && j.contains("reference") && j["reference"].is_string() &&
         j.contains("seconds_per_step") && j["seconds_per_step"].is_number() &&
-        j["seconds_per_step"].get<double>() > 0)
-      return {j["reference"].get<std::string>(), j["seconds_per_step"].get<double>()};
+        j["seconds_per_step"].get<double>() > 0) {
+      TorchResult t{j["reference"].get<std::string>(), j["seconds_per_step"].get<double>(), {}};
+      if (j.contains("cpu_seconds_per_step") && j["cpu_seconds_per_step"].is_number() &&
+          j["cpu_seconds_per_step"].get<double>() > 0)
+        t.cpu_seconds = j["cpu_seconds_per_step"].get<double>();
+      return t;
+    }
   }
   std::string why = out.substr(0, out.find('\n'));
   if (why.empty()) why = python + " exited " + std::to_string(rc);
-  return {"unavailable: " + printable(why), std::nullopt};
+  return {"unavailable: " + printable(why), std::nullopt, std::nullopt};
 }
 
 /// What one row compares: a halfway configuration against a PyTorch mode.
@@ -261,7 +285,7 @@ struct Case {
 
 struct Row {
   Case c;
-  double halfway_s;
+  StepTime halfway;
   TorchResult torch;
 };
 
@@ -286,34 +310,58 @@ std::vector<Case> cases(const TrainBenchOptions& o) {
   }
   for (const BenchModel& m : gpts)
     for (int t : o.threads) {
-      cs.push_back({"gpt fp32", m, "fp32", true, "fp32", t, std::nullopt});
-      cs.push_back({"gpt torch-cuda-fp16 traced", m, "torch-cuda-fp16", true, "fp32", t, 3.0});
+      cs.push_back({"gpt fp32", m, "fp32", true, "fp32", t, 1.0});
+      cs.push_back({"gpt torch-cuda-fp16 traced", m, "torch-cuda-fp16", true, "fp32", t, 1.5});
+      if (o.scaling) continue;
+      cs.push_back({"gpt mxfp8 traced", m, "mxfp8", true, "fp32", t, 2.0});
+      cs.push_back({"gpt nvfp4 traced", m, "nvfp4", true, "fp32", t, 2.0});
     }
   return cs;
 }
 
+/// a / b in JSON, null where either is missing.
+nlohmann::json json_ratio(std::optional<double> a, std::optional<double> b) {
+  return a && b && std::isfinite(*a) ? nlohmann::json(*a / *b) : nlohmann::json(nullptr);
+}
+
+nlohmann::json json_or_null(std::optional<double> v) {
+  return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+std::optional<double> micros(std::optional<double> seconds) {
+  return seconds ? std::optional<double>(*seconds * 1e6) : std::nullopt;
+}
+
+void print_json(const Row& r) {
+  const double h = r.halfway.wall * 1e6, hc = r.halfway.cpu * 1e6;
+  const std::optional<double> ref = micros(r.torch.seconds), ref_cpu = micros(r.torch.cpu_seconds);
+  nlohmann::json j = {{"name", r.c.name},       {"model", r.c.model.label()},
+                      {"threads", r.c.threads}, {"halfway_us", h},
+                      {"halfway_cpu_us", json_or_null(hc)}, {"reference", r.torch.reference}};
+  j["reference_us"] = json_or_null(ref);
+  j["reference_cpu_us"] = json_or_null(ref_cpu);
+  j["ratio"] = json_ratio(h, ref);
+  j["cpu_ratio"] = json_ratio(hc, ref_cpu);
+  j["goal_max"] = json_or_null(r.c.goal_max);
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void print_table_row(const Row& r) {
+  const double h = r.halfway.wall * 1e6, hc = r.halfway.cpu * 1e6;
+  const std::optional<double> ref = micros(r.torch.seconds), ref_cpu = micros(r.torch.cpu_seconds);
+  std::printf("%-28s %-58s %2d thr  halfway %11.1f us", r.c.name.c_str(),
+              r.c.model.label().c_str(), r.c.threads, h);
+  if (ref) std::printf("  reference %11.1f us  ratio %6.2f", *ref, h / *ref);
+  else std::printf("  reference %s", r.torch.reference.c_str());
+  if (ref_cpu && std::isfinite(hc)) std::printf("  cpu ratio %6.2f", hc / *ref_cpu);
+  if (r.c.goal_max)
+    std::printf("  (goal <= %g%s)", *r.c.goal_max,
+                !ref ? "" : h / *ref <= *r.c.goal_max ? ", met" : ", MISSED");
+  std::printf("\n");
+}
+
 void print_rows(const std::vector<Row>& rows, bool json) {
-  for (const Row& r : rows) {
-    const double h = r.halfway_s * 1e6;
-    const std::optional<double> ref =
-        r.torch.seconds ? std::optional<double>(*r.torch.seconds * 1e6) : std::nullopt;
-    if (json) {
-      nlohmann::json j = {{"name", r.c.name},       {"model", r.c.model.label()},
-                          {"threads", r.c.threads}, {"halfway_us", h},
-                          {"reference", r.torch.reference}};
-      j["reference_us"] = ref ? nlohmann::json(*ref) : nlohmann::json(nullptr);
-      j["ratio"] = ref ? nlohmann::json(h / *ref) : nlohmann::json(nullptr);
-      j["goal_max"] = r.c.goal_max ? nlohmann::json(*r.c.goal_max) : nlohmann::json(nullptr);
-      std::printf("%s\n", j.dump().c_str());
-      continue;
-    }
-    std::printf("%-28s %-58s %2d thr  halfway %11.1f us", r.c.name.c_str(),
-                r.c.model.label().c_str(), r.c.threads, h);
-    if (ref) std::printf("  reference %11.1f us  ratio %6.2f", *ref, h / *ref);
-    else std::printf("  reference %s", r.torch.reference.c_str());
-    if (r.c.goal_max) std::printf("  (goal <= %g)", *r.c.goal_max);
-    std::printf("\n");
-  }
+  for (const Row& r : rows) json ? print_json(r) : print_table_row(r);
   if (!json && !rows.empty()) {
     std::printf("references:\n");
     std::map<std::string, int> seen;
@@ -335,34 +383,39 @@ int train_bench(const TrainBenchOptions& o) {
   const auto key = [](const Case& c) {
     return c.model.label() + "|" + c.torch_mode + "|" + std::to_string(c.threads);
   };
-  std::vector<std::vector<double>> hs(cs.size());
-  std::map<std::string, std::vector<double>> ts;
+  std::vector<std::vector<double>> hs(cs.size()), hcs(cs.size());
+  std::map<std::string, std::vector<double>> ts, tcs;
   std::map<std::string, std::string> refs;
   for (int rep = 0; rep < o.reps; ++rep) {
     std::map<std::string, int> done;
     for (size_t i = 0; i < cs.size(); ++i) {
       const Case& c = cs[i];
       const int steps = c.model.kind == "mlp" ? o.mlp_steps : o.gpt_steps;
-      hs[i].push_back(time_halfway(c.model.config(c.policy, c.trace, steps + 1), c.threads,
-                                   (dir / "run").string()));
+      const StepTime h = time_halfway(c.model.config(c.policy, c.trace, steps + 1), c.threads,
+                                      (dir / "run").string());
+      hs[i].push_back(h.wall);
+      hcs[i].push_back(h.cpu);
       const std::string k = key(c);
       if (done[k]++ || refs[k].rfind("unavailable", 0) == 0) continue;  // once; no retries
       const TorchResult t = time_torch(o.python, script, c.model, c.torch_mode, c.threads, steps);
       refs[k] = t.reference;
       if (t.seconds) ts[k].push_back(*t.seconds);
+      if (t.cpu_seconds) tcs[k].push_back(*t.cpu_seconds);
     }
   }
   std::filesystem::remove_all(dir);
   std::vector<Row> rows;
   for (size_t i = 0; i < cs.size(); ++i) {
     const std::string k = key(cs[i]);
-    TorchResult t{refs[k], std::nullopt};
+    TorchResult t{refs[k], std::nullopt, std::nullopt};
     if (!ts[k].empty()) t.seconds = median(ts[k]);
-    rows.push_back({cs[i], median(hs[i]), t});
+    if (!tcs[k].empty()) t.cpu_seconds = median(tcs[k]);
+    rows.push_back({cs[i], {median(hs[i]), median(hcs[i])}, t});
   }
   if (!o.json)
     std::printf("halfway train --bench: %d repetitions interleaved, medians of the seconds per "
-                "step after the first; ratio = halfway / reference\n", o.reps);
+                "step after the first; ratio = halfway / reference (wall time), cpu ratio the "
+                "same in process CPU time\n", o.reps);
   print_rows(rows, o.json);
   return 0;
 }
