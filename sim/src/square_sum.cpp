@@ -96,6 +96,26 @@ HALFWAY_VECTOR_CLONES void squares(const float* __restrict x, const float* __res
   }
 }
 
+/// Flags per test of any_set.
+constexpr size_t kFlagRun = 64;
+
+/// Whether any of a[0..n) or b[0..n) is non-zero (n <= kFlagRun; read 8 bytes at a time).
+bool any_set(const uint8_t* a, const uint8_t* b, size_t n) {
+  if (n < kFlagRun) {
+    uint8_t o = 0;
+    for (size_t i = 0; i < n; ++i) o |= a[i] | b[i];
+    return o != 0;
+  }
+  uint64_t o = 0;
+  for (size_t i = 0; i < kFlagRun; i += 8) {
+    uint64_t u, v;
+    std::memcpy(&u, a + i, 8);
+    std::memcpy(&v, b + i, 8);
+    o |= u | v;
+  }
+  return o != 0;
+}
+
 }  // namespace
 
 void add_rounding_error(const float* x, const float* q, size_t n, float fmax, SquareSum& noise,
@@ -117,8 +137,16 @@ void add_rounding_error(const float* x, const float* q, size_t n, float fmax, Sq
       for (size_t i = 0; i < m; ++i) {
         sig[es[i]] += ms[i];
         noi[ed[i]] += md[i];
-        if (fl[i]) flb[es[i]] += ms[i];
-        if (by[i]) bey[SquareSum::bin(SquareSum::abs_bits(x[p + i]))] += ms[i];  // rare
+      }
+      // Flushed and beyond-the-range values are rare: 64 flags at a time are skipped unread
+      // where none is set.
+      for (size_t b0 = 0; b0 < m; b0 += kFlagRun) {
+        const size_t b1 = std::min(m, b0 + kFlagRun);
+        if (!any_set(fl.data() + b0, by.data() + b0, b1 - b0)) continue;
+        for (size_t i = b0; i < b1; ++i) {
+          if (fl[i]) flb[es[i]] += ms[i];
+          if (by[i]) bey[SquareSum::bin(SquareSum::abs_bits(x[p + i]))] += ms[i];
+        }
       }
     }
     if (signal) signal->add_bins(sig);  // bin kSkip (index 255) is left out: add_bins reads 255
