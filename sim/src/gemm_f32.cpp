@@ -150,9 +150,65 @@ struct Tile256 {
   }
 };
 
+/// dst[c][r] = src[r][c] for a 16 × 16 block (rows of src ls floats apart, of dst ld apart).
+/// Unpacking 32-bit pairs, then 64-bit pairs, leaves register 4G + q holding, in 128-bit lane L,
+/// column 4L + kCol[q] of rows 4G .. 4G + 3; two rounds of lane shuffles then put groups
+/// G = 0..3 of one column side by side.
+__attribute__((target("avx512f"))) void transpose16(const float* src, int64_t ls, float* dst,
+                                                    int64_t ld) {
+  static constexpr int kCol[4] = {0, 2, 1, 3};
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ls);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      const __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + 2 + h]);
+      r[i + h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+      r[i + 2 + h] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    }
+  // Groups 0 and 1 (then 2 and 3): lanes 0, 2 of each (0x88) and lanes 1, 3 (0xDD).
+  for (int g = 0; g < 16; g += 8)
+    for (int q = 0; q < 4; ++q) {
+      t[g + q] = _mm512_shuffle_f32x4(r[g + q], r[g + 4 + q], 0x88);
+      t[g + 4 + q] = _mm512_shuffle_f32x4(r[g + q], r[g + 4 + q], 0xDD);
+    }
+  for (int q = 0; q < 4; ++q) {
+    const int c = kCol[q];
+    _mm512_storeu_ps(dst + c * ld, _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88));
+    _mm512_storeu_ps(dst + (8 + c) * ld, _mm512_shuffle_f32x4(t[q], t[8 + q], 0xDD));
+    _mm512_storeu_ps(dst + (4 + c) * ld, _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0x88));
+    _mm512_storeu_ps(dst + (12 + c) * ld, _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0xDD));
+  }
+}
+
 #endif  // HALFWAY_X86_KERNELS
 
 }  // namespace
+
+void transpose_f32(const float* src, int64_t rows, int64_t cols, float* dst) {
+  int64_t r16 = 0, c16 = 0;
+#ifdef HALFWAY_X86_KERNELS
+  if (cpu::target() == cpu::Target::avx512) {
+    r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+    for (int64_t j = 0; j < c16; j += 16)
+      for (int64_t i = 0; i < r16; i += 16) transpose16(src + j * rows + i, rows, dst + i * cols + j, cols);
+  }
+#endif
+  // What the blocks leave (all of it without AVX-512): 32 × 32 tiles keep both sides' cache
+  // lines in use.
+  constexpr int64_t kTile = 32;
+  const auto part = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    for (int64_t ib = i0; ib < i1; ib += kTile)
+      for (int64_t jb = j0; jb < j1; jb += kTile)
+        for (int64_t j = jb; j < std::min(j1, jb + kTile); ++j)
+          for (int64_t i = ib; i < std::min(i1, ib + kTile); ++i) dst[i * cols + j] = src[j * rows + i];
+  };
+  part(0, r16, c16, cols);
+  part(r16, rows, 0, cols);
+}
 
 GemmF32Path gemm_f32_best_path() {
 #ifdef HALFWAY_X86_KERNELS

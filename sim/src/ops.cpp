@@ -19,6 +19,8 @@
 #include "halfway/sim/fp8.hpp"
 #include "halfway/thread_pool.hpp"
 
+#include "gemm_f32.hpp"
+
 namespace halfway::sim {
 
 namespace {
@@ -239,6 +241,10 @@ template <class T>
 void load_f32(const T* src, int64_t rows, int64_t cols, bool transposed, float* dst) {
   if (!transposed) {
     std::copy(src, src + rows * cols, dst);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    detail::transpose_f32(src, rows, cols, dst);
     return;
   }
   constexpr int64_t kTile = 32;
