@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "format_util.hpp"
 #include "halfway/names.hpp"
@@ -14,14 +15,6 @@
 namespace halfway::cli {
 
 namespace {
-
-const char* kHelp =
-    "usage: halfway round VALUE... [--to FORMAT] [--rounding MODE] [--seed N]\n"
-    "                               [--tininess after|before]\n"
-    "Rounds each VALUE (decimal or hex-float, e.g. 0.1 -3e-8 0x1.8p-3 inf nan) into FORMAT\n"
-    "(default fp16) and shows the encoding with its fields separated, the exact decoded value,\n"
-    "both neighbours, the error in ulps and the IEEE flags. MODE: near_even near_maxMag minMag\n"
-    "min max odd stochastic (or rne rna rtz rd ru rto sr); default near_even.\n";
 
 std::string describe(const Format& f, uint32_t enc) {
   return fmt::format("0x{}  {}  = {}", hex(f, enc), fields(f, enc), exact_decimal(f, enc));
@@ -34,40 +27,50 @@ double ulp_at(const Format& f, uint32_t enc) {
   return std::ldexp(1.0, e - f.frac_bits);
 }
 
-}  // namespace
-
-int cmd_round(int argc, char** argv) {
+/// The values among CLI11's leftovers: everything but options, in the order given ("-inf" and
+/// "-nan" are values, which CLI11 would take for short options, so the values are not a CLI11
+/// positional). A leftover "--..." is an unknown option; one "--" ends the options.
+std::vector<std::string> values_of(const std::vector<std::string>& rest) {
   std::vector<std::string> values;
-  Format f = formats::fp16;
-  std::string fname = "fp16";
-  Env env;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto need = [&](const char* opt) -> std::string {
-      if (i + 1 >= argc) throw InputError(std::string("option ") + opt + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kHelp);
-      return 0;
-    } else if (a == "--to" || a == "-t") {
-      fname = need("--to");
-      f = parse_format(fname);
-    } else if (a == "--rounding" || a == "-r") {
-      env.rounding = parse_rounding(need("--rounding"));
-    } else if (a == "--seed") {
-      env.sr_seed = parse_u64(need("--seed"), "seed");
-    } else if (a == "--tininess") {
-      const std::string t = need("--tininess");
-      if (t == "after") env.tininess = Tininess::after_rounding;
-      else if (t == "before") env.tininess = Tininess::before_rounding;
-      else throw InputError("bad tininess '" + t + "' (after or before)");
-    } else if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+  bool ended = false;
+  for (const std::string& a : rest) {
+    if (a == "--" && !ended) {
+      ended = true;
+    } else if (!ended && a.size() > 2 && a[0] == '-' && a[1] == '-') {
       throw InputError("unknown option '" + a + "'");
     } else {
       values.push_back(a);
     }
   }
+  return values;
+}
+
+}  // namespace
+
+int cmd_round(int argc, char** argv) {
+  CLI::App app{
+      "halfway round VALUE... [--to FORMAT] [--rounding MODE] [--seed N] [--tininess "
+      "after|before]\nRounds each VALUE (decimal or hex-float, e.g. 0.1 -3e-8 0x1.8p-3 inf -nan) into FORMAT "
+      "and shows the encoding with its fields separated, the exact decoded value, both "
+      "neighbours, the error in ulps and the IEEE flags.",
+      "halfway round"};
+  std::string fname = "fp16", rounding = "near_even", tininess = "after";
+  uint64_t seed = 0;
+  app.add_option("--to,-t", fname, "the format (default fp16)");
+  app.add_option("--rounding,-r", rounding,
+                 "near_even near_maxMag minMag min max odd stochastic (or rne rna rtz rd ru rto "
+                 "sr); default near_even");
+  app.add_option("--seed", seed, "stochastic rounding's seed");
+  app.add_option("--tininess", tininess, "tininess detection (default after)")
+      ->check(CLI::IsMember({"after", "before"}));
+  app.allow_extras();
+  if (parse_or_help(app, argc, argv)) return 0;
+  const std::vector<std::string> values = values_of(app.remaining());
+  const Format f = parse_format(fname);
+  Env env;
+  env.rounding = parse_rounding(rounding);
+  env.sr_seed = seed;
+  env.tininess = tininess == "before" ? Tininess::before_rounding : Tininess::after_rounding;
   if (values.empty()) throw InputError("no VALUE given (try 'halfway round 0.1 --to fp16')");
   std::vector<double> parsed;
   for (const auto& v : values) parsed.push_back(parse_value_round_to_odd(v));
