@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "format_util.hpp"
 #include "halfway/names.hpp"
@@ -24,26 +25,10 @@ std::string pow2(double v) {
   return num(v);
 }
 
-}  // namespace
-
-int cmd_info(int argc, char** argv) {
-  std::vector<Format> list;
-  std::vector<std::string> names;
-  bool csv = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      fmt::print(
-          "usage: halfway info [--csv] [FORMAT...]\n"
-          "Prints bits, bias, max, min normal, min subnormal, epsilon and the special encodings\n"
-          "of each format (all presets when none is named). FORMAT is a preset or eXmY[:opts].\n");
-      return 0;
-    }
-    if (a == "--csv") {
-      csv = true;
-      continue;
-    }
-    if (a.rfind("--", 0) == 0) throw InputError("unknown option '" + a + "'");
+/// The formats named, as named (format_name's spelling), or every preset when none is.
+void named_formats(const std::vector<std::string>& given, std::vector<Format>& list,
+                   std::vector<std::string>& names) {
+  for (const std::string& a : given) {
     list.push_back(parse_format(a));
     names.push_back(format_name(list.back()));
   }
@@ -52,6 +37,23 @@ int cmd_info(int argc, char** argv) {
       list.push_back(parse_format(n));
       names.push_back(n);
     }
+}
+
+}  // namespace
+
+int cmd_info(int argc, char** argv) {
+  CLI::App app{"halfway info [--csv] [FORMAT...]\nPrints bits, bias, max, min normal, min "
+               "subnormal, epsilon and the special encodings of each format (all presets when "
+               "none is named).",
+               "halfway info"};
+  std::vector<std::string> given;
+  bool csv = false;
+  app.add_flag("--csv", csv, "comma-separated values with a header row");
+  app.add_option("FORMAT", given, "a preset or eXmY[:options]");
+  if (parse_or_help(app, argc, argv)) return 0;
+  std::vector<Format> list;
+  std::vector<std::string> names;
+  named_formats(given, list, names);
 
   const std::vector<std::string> header = {"format", "bits", "exp", "frac", "bias", "max",
                                            "min_normal", "min_subnormal", "eps", "specials",
