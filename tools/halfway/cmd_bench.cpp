@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_parse.hpp"
 #include "commands.hpp"
 #include "halfway/cpu.hpp"
 #include "halfway/blocks.hpp"
@@ -907,23 +908,18 @@ int cmd_bench(int argc, char** argv) {
     if (a == "--peers" || a == "--torch") return bench_python(a, argc, argv);
   }
   Settings s;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json") {
-      s.json = true;
-    } else if (a == "--quick") {
-      s.quick = true;
-    } else if (a == "--exhaustive") {
-      s.exhaustive = true;
-    } else if (a == "--filter") {
-      if (i + 1 >= argc) throw InputError("--filter needs a text (e.g. 'fp16', 'counts')");
-      s.filter = argv[++i];
-    } else if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    } else {
-      throw InputError("unknown option '" + a + "' (see 'halfway bench --help')");
-    }
+  CLI::App app{"halfway bench", "halfway bench"};
+  app.set_help_flag();  // --help prints kHelp, which documents every option
+  bool help = false;
+  app.add_flag("--help,-h", help);
+  app.add_flag("--json", s.json);
+  app.add_flag("--quick", s.quick);
+  app.add_flag("--exhaustive", s.exhaustive);
+  app.add_option("--filter", s.filter);
+  parse_or_help(app, argc, argv);
+  if (help) {
+    std::fputs(kHelp, stdout);
+    return 0;
   }
   if (s.quick) {
     s.reps = 5;
