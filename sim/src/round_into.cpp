@@ -48,7 +48,11 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
     return;
   }
   if (!dt.is_low() || rt.promote_low) {
-    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<float>(src[i]));
+    // fp32: binary32 values in place are already rounded.
+    const bool same = std::is_same_v<S, float> && std::is_same_v<D, float> &&
+                      static_cast<const void*>(src) == static_cast<const void*>(dst);
+    if (!same)
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<float>(src[i]));
     observe(rt, tag, dt, dst, n);
     return;
   }
