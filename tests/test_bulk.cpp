@@ -412,6 +412,22 @@ TEST_CASE("bulk bf16 near_even: AVX512-BF16 on ordinary vectors, the full sequen
        0x00800000u, 0x7F7F8000u},
       100, 160);
   check_round16_hw(formats::bf16, x, {3001, 2048, 15});
+  // Every vector ordinary, so the flags come from the hardware vectors alone: inexact from
+  // normal values, none from values that are bf16 values already.
+  const std::vector<float> plain = mostly_ordinary(2048, 13, 1.0f, 0x1p-100f, {}, 0, 1);
+  check_round16_hw(formats::bf16, plain, {2048, 64});
+  std::vector<float> exact(plain);
+  for (float& v : exact) v = bits_f32(f32_bits(v) & 0xFFFF0000u);
+  for (BulkPath p : fast_paths()) {
+    PathScope scope(p, true);
+    std::vector<uint16_t> got(exact.size());
+    EventCounts c;
+    round_f32(formats::bf16, exact.data(), got.data(), exact.size(), BulkOptions{}, &c);
+    INFO("bf16 values already: path " << detail::bulk_path_name(p));
+    CHECK(c.total == exact.size());
+    CHECK(c.inexact == 0);
+    CHECK(c.flags == 0);
+  }
 }
 
 TEST_CASE("bulk decode_f32 matches the reference on every encoding", "[bulk][decode]") {

@@ -620,15 +620,19 @@ void bf16_round_hw(const RoundParams& P, const DecodeParams& D, const float* in,
       } else {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
       }
-      if constexpr (Flags) {
-        const M inx = (x & 0xFFFFu) != 0u;
-        c1 -= bits(inx);
-        fl |= bits(inx) & kInx;
+      if constexpr (Flags) {  // inexact: a non-zero dropped half (fl is set from c1 below)
+        const __mmask16 inx = _mm512_test_epi32_mask(reinterpret_cast<__m512i>(x),
+                                                     _mm512_set1_epi32(0xFFFF));
+        c1 = reinterpret_cast<U>(_mm512_mask_sub_epi32(reinterpret_cast<__m512i>(c1), inx,
+                                                       reinterpret_cast<__m512i>(c1),
+                                                       _mm512_set1_epi32(-1)));
       }
     } else {
       round_full<Rounding::near_even, Flags, Out>(P, D, x, U{}, out + i, ~M{}, acc);
     }
   }
+  // A lane that counted an inexact result raised the flag (c1 cannot wrap: n < 65536).
+  if constexpr (Flags) fl = bits(c1 != 0u) & kInx;
   acc[0] += c1;
   acc[3] |= fl;
   bc = BlockCounts{};
