@@ -40,6 +40,19 @@ std::vector<float> values(size_t n, std::mt19937& g, bool specials) {
   return v;
 }
 
+/// The fp32 GEMM's definition: one FMA chain per element from +0, in k order, then + bias.
+std::vector<float> definition(const std::vector<float>& A, const std::vector<float>& B,
+                              const float* bias, int64_t m, int64_t n, int64_t k) {
+  std::vector<float> want(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float c = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk) c = std::fma(A[size_t(i * k + kk)], B[size_t(kk * n + j)], c);
+      want[size_t(i * n + j)] = bias ? c + bias[j] : c;
+    }
+  return want;
+}
+
 bool same(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   uint32_t x, y;
@@ -64,14 +77,7 @@ TEST_CASE("fp32 GEMM fast paths give the definition's bits", "[sim][gemm]") {
             const auto A = values(size_t(m * k), g, specials);
             const auto B = values(size_t(k * n), g, specials);
             const auto bv = values(size_t(n), g, specials);
-            std::vector<float> want(size_t(m * n));
-            for (int64_t i = 0; i < m; ++i)
-              for (int64_t j = 0; j < n; ++j) {
-                float c = 0.0f;
-                for (int64_t kk = 0; kk < k; ++kk)
-                  c = std::fma(A[size_t(i * k + kk)], B[size_t(kk * n + j)], c);
-                want[size_t(i * n + j)] = bias ? c + bv[size_t(j)] : c;
-              }
+            const std::vector<float> want = definition(A, B, bias ? bv.data() : nullptr, m, n, k);
             for (GemmF32Path p : paths) {
               std::vector<float> C(size_t(m * n), 12345.0f);
               const GemmF32 args{n, k, A.data(), B.data(), bias ? bv.data() : nullptr, C.data()};
@@ -112,14 +118,7 @@ TEST_CASE("fp32 GEMM with packed B panels: the definition's bits, in any split o
       const auto A = values(size_t(m * k), g, specials);
       const auto B = values(size_t(k * n), g, specials);
       const auto bv = values(size_t(n), g, specials);
-      std::vector<float> want(size_t(m * n));
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          float c = 0.0f;
-          for (int64_t kk = 0; kk < k; ++kk)
-            c = std::fma(A[size_t(i * k + kk)], B[size_t(kk * n + j)], c);
-          want[size_t(i * n + j)] = c + bv[size_t(j)];
-        }
+      const std::vector<float> want = definition(A, B, bv.data(), m, n, k);
       for (GemmF32Path p : paths)
         for (int64_t split : {int64_t(0), int64_t(5), m / 2}) {  // rows [0, split), [split, m)
           std::vector<float> C(size_t(m * n), 12345.0f);
