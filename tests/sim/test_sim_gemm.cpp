@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "../sim/src/gemm_f32.hpp"
+#include "../../sim/src/gemm_f32.hpp"
 #include "halfway/halfway.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"
