@@ -10,7 +10,6 @@ text; a table given as None is removed with its keys.
 Values are Python values written as TOML (str, bool, int, float, lists of them), or `Raw(text)`
 for TOML text as it is (an inline table, a placeholder a test replaces later)."""
 import json
-import math
 import os
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
@@ -21,23 +20,9 @@ class Raw(str):
 
 
 def toml_value(v):
-    if isinstance(v, Raw):
-        return str(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML form for {v!r}")
+    """TOML text of a value: Raw as it is; a str, bool, int, float or list of them in JSON's
+    spelling, which is TOML's for these (no inf or NaN here)."""
+    return str(v) if isinstance(v, Raw) else json.dumps(v, allow_nan=False)
 
 
 def data_file(name):
