@@ -26,17 +26,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import Raw, config, sweep_base  # noqa: E402
 from scratch import tree  # noqa: E402
+from checks import check, failures  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_conc_")
-failures = []
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def run(args, timeout=120):

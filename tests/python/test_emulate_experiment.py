@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import hwtest  # noqa: E402
 from scratch import tree  # noqa: E402
+from checks import check, failures  # noqa: E402
 
 hwtest.require("torch", "the PyTorch model")
 if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
@@ -20,13 +21,6 @@ if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
     sys.exit(hwtest.SKIP)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def experiment(tmp, name, edit):

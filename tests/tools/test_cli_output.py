@@ -24,16 +24,10 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import config  # noqa: E402
+from checks import check, failures  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_output_test_")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def one_error_line(r):
