@@ -37,9 +37,8 @@ def main(results):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_ylim(floor / 2, 2)
-    ax.set_xlabel("dot-product length n")
-    ax.set_ylabel("relative error |computed − exact| / exact")
-    ax.set_title("accumulation error against length (fp16 inputs uniform in [0, 1))")
+    style.axes(ax, "dot-product length n", "relative error |computed − exact| / exact",
+               title="accumulation error against length (fp16 inputs uniform in [0, 1))")
     style.legend_right(ax)
     fig.tight_layout()
     style.caption(fig, results, text="median over %d trials, band: min-max; 0 drawn at 1e-12 | "

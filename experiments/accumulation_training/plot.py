@@ -35,14 +35,10 @@ def main(results):
             if c != REF:
                 rel = (st["loss"] - steps[REF, s]["loss"]).abs() / steps[REF, s]["loss"]
                 ax[1].plot(st["step"], 100.0 * rel, color=style.color(i), lw=0.8, alpha=0.85)
-    ax[0].set_yscale("log")
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("training loss (mean squared error)")
-    ax[0].set_title("fp16 training, loss")
-    ax[1].set_yscale("log")
-    ax[1].set_xlabel("step")
-    ax[1].set_ylabel("|loss - loss with fp32 accumulation| (% of it)")
-    ax[1].set_title("block FMA against sequential fp32, same seed")
+    style.axes(ax[0], "step", "training loss (mean squared error)", title="fp16 training, loss",
+               yscale="log")
+    style.axes(ax[1], "step", "|loss - loss with fp32 accumulation| (% of it)",
+               title="block FMA against sequential fp32, same seed", yscale="log")
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=3)
     style.caption(fig, results, "torch-cuda-fp16, dynamic loss scaling; block-FMA parameters "

@@ -72,9 +72,7 @@ def draw_case(ax, bx, name, answer, sets):
             v = [math.nan if x is None else x for x in answer[key][k]]
             bx.plot(range(len(v)), v, color=style.color(j), lw=1.0,
                     label="%s, last %.4g" % (label, v[-1]))
-    bx.set_yscale("log")
-    bx.set_xlabel("step")
-    bx.set_ylabel("training loss")
+    style.axes(bx, "step", "training loss", yscale="log")
     bx.set_title("%s: loss curves, seed %s" % (name, key[len("losses_seed_"):]), fontsize=8)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize=6, ncol=1)
 

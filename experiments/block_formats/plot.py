@@ -159,13 +159,9 @@ def main(results):
                        label=case)
     later = pd.concat([s[s["step"] > 0]["val_loss"] for c in cases for s in steps[c]]).dropna()
     style.validation_loss_axes(ax[0], results, df.iloc[0], later)
-    ax[1].set_xlabel("step")
-    ax[1].set_ylabel("SNR (dB)")
-    ax[1].set_title("quantization SNR of the GEMM operands")
-    ax[2].set_yscale("log")
-    ax[2].set_xlabel("step")
-    ax[2].set_ylabel("elements flushed to zero (%)")
-    ax[2].set_title("flushed elements of the GEMM operands")
+    style.axes(ax[1], "step", "SNR (dB)", title="quantization SNR of the GEMM operands")
+    style.axes(ax[2], "step", "elements flushed to zero (%)",
+               title="flushed elements of the GEMM operands", yscale="log")
     fig.tight_layout()
     extra = [(Line2D([], [], color="#555555", ls=ls), label) for label, _, ls in ROLES]
     style.legend_below(fig, ax, ncol=11, extra=extra)

@@ -48,13 +48,10 @@ def draw(results, df, cases, seeds):
             if s["grad_values"].sum() and seed == seeds[0]:
                 frac = 100.0 * s["grad_flushed"] / s["grad_values"].where(s["grad_values"] > 0)
                 ax[1].plot(s["step"], frac, color=colors[c], lw=1.0)
-    ax[0].set_yscale("log")
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("training loss (mean squared error)")
-    ax[0].set_title("loss, every seed")
-    ax[1].set_xlabel("step")
-    ax[1].set_ylabel("gradient values flushed to zero (%)")
-    ax[1].set_title("underflow in fp16/bf16 gradients (seed %d)" % seeds[0])
+    style.axes(ax[0], "step", "training loss (mean squared error)", title="loss, every seed",
+               yscale="log")
+    style.axes(ax[1], "step", "gradient values flushed to zero (%)",
+               title="underflow in fp16/bf16 gradients (seed %d)" % seeds[0])
 
     if SCALED in cases:
         scale_panel(ax[2], results, df, cases, seeds[0], colors[SCALED])
@@ -108,9 +105,8 @@ def scale_panel(ax, results, df, cases, seed, color):
     style.mark(ax.plot(sk["step"], log2s(sk["loss_scale"]), "x", color=style.color(7), zorder=5,
                        label="skipped step (overflow)")[0], "skipped")
     ax.axhline(0, color="#555555", lw=0.8, ls=":", label="no scaling (2^0)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss scale (log2)")
-    ax.set_title("%s's loss scale and its own safe window (seed %d)" % (SCALED, seed))
+    style.axes(ax, "step", "loss scale (log2)",
+               title="%s's loss scale and its own safe window (seed %d)" % (SCALED, seed))
 
 
 def scaled_window(results, df, seeds):

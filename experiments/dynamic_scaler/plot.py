@@ -35,9 +35,7 @@ def main(results):
     axes[0].set_ylabel("loss scale (log2)")
     axes[0].set_title("dynamic loss scaling, tiny transformer, torch-cuda-fp16")
     style.legend_right(axes[0])
-    axes[1].set_yscale("log")
-    axes[1].set_xlabel("step")
-    axes[1].set_ylabel("training loss (nats)")
+    style.axes(axes[1], "step", "training loss (nats)", yscale="log")
     style.legend_right(axes[1])
     fig.tight_layout()
     style.caption(fig, results, "x: step skipped because a scaled gradient overflowed fp16 "

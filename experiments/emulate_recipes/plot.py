@@ -108,10 +108,9 @@ def main(results):
         ax[0].plot(mean.index, mean.values, "-", color=style.color(i), lw=1.1, label=case)
         ax[0].fill_between(mean.index, g.min().values, g.max().values, color=style.color(i),
                            alpha=0.12, lw=0)
-    ax[0].set_yscale("log")  # the recipes part where the loss is small
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("training loss (nats)")
-    ax[0].set_title("training loss: mean of the seeds, band min-max")
+    # log scale: the recipes part where the loss is small
+    style.axes(ax[0], "step", "training loss (nats)",
+               title="training loss: mean of the seeds, band min-max", yscale="log")
     style.legend_right(ax[0])
     with_snr = [c for c in cases if ops[c]["signal"].notna().any()]
     width = 0.8 / max(len(with_snr), 1)

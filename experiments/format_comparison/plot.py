@@ -37,10 +37,9 @@ def main(results):
             a.plot(curves.index, curves.median(axis=1), color=c, lw=1.2, label=labels[f])
             a.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=c,
                            alpha=0.2, lw=0)
-        a.set_yscale("log")
-        a.set_xlabel("step")
-        a.set_ylabel("training loss (%s)" % ("mean squared error" if m == "mlp" else "cross-entropy, nats"))
-        a.set_title(m)
+        style.axes(a, "step", "training loss (%s)" %
+                   ("mean squared error" if m == "mlp" else "cross-entropy, nats"),
+                   title=m, yscale="log")
     fig.tight_layout()
     style.legend_below(fig, axes[0], ncol=len(formats))
     style.caption(fig, results, "line: median over seeds; band: min-max")

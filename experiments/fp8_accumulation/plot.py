@@ -51,9 +51,8 @@ def main(results):
     ax[1].axhline(1.0, color="#555555", lw=0.6, ls=":")
     style.validation_loss_axes(ax[0], results, df.iloc[0],
                                pd.concat([v[v.index > 0] for v in val.values()]))
-    ax[1].set_xlabel("step")
-    ax[1].set_ylabel("validation loss / fp32 accumulation's (same seed)")
-    ax[1].set_title("fp8 accumulators against exact fp32, every seed")
+    style.axes(ax[1], "step", "validation loss / fp32 accumulation's (same seed)",
+               title="fp8 accumulators against exact fp32, every seed")
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=4)
     style.caption(fig, results, "fp8-hybrid (delayed scaling), English fortune-cookie database, "

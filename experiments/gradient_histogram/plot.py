@@ -150,9 +150,7 @@ def main(argv):
               label="right: fp16 smallest subnormal 2^-24")
     h.axhline(-14, color=style.color(1), ls="--", lw=1,
               label="right: fp16 smallest normal 2^-14")
-    h.set_xlabel("step")
-    h.set_ylabel("log2(|gradient|)")
-    h.set_title("per step")
+    style.axes(h, "step", "log2(|gradient|)", title="per step")
     h.grid(False)
     extra = [(Line2D([], [], ls="none"), note)] if note else []
     style.legend_below(fig, [a, h], ncol=3, extra=extra)

@@ -61,10 +61,8 @@ def main(results):
     ax2 = fig.add_subplot(gs[1])
     ax2.plot(ks, df["final_loss"], "o-", color=style.color(0), ms=3,
              label="middle: final loss of each run")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("loss scale (log2)")
-    ax2.set_ylabel("final training loss (mean squared error)")
-    ax2.set_title("final loss against scale")
+    style.axes(ax2, "loss scale (log2)", "final training loss (mean squared error)",
+               title="final loss against scale", yscale="log")
 
     ax3 = fig.add_subplot(gs[2])
     floor = 1e-5  # zero is drawn on the axis floor of the log scale
@@ -75,9 +73,8 @@ def main(results):
     ax3.set_xlim(ks[0] - 0.5, ks[-1] + 0.5)
     ax3.set_yscale("log")
     ax3.set_ylim(floor / 2, 100)
-    ax3.set_xlabel("loss scale (log2)")
-    ax3.set_ylabel("gradient values lost to underflow (%; 0 at the floor)")
-    ax3.set_title("one traced run predicts the sweep")
+    style.axes(ax3, "loss scale (log2)", "gradient values lost to underflow (%; 0 at the floor)",
+               title="one traced run predicts the sweep")
     over = df[df["found_inf_steps"] > 0]
     if len(over):
         k = int(round(math.log2(over["scaler.scale"].min())))

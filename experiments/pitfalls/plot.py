@@ -29,13 +29,10 @@ def main(results):
         frac = 100.0 * s["grad_flushed"] / s["grad_values"].where(s["grad_values"] > 0)
         ax[1].plot(s["step"], frac, color=style.color(i), lw=1.1, label=label,
                    ls=("-", "--", ":", "-.")[i % 4])
-    ax[0].set_yscale("log")
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("training loss (mean squared error; gaps: inf/NaN)")
-    ax[0].set_title("loss")
-    ax[1].set_xlabel("step")
-    ax[1].set_ylabel("gradient values flushed to zero (%)")
-    ax[1].set_title("gradient values flushed to zero")
+    style.axes(ax[0], "step", "training loss (mean squared error; gaps: inf/NaN)", title="loss",
+               yscale="log")
+    style.axes(ax[1], "step", "gradient values flushed to zero (%)",
+               title="gradient values flushed to zero")
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=2)
     opt = style.run_config(results, df.iloc[0])["optimizer"]

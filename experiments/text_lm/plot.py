@@ -53,9 +53,8 @@ def main(results):
                    label=case)
         if case in lowered:
             underflow_rows(ax[1], zero_ax, s, style.color(i), case, lowered.index(case))
-    ax[0].set_xlabel("step")
-    ax[0].set_ylabel("validation loss (nats per byte)")
-    ax[0].set_title(style.transformer_title(style.run_config(results, df.iloc[0])))
+    style.axes(ax[0], "step", "validation loss (nats per byte)",
+               title=style.transformer_title(style.run_config(results, df.iloc[0])))
     ax[1].set_yscale("log")
     ax[1].set_ylabel("gradient values flushed to zero (%)")
     ax[1].set_title("gradient underflow of the traced steps")

@@ -49,15 +49,11 @@ def main(results):
                     for lr in lrs]
             table.append((m, u, [med[lr] for lr in lrs], lost))
             finals[m, u] = sel[sel["optimizer.lr"] == lr0]["final_loss"].tolist()
-        row[0].set_xscale("log")
-        row[0].set_yscale("log")
-        row[0].set_xlabel("learning rate (Adam)")
-        row[0].set_ylabel("final training loss (%s)" %
-                          ("mean squared error" if m == "mlp" else "cross-entropy, nats"))
-        row[0].set_title("%s: final loss against learning rate" % m)
-        row[1].set_xlabel("step")
-        row[1].set_ylabel("updates that vanished (% of non-zero)")
-        row[1].set_title("%s: vanished updates at lr %g" % (m, lr0))
+        style.axes(row[0], "learning rate (Adam)", "final training loss (%s)" %
+                   ("mean squared error" if m == "mlp" else "cross-entropy, nats"),
+                   title="%s: final loss against learning rate" % m, xscale="log", yscale="log")
+        style.axes(row[1], "step", "updates that vanished (% of non-zero)",
+                   title="%s: vanished updates at lr %g" % (m, lr0))
     fig.tight_layout()
     style.legend_below(fig, axes[-1], ncol=len(updates))
     style.caption(fig, results, "pure-bf16 except fp32; line: median over seeds, band: min-max; "

@@ -4,7 +4,7 @@
 // accumulate.cpp, optim.cpp, scaler.cpp), written once with NVIDIA's intrinsics and compiled
 // twice: by nvcc for the GPU (hw/cuda/replay.cu, one thread per output element) and by the host
 // compiler with the host implementations in cuda_fp16.h / cuda_bf16.h
-// (tests/test_hw_replay_mlp.cpp), where it must reproduce the simulator bit for bit.
+// (tests/hw/test_hw_replay_mlp.cpp), where it must reproduce the simulator bit for bit.
 //
 // Arithmetic, element by element, as the simulator does it:
 //  - every rounding into fp16/bf16 is `Fmt::from_float` (__float2half_rn / __float2bfloat16_rn)

@@ -7,7 +7,7 @@
 // otherwise portable loops cloned for x86-64-v4/v3. Every other element rounding (directed, to
 // odd, stochastic) scales into a buffer and rounds it with the bulk kernels (bulk.hpp).
 // docs/blocks.md defines every step; the tests compare with an oracle written separately
-// (tests/block_oracle.cpp) and, in Python, with a numpy transcription of the definitions.
+// (tests/support/block_oracle.cpp) and, in Python, with a numpy transcription of the definitions.
 // Compiled with -ffp-contract=off: every fp32 step is its own rounding, as the definitions say.
 #include "halfway/blocks.hpp"
 

@@ -4,7 +4,7 @@
 // compiled once for AVX2 (8 lanes) and once for AVX-512 (16 lanes); the instruction set is
 // chosen at run time. A vector whose lanes are all ordinary (normal results that cannot
 // overflow) takes a short sequence of a dozen instructions; any other vector the full one.
-// Results and counts are bit-identical to the scalar reference in bulk.cpp: tests/test_bulk.cpp
+// Results and counts are bit-identical to the scalar reference in bulk.cpp: tests/lib/test_bulk.cpp
 // compares them on every boundary class, and its `exhaustive` cases on all 2^32 f32 inputs.
 //
 // What is covered:

@@ -21,17 +21,12 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import text_corpus  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failures  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments")
 TMP = tempfile.mkdtemp(prefix="halfway_experiments_test_")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 exps = os.path.join(TMP, "experiments")

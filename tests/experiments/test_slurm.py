@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import Raw, config, sweep_base  # noqa: E402
+
 SKIP = 77
 DEADLINE_S = 210  # everything, daemons' start and stop included; CTest's TIMEOUT is above it
 HALFWAY = os.path.abspath(sys.argv[1])
@@ -83,25 +86,10 @@ def free_ports(n):
     return ports
 
 
-SWEEP = """
-[base.model]
-kind = "mlp"
-layers = [8, 32, 32, 3]
-activation = "gelu"
-[base.data]
-synthetic = "blobs"
-batch_size = 64
-n = 512
-[base.loss]
-kind = "cross_entropy"
-[base.optimizer]
-kind = "adam"
-lr = 0.01
-[base.scaler]
-kind = "none"
-[base.run]
-steps = STEPS
-[axes]
+SWEEP = sweep_base(config("mlp", model={"layers": [8, 32, 32, 3], "activation": "gelu"},
+                          data={"synthetic": "blobs", "batch_size": 64, "n": 512},
+                          loss={"kind": "cross_entropy"}, precision=None, scaler={"kind": "none"},
+                          run={"steps": Raw("STEPS"), "seed": None})) + """[axes]
 "precision.policy" = ["fp32", "torch-cuda-fp16"]
 "run.seed" = [0, 1, 2, 3, 4, 5]
 """
@@ -466,25 +454,10 @@ def test(cluster, tmp):
         show_logs(killed)
 
 
-BISECT_CONFIG = """[model]
-kind = "mlp"
-layers = [8, 32, 32, 1]
-activation = "gelu"
-[data]
-synthetic = "regression"
-batch_size = 32
-n = 256
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-exp_avg_sq_dtype = "fp16"
-[precision]
-policy = "torch-cuda-bf16"
-[run]
-steps = 40
-"""
+BISECT_CONFIG = config("mlp", model={"layers": [8, 32, 32, 1], "activation": "gelu"},
+                       data={"batch_size": 32}, optimizer={"exp_avg_sq_dtype": "fp16"},
+                       precision={"policy": "torch-cuda-bf16"}, scaler=None,
+                       run={"steps": 40, "seed": None})
 
 
 def test_bisect(cluster, tmp):

@@ -13,15 +13,13 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import Raw, config, sweep_base  # noqa: E402
+from scratch import tree  # noqa: E402
+from checks import check, failures  # noqa: E402
+
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_test_")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def run(args, env=None, **kw):
@@ -41,36 +39,10 @@ def write(name, text):
     return p
 
 
-def tree(d):
-    """{relative path: bytes} of every file under d."""
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, d)] = fh.read()
-    return out
-
-
-BASE = """
-[base.model]
-kind = "mlp"
-layers = [8, 16, 3]
-activation = "gelu"
-[base.data]
-synthetic = "blobs"
-batch_size = 32
-n = 256
-[base.loss]
-kind = "cross_entropy"
-[base.optimizer]
-kind = "adam"
-lr = 0.01
-[base.scaler]
-kind = "none"
-[base.run]
-steps = STEPS
-"""
+BASE = sweep_base(config("mlp", model={"layers": [8, 16, 3], "activation": "gelu"},
+                         data={"synthetic": "blobs", "batch_size": 32, "n": 256},
+                         loss={"kind": "cross_entropy"}, precision=None, scaler={"kind": "none"},
+                         run={"steps": Raw("STEPS"), "seed": None}))
 
 SWEEP = BASE + """
 [axes]

@@ -23,16 +23,14 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import Raw, config, sweep_base  # noqa: E402
+from scratch import tree  # noqa: E402
+from checks import check, failures  # noqa: E402
+
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_conc_")
-failures = []
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def run(args, timeout=120):
@@ -55,40 +53,16 @@ def write(name, text):
     return p
 
 
-def tree(d):
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, d)] = fh.read()
-    return out
-
-
 def one_line_exit2(r, needle):
     lines = r.stderr.strip().splitlines()
     return r.returncode == 2 and len(lines) == 1 and needle in r.stderr
 
 
-BASE = """
-[base.model]
-kind = "mlp"
-layers = [4, 8, 2]
-activation = "relu"
-[base.data]
-synthetic = "blobs"
-batch_size = 16
-n = 64
-[base.loss]
-kind = "cross_entropy"
-[base.optimizer]
-kind = "sgd"
-lr = 0.01
-[base.precision]
-policy = "fp32"
-[base.run]
-steps = STEPS
-"""
+BASE = sweep_base(config("mlp", model={"layers": [4, 8, 2], "activation": "relu"},
+                         data={"synthetic": "blobs", "batch_size": 16, "n": 64},
+                         loss={"kind": "cross_entropy"}, optimizer={"kind": "sgd"},
+                         precision={"policy": "fp32"}, scaler=None,
+                         run={"steps": Raw("STEPS"), "seed": None}))
 SWEEP = BASE + """
 [axes]
 "precision.policy" = ["fp32", "torch-cuda-fp16"]

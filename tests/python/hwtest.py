@@ -1,4 +1,4 @@
-"""Shared helpers of the Python tests: skipping, bit views, boundary inputs, the test runner.
+"""Shared helpers of the Python tests: skipping, checks, bit views, boundary inputs, a runner.
 
 A test that needs an optional module (torch, nbclient) exits with SKIP (CTest's
 SKIP_RETURN_CODE) after printing "skipped: ...", so that it never passes silently."""
@@ -10,6 +10,16 @@ import unittest
 import numpy as np
 
 SKIP = 77
+
+# The failed checks of a script-style test (it exits 1 when there is one).
+fails = []
+
+
+def check(cond, what):
+    """Counts and prints a failed check."""
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
 
 
 def require(module, purpose):

@@ -737,7 +737,7 @@ def row_scaled():
     """nvfp4:row_scaled (Transformer Engine's row-scaled NVFP4) by hand and against nvfp4_ref's
     per-line transcription: decoding with each line's global scale, the global scales' shape,
     and bad input."""
-    # By hand (tests/test_blocks.cpp derives each number): rows 6, 3, -1.5, 0.5 and the same
+    # By hand (tests/lib/test_blocks.cpp derives each number): rows 6, 3, -1.5, 0.5 and the same
     # times 2^-20. Per tensor the second row's block scale rounds to 0 and its values flush;
     # row-scaled, its global scale is 448 * 2^20 and it decodes exactly.
     x = np.zeros((2, 16), dtype=F32)

@@ -12,6 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 
 hwtest.require("torch", "the emulate benchmark")
 import halfway  # noqa: E402
@@ -23,13 +24,6 @@ FAKE = "fake-quant (torchao/microxcaling style)"
 GOALS = {("native", False): 2.0, ("native", True): 3.0,
          ("fp32 (bit-exact GEMMs)", False): 3.0, ("fp32 (bit-exact GEMMs)", True): 4.0,
          (FAKE, False): None, (FAKE, True): None}
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 rows = emulate_bench.run(repeats=1, inner=1, quiet=True)

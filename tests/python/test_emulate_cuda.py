@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 from hwtest import same_runs as same, tensor_bits as bits  # noqa: E402
 
 torch = hwtest.require("torch", "emulating a model on a CUDA device")
@@ -33,13 +34,6 @@ if not torch.cuda.is_available():
     sys.exit(hwtest.SKIP)
 import halfway.torch as ht  # noqa: E402
 
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def mlp():

@@ -10,7 +10,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import hwtest  # noqa: E402
+from scratch import tree  # noqa: E402
+from checks import check, failures  # noqa: E402
 
 hwtest.require("torch", "the PyTorch model")
 if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
@@ -18,13 +21,6 @@ if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
     sys.exit(hwtest.SKIP)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def experiment(tmp, name, edit):
@@ -52,17 +48,6 @@ def run(script, out, *args):
                           text=True)
 
 
-def files(folder):
-    """{relative path: bytes} of every file under `folder`."""
-    out = {}
-    for base, _, names in os.walk(folder):
-        for n in names:
-            p = os.path.join(base, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, folder)] = f.read()
-    return out
-
-
 def main():
     tmp = tempfile.mkdtemp(prefix="halfway_emulate_experiment_")
     script = experiment(tmp, "exp", small)
@@ -70,7 +55,7 @@ def main():
     r1, r2 = run(script, one), run(script, two, "--jobs", "2")
     check(r1.returncode == 0 and r2.returncode == 0, "runs at 1 and 2 jobs: %s %s"
           % (r1.stderr[-500:], r2.stderr[-500:]))
-    f1, f2 = files(one), files(two)
+    f1, f2 = tree(one), tree(two)
     check(len(f1) == 2 + 1 + 6 * 4 and f1 == f2,
           "byte-identical results at 1 and 2 jobs (%d files)" % len(f1))
 
@@ -85,7 +70,7 @@ def main():
     check(not os.path.exists(stale), "resume: the half-written run folder is removed")
     check(os.stat(os.path.join(one, "runs", "0000", "steps.csv")).st_mtime_ns == kept,
           "resume: a finished run is not trained again")
-    check(files(one) == f2, "resume: the results are the uninterrupted ones, byte for byte")
+    check(tree(one) == f2, "resume: the results are the uninterrupted ones, byte for byte")
 
     def one_line(r, needle, what):
         lines = r.stderr.strip().splitlines()
@@ -95,7 +80,7 @@ def main():
 
     other = experiment(tmp, "other", lambda s: small(s).replace("lr = 0.003", "lr = 0.004"))
     one_line(run(other, one), "holds the runs of another emulate.toml", "another definition")
-    check(files(one) == f2, "another definition: the results are left as they were")
+    check(tree(one) == f2, "another definition: the results are left as they were")
     bad = experiment(tmp, "bad", lambda s: small(s) + "[extra]\nx = 1\n")
     one_line(run(bad, os.path.join(tmp, "b1")), "unknown table(s) extra", "unknown table")
     bad = experiment(tmp, "bad2", lambda s: small(s).replace("vocab = 16", "vocab = 16\nwidth = 3"))

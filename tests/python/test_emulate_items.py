@@ -15,13 +15,13 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 from hwtest import same_runs as same, tensor_bits as bits  # noqa: E402
 
 torch = hwtest.require("torch", "emulating a TransformerEncoder")
 import halfway.torch as ht  # noqa: E402
 from halfway import emulate as emu_module  # noqa: E402
 
-fails = []
 calls = {"items": 0}
 _forward_items = emu_module._Gemm.forward_items
 
@@ -32,12 +32,6 @@ def counted(self, A, B):
 
 
 emu_module._Gemm.forward_items = counted
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def train(recipe, accumulation, out, steps=4):

@@ -14,6 +14,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 
 torch = hwtest.require("torch", "a real GradScaler")
 import halfway.torch as ht  # noqa: E402
@@ -23,13 +24,6 @@ try:
 except (AttributeError, TypeError, RuntimeError) as e:
     print(f"skipped: this torch has no torch.amp.GradScaler('cpu') ({e})")
     sys.exit(hwtest.SKIP)
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def run(out, scaler, steps=12):

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 
 import halfway  # noqa: E402
 from halfway import peer_bench  # noqa: E402
@@ -31,13 +32,6 @@ for mod in ("ml_dtypes", "torch", "torchao.prototype.mx_formats"):
     hwtest.require(mod, "the peer benchmark's exact rows")
 
 EXACT = ("ml_dtypes", "torch .to", "torchao")
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 rows = peer_bench.run(n=8192, repeats=1, inner=1, quiet=True)

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 
 gfloat = hwtest.require("gfloat", "the comparison with gfloat's format definitions")
 import halfway  # noqa: E402
@@ -38,13 +39,6 @@ NANLESS = ("e2m3", "e3m2", "e2m1")
 # NaN: 4 NaN inputs x 3 formats x 5 modes (saturating only); e8m0: 10 mode/saturation runs.
 EXPECTED = {"nan into a format without NaN": 4 * 3 * 5, "e8m0 negative": 114830,
             "e8m0 below 2^-127": 64}
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def formats():

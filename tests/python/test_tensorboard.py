@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 
 import halfway  # noqa: E402
 from halfway import tensorboard as htb  # noqa: E402
@@ -40,13 +41,6 @@ CONFIG = {
     "scaler": {"kind": "dynamic"},
     "run": {"steps": STEPS, "seed": 7},
 }
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def read(path):

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, fails  # noqa: E402
 
 torch = hwtest.require("torch", "PyTorch's CPU bf16 linear")
 import halfway  # noqa: E402
@@ -39,13 +40,6 @@ if not torch.backends.mkldnn.is_available():
     sys.exit(hwtest.SKIP)
 
 CHUNK = 1024
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def bf16(a):

@@ -7,7 +7,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import hwtest  # noqa: E402
+from configs import config  # noqa: E402
 
 pd = hwtest.require("pandas", "halfway.train's DataFrames")
 import halfway  # noqa: E402
@@ -16,28 +18,8 @@ if not hasattr(halfway._halfway, "_train_to_dir"):
     print("skipped: this build of the Python module has no simulator (sim/)")
     sys.exit(hwtest.SKIP)
 
-TEXT = """
-[model]
-kind = "mlp"
-layers = [6, 16, 1]
-activation = "relu"
-[data]
-synthetic = "regression"
-n = 256
-batch_size = 32
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cuda-fp16"
-[scaler]
-kind = "dynamic"
-[run]
-steps = 3
-seed = 7
-"""
+TEXT = config("mlp", model={"layers": [6, 16, 1], "activation": "relu"},
+              data={"batch_size": 32}, run={"steps": 3, "seed": 7})
 DICT = {
     "model": {"kind": "mlp", "layers": [6, 16, 1], "activation": "relu"},
     "data": {"synthetic": "regression", "n": 256, "batch_size": 32},

@@ -6,34 +6,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import data_file  # noqa: E402
+
 SKIP = 77  # CTest SKIP_RETURN_CODE
 
-ISSUE_CONFIG = """\
-[model]
-kind = "mlp"
-layers = [10, 32, 1]
-activation = "relu"
-init = "init.npz"          # optional: PyTorch state_dict names
-[data]
-npz = "data.npz"           # arrays x and y
-batch_size = 64
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cpu-bf16"
-[scaler]
-kind = "dynamic"           # none | static | dynamic
-init_scale = 65536.0
-growth_factor = 2.0
-backoff_factor = 0.5
-growth_interval = 2000
-[run]
-steps = 5
-seed = 0
-"""
+# The MLP config of the issue that specified `halfway train`, verbatim (comments included).
+with open(data_file("issue_mlp.toml")) as f:
+    ISSUE_CONFIG = f.read()
 
 
 def need_torch(version=None):

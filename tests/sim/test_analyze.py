@@ -20,6 +20,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import Workdir, check, run  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
 FORMATS = "fp16,bf16,e4m3,e5m2"
 
@@ -130,31 +132,10 @@ def check_against_brute_force(halfway, w):
         check((row["k_low"], row["k_high"]) == want, f"{name} {fmt}: window {want}")
 
 
-TRAIN = """\
-[model]
-kind = "mlp"
-layers = [6, 16, 2]
-[data]
-synthetic = "regression"
-n = 64
-batch_size = 16
-[loss]
-kind = "mse"
-[optimizer]
-kind = "sgd"
-lr = 0.1
-[precision]
-policy = "torch-cuda-fp16"
-[scaler]
-kind = "none"
-[run]
-steps = {steps}
-seed = 11
-[trace]
-every = 1
-[output]
-weights = true
-"""
+def train_config(steps):
+    return config("mlp", model={"layers": [6, 16, 2]}, data={"n": 64, "batch_size": 16},
+                  optimizer={"kind": "sgd", "lr": 0.1}, scaler={"kind": "none"},
+                  run={"steps": steps, "seed": 11}, trace={"every": 1}, output={"weights": True})
 
 
 def check_against_train(halfway, w):
@@ -163,7 +144,7 @@ def check_against_train(halfway, w):
     must give the tracer's counts and histograms for those roundings."""
     steps = 3
     for s in (steps, steps + 1):
-        cfg = w.write(f"r{s}.toml", TRAIN.format(steps=s))
+        cfg = w.write(f"r{s}.toml", train_config(s))
         r = run(halfway, "train", cfg, "--out", w.file(f"r{s}"))
         check(r.returncode == 0, f"train failed: {r.stderr}")
     r = run(halfway, "analyze", w.file(f"r{steps}/weights.npz"), "--formats", "fp16",

@@ -18,27 +18,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import SKIP, Workdir, check, read_csv, run, strace_env, strace_missing  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
-LONG = """\
-[model]
-kind = "mlp"
-layers = [10, 32, 1]
-[data]
-synthetic = "regression"
-n = 256
-batch_size = 64
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cuda-fp16"
-[scaler]
-kind = "dynamic"
-[run]
-steps = STEPS
-"""
+def long_run(steps):
+    """The MLP that these runs train, for `steps` steps."""
+    return config("mlp", run={"steps": steps, "seed": None})
+
+
 OUTPUTS = ("steps.csv", "trace.csv", "scale_window.csv", "memory.csv", "updates.csv",
            "blocks.csv", "manifest.json")
 
@@ -52,7 +39,7 @@ def tmp_files(d):
 
 
 def interrupted_run(halfway, w, sig, name):
-    cfg = w.write(f"{name}.toml", LONG.replace("STEPS", "100000000"))
+    cfg = w.write(f"{name}.toml", long_run(100000000))
     out = w.file(name)
     # A run meant to be stopped: its disk estimate (hundreds of GiB) is waived by --max-disk.
     p = subprocess.Popen([halfway, "train", cfg, "--out", out, "--max-disk", LONG_DISK],
@@ -125,7 +112,7 @@ def wait_for(p, cond, what):
 def interrupted_sweep(halfway, w):
     """SIGINT to a sweep whose third run is long: the finished runs are indexed, the run in
     progress stops at a step boundary and is removed, exit 130."""
-    w.write("sweep_base.toml", LONG.replace("STEPS", "2"))
+    w.write("sweep_base.toml", long_run(2))
     sweep = w.write("long_sweep.toml",
                     'base = "sweep_base.toml"\n[axes]\n"run.steps" = [2, 3, 100000000]\n')
     res = w.file("long_sweep")
@@ -202,7 +189,7 @@ def main(halfway):
                 f"notes.txt.tmp.{dead.pid}@{host}", "steps.csv.tmp.x1"]  # not a halfway output
         for f in stale + kept:
             open(os.path.join(out, f), "w").write("partial\n")
-        cfg = w.write("short.toml", LONG.replace("STEPS", "3"))
+        cfg = w.write("short.toml", long_run(3))
         r = run(halfway, "train", cfg, "--out", out)
         check(r.returncode == 0, r.stderr)
         left = tmp_files(out)
@@ -213,7 +200,7 @@ def main(halfway):
 
         # A sweep treats a run whose manifest says "complete": false as not done: a resume
         # reruns it (and merge does not count it).
-        w.write("base.toml", LONG.replace("STEPS", "2"))
+        w.write("base.toml", long_run(2))
         sweep = w.write("sweep.toml", 'base = "base.toml"\n[axes]\n"run.seed" = [0, 1, 2]\n')
         res = w.file("sweep_out")
         r = run(halfway, "sweep", sweep, "--out", res, "--quiet")

@@ -12,68 +12,18 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import Workdir, check, read_csv, run  # noqa: E402
-
-MLP = """\
-[model]
-kind = "mlp"
-layers = [LAYERS]
-[data]
-synthetic = "regression"
-n = N
-batch_size = BATCH
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cuda-fp16"
-[scaler]
-kind = "dynamic"
-[run]
-steps = STEPS
-"""
-
-TRANSFORMER = """\
-[model]
-kind = "transformer"
-vocab = VOCAB
-seq_len = SEQ
-d_model = DMODEL
-heads = 2
-blocks = BLOCKS
-mlp_ratio = RATIO
-[data]
-synthetic = "copy"
-n = 512
-batch_size = BATCH
-[loss]
-kind = "cross_entropy"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cuda-bf16"
-[scaler]
-kind = "dynamic"
-[run]
-steps = STEPS
-"""
-
-
-def fill(text, **kw):
-    for k, v in kw.items():
-        text = text.replace(k, str(v))
-    return text
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import Raw, config  # noqa: E402
 
 def mlp(layers="10, 32, 1", n=256, batch=64, steps=2):
-    return fill(MLP, LAYERS=layers, N=n, BATCH=batch, STEPS=steps)
+    return config("mlp", model={"layers": Raw(f"[{layers}]")}, data={"n": n, "batch_size": batch},
+                  run={"steps": steps, "seed": None})
 
 
 def transformer(vocab=16, seq=8, dmodel=32, blocks=1, ratio=4, batch=16, steps=2):
-    return fill(TRANSFORMER, VOCAB=vocab, SEQ=seq, DMODEL=dmodel, BLOCKS=blocks, RATIO=ratio,
-                BATCH=batch, STEPS=steps)
+    return config("transformer", model={"vocab": vocab, "seq_len": seq, "d_model": dmodel,
+                                        "blocks": blocks, "mlp_ratio": ratio},
+                  data={"batch_size": batch}, run={"steps": steps})
 
 
 def one_error_line(r, cmd, what):

@@ -11,41 +11,21 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import Workdir, check  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import Raw, config  # noqa: E402
 
-CONFIG = """\
-[model]
-kind = "mlp"
-layers = {layers}
-activation = "relu"
-{init}
-[data]
-synthetic = "regression"
-n = 64
-batch_size = 8
-[loss]
-kind = "mse"
-[optimizer]
-kind = "sgd"
-lr = 0.5
-[precision]
-policy = "fp32"
-[scaler]
-kind = "none"
-[run]
-steps = {steps}
-seed = 3
-[trace]
-enabled = false
-[output]
-weights = true
-grads = {grads}
-"""
 
 
 def train(halfway, w, name, layers, steps, grads, init=""):
     """Run one config; (output directory, peak RSS of the run in KiB)."""
-    cfg = w.write(name + ".toml", CONFIG.format(layers=layers, steps=steps, init=init,
-                                                grads="true" if grads else "false"))
+    model = {"layers": Raw(layers), "activation": "relu"}
+    if init:
+        model["init"] = init
+    cfg = w.write(name + ".toml", config(
+        "mlp", model=model, data={"n": 64, "batch_size": 8},
+        optimizer={"kind": "sgd", "lr": 0.5}, precision={"policy": "fp32"},
+        scaler={"kind": "none"}, run={"steps": steps, "seed": 3}, trace={"enabled": False},
+        output={"weights": True, "grads": grads}))
     out = w.file(name)
     with tempfile.TemporaryFile() as err:
         p = subprocess.Popen([halfway, "train", cfg, "--out", out], stdout=subprocess.DEVNULL,
@@ -88,7 +68,7 @@ def main(halfway):
                 "2.weight": g.uniform(-0.2, 0.2, (2, 16)), "2.bias": g.uniform(-0.2, 0.2, 2)}
         init = {k: v.astype(np.float32) for k, v in init.items()}
         np.savez(w.file("init.npz"), **init)
-        out, _ = train(halfway, w, "one", "[4, 16, 2]", 1, grads=True, init='init = "init.npz"')
+        out, _ = train(halfway, w, "one", "[4, 16, 2]", 1, grads=True, init="init.npz")
         grads = np.load(os.path.join(out, "grads.npz"))
         weights = np.load(os.path.join(out, "weights.npz"))
         check(sorted(grads.files) == sorted("step0." + k for k in init), f"{grads.files}")

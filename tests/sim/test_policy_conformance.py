@@ -30,51 +30,23 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import simtest  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "sim.md")
 
+# The two models every preset runs one step of, without a scaler: what differs from
+# tests/data/<model>.toml.
 MODELS = {
-    "transformer": """\
-[model]
-kind = "transformer"
-vocab = 16
-seq_len = 8
-d_model = 32
-heads = 2
-blocks = 1
-[data]
-synthetic = "copy"
-batch_size = 16
-n = 64
-[loss]
-kind = "cross_entropy"
-""",
-    "mlp": """\
-[model]
-kind = "mlp"
-layers = [16, 64, 64, 1]
-activation = "gelu"
-[data]
-synthetic = "regression"
-batch_size = 16
-n = 64
-[loss]
-kind = "mse"
-""",
+    "transformer": {"data": {"n": 64}},
+    "mlp": {"model": {"layers": [16, 64, 64, 1], "activation": "gelu"},
+            "data": {"batch_size": 16, "n": 64}},
 }
 
-TAIL = """\
-[optimizer]
-kind = "adam"
-lr = 0.003
-[precision]
-policy = "{policy}"
-[scaler]
-kind = "none"
-[run]
-steps = {steps}
-seed = 0
-"""
+
+def model_config(model, policy):
+    return config(model, optimizer={"lr": 0.003}, precision={"policy": policy},
+                  scaler={"kind": "none"}, run={"steps": 1, "seed": 0}, **MODELS[model])
 
 
 def split_list(cell):
@@ -176,7 +148,7 @@ def check_options(halfway, w, btable, linear_scopes):
     simtest.check(len(rows) == 10, "the key table has %d rows" % len(rows))
     for key, preset, value, copies in rows:
         tag = "opt-%s-%s" % (preset, key)
-        text = (MODELS["transformer"] + TAIL.format(policy=preset, steps=1) +
+        text = (model_config("transformer", preset) +
                 "[precision.blocks]\n%s = %s\n" % (key, value))
         simtest.train(halfway, w.write(tag + ".toml", text), w.file(tag))
         v = toml_value(value)
@@ -235,7 +207,7 @@ def check_blocks(name, cells, blocks, linear_scopes):
 
 def tool_presets(halfway, w):
     """The presets the tool itself lists when asked for an unknown one."""
-    path = w.write("bad.toml", MODELS["mlp"] + TAIL.format(policy="no-such-policy", steps=1))
+    path = w.write("bad.toml", model_config("mlp", "no-such-policy"))
     r = simtest.run(halfway, "train", path, "--out", w.file("bad"))
     m = re.search(r"presets: ([^;)]*)", r.stderr)
     simtest.check(r.returncode == 2 and m, "unknown policy is refused with the preset list: "
@@ -245,7 +217,7 @@ def tool_presets(halfway, w):
 
 def traced_step(halfway, w, model, policy):
     tag = "%s-%s" % (model, policy)
-    path = w.write(tag + ".toml", MODELS[model] + TAIL.format(policy=policy, steps=1))
+    path = w.write(tag + ".toml", model_config(model, policy))
     simtest.train(halfway, path, w.file(tag))
     return (simtest.read_csv(os.path.join(w.file(tag), "trace.csv")),
             simtest.read_csv(os.path.join(w.file(tag), "blocks.csv")))

@@ -11,27 +11,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import Workdir, check, run  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
-CONFIG = """\
-[model]
-kind = "mlp"
-layers = [32, 32, 1]
-[data]
-synthetic = "regression"
-batch_size = 32
-n = 64
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.003
-[precision]
-policy = "mxfp8"
-[scaler]
-kind = "none"
-[run]
-steps = 1
-"""
+CONFIG = config("mlp", model={"layers": [32, 32, 1]}, data={"batch_size": 32, "n": 64},
+                optimizer={"lr": 0.003}, precision={"policy": "mxfp8"}, scaler={"kind": "none"},
+                run={"steps": 1, "seed": None})
 
 
 def main(halfway):

@@ -19,10 +19,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import SKIP, Workdir, check, run, strace_env, strace_missing  # noqa: E402
-from test_interrupt import LONG  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
-# test_interrupt's MLP, 12 steps, with both archives.
-CONFIG = LONG.replace("STEPS", "12\nseed = SEED") + "[output]\nweights = true\ngrads = true\n"
+
+def rerun_config(seed):
+    """test_interrupt's MLP (tests/data/mlp.toml without a seed of its own), 12 steps, with
+    both archives."""
+    return config("mlp", run={"steps": 12, "seed": seed}, output={"weights": True, "grads": True})
 
 
 def snapshot(d):
@@ -60,7 +64,7 @@ def make_runs(halfway, w, kind):
     the rerun's command but its --out. kind "train": `halfway train`; "analyze": `halfway
     analyze` of those two runs' grads.npz. The inputs are at the same paths throughout, so
     the manifests match byte for byte."""
-    cfgs = [w.write(f"seed{s}.toml", CONFIG.replace("SEED", str(s))) for s in (0, 1)]
+    cfgs = [w.write(f"seed{s}.toml", rerun_config(s)) for s in (0, 1)]
     # --max-disk: the disk estimate (an upper bound, about twice the run) would refuse the
     # lower free-space levels before anything is written; the test is of the write path.
     cmds = [["train", c, "--threads", "1", "--max-disk", "1T"] for c in cfgs]

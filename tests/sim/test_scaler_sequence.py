@@ -11,33 +11,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import Workdir, check, train  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
-CONFIG = """
-[model]
-kind = "mlp"
-layers = [8, 16, 1]
-activation = "relu"
-[data]
-synthetic = "regression"
-n = 128
-batch_size = 128
-[loss]
-kind = "mse"
-[optimizer]
-kind = "sgd"
-lr = 0.001
-[precision]
-policy = "{policy}"
-[scaler]
-kind = "dynamic"
-init_scale = {init}
-growth_factor = {growth}
-backoff_factor = {backoff}
-growth_interval = {interval}
-[run]
-steps = 40
-seed = 5
-"""
 
 
 def pytorch_rule(found_inf, init, growth, backoff, interval):
@@ -69,8 +45,12 @@ def main(halfway):
         for policy, init, growth, backoff, interval in (
                 ("pure-fp16", 2.0 ** 20, 2.0, 0.5, 3), ("pure-fp16", 3.0e5, 3.0, 0.3, 2),
                 ("fp32", 1.0e37, 8.0, 0.75, 1)):
-            cfg = w.write("run.toml", CONFIG.format(policy=policy, init=init, growth=growth,
-                                                    backoff=backoff, interval=interval))
+            cfg = w.write("run.toml", config(
+                "mlp", model={"layers": [8, 16, 1], "activation": "relu"},
+                data={"n": 128, "batch_size": 128}, optimizer={"kind": "sgd", "lr": 0.001},
+                precision={"policy": policy},
+                scaler={"init_scale": init, "growth_factor": growth, "backoff_factor": backoff,
+                        "growth_interval": interval}, run={"steps": 40, "seed": 5}))
             rows = train(halfway, cfg, w.file("out"))
             found = [r["found_inf"] == "1" for r in rows]
             if policy != "fp32":

@@ -7,38 +7,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from simtest import Workdir, batches, check, mlp_export, need_torch, train  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
 
 need_torch()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-CONFIG = """
-[model]
-kind = "mlp"
-layers = [10, 32, 32, 1]
-activation = "relu"
-init = "init.npz"
-[data]
-npz = "data.npz"
-batch_size = 64
-[loss]
-kind = "mse"
-[optimizer]
-{optimizer}
-[precision]
-policy = "fp32"
-[run]
-steps = {steps}
-seed = 0
-[output]
-grads = true
-"""
 
 OPTIMIZERS = {
-    "sgd": ('kind = "sgd"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 0.01',
+    "sgd": ({"kind": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01},
             lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01)),
-    "adam": ('kind = "adam"\nlr = 0.01', lambda p: torch.optim.Adam(p, lr=0.01)),
-    "adamw": ('kind = "adamw"\nlr = 0.01\nweight_decay = 0.1',
+    "adam": ({"kind": "adam", "lr": 0.01}, lambda p: torch.optim.Adam(p, lr=0.01)),
+    "adamw": ({"kind": "adamw", "lr": 0.01, "weight_decay": 0.1},
               lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
 }
 
@@ -49,9 +30,13 @@ def main(halfway):
     worst_loss = worst_grad = 0.0
     w = Workdir("torch_fp32")
     try:
-        for name, (opt_toml, make_opt) in OPTIMIZERS.items():
+        for name, (optimizer, make_opt) in OPTIMIZERS.items():
             model, x, y = mlp_export(np, torch, [10, 32, 32, 1], 256, 7, w)
-            cfg = w.write("run.toml", CONFIG.format(optimizer=opt_toml, steps=steps))
+            cfg = w.write("run.toml", config(
+                "mlp", model={"layers": [10, 32, 32, 1], "activation": "relu", "init": "init.npz"},
+                data={"synthetic": None, "n": None, "npz": "data.npz"}, optimizer=optimizer,
+                precision={"policy": "fp32"}, scaler=None, run={"steps": steps},
+                output={"grads": True}))
             out = w.file("out_" + name)
             rows = train(halfway, cfg, out)
             grads = np.load(os.path.join(out, "grads.npz"))

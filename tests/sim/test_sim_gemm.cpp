@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "../sim/src/gemm_f32.hpp"
+#include "../../sim/src/gemm_f32.hpp"
 #include "halfway/cpu.hpp"
 #include "halfway/halfway.hpp"
 #include "halfway/names.hpp"

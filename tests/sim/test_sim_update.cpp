@@ -12,6 +12,7 @@
 #include "halfway/sim/optim.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "configs.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -51,27 +52,10 @@ const TraceRecord* find(const StepTrace& st, const std::string& name) {
   return nullptr;
 }
 
-const std::string kPure = R"(
-[model]
-kind = "mlp"
-layers = [8, 16, 1]
-activation = "gelu"
-[data]
-synthetic = "regression"
-batch_size = 32
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.001
-[precision]
-policy = "pure-bf16"
-[scaler]
-kind = "none"
-[run]
-steps = 6
-seed = 3
-)";
+const std::string kPure = halfway_test::config(
+    "mlp", {{"model.layers", "[8, 16, 1]"}, {"model.activation", "\"gelu\""}, {"data.n", std::nullopt},
+            {"data.batch_size", "32"}, {"optimizer.lr", "0.001"}, {"precision.policy", "\"pure-bf16\""},
+            {"scaler.kind", "\"none\""}, {"run.steps", "6"}, {"run.seed", "3"}});
 
 std::string with(std::string s, const std::string& after, const std::string& extra) {
   const auto p = s.find(after);

@@ -25,6 +25,7 @@
 #include "halfway/sim/policy.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "configs.hpp"
 #include "scratch.hpp"
 
 using namespace halfway;
@@ -141,28 +142,12 @@ fs::path scratch(const std::string& name) {
 using halfway_test::slurp;
 
 std::string transformer(const std::string& policy, const std::string& precision = "") {
-  return R"([model]
-kind = "transformer"
-vocab = 16
-seq_len = 8
-d_model = 32
-heads = 2
-blocks = 1
-[data]
-synthetic = "copy"
-batch_size = 16
-n = 64
-[loss]
-kind = "cross_entropy"
-[optimizer]
-kind = "adam"
-lr = 0.003
-[precision]
-policy = ")" + policy + "\"\n" + precision + R"(
-[run]
-steps = 2
-seed = 3
-)";
+  const std::string line = "policy = \"" + policy + "\"\n";
+  std::string c = halfway_test::config(
+      "transformer", {{"data.n", "64"}, {"optimizer.lr", "0.003"}, {"precision.policy", "\"" + policy + "\""},
+                      {"[scaler]", std::nullopt}, {"run.steps", "2"}, {"run.seed", "3"}});
+  // The test's [precision] keys and tables, right after the policy.
+  return c.insert(c.find(line) + line.size(), precision + "\n");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 # `halfway verify` under CTest: the quick run (default suite), argument errors, a planted fault
 # that every check must catch, and the exhaustive runs (label `exhaustive`, excluded by default;
 # run them with `ctest -L exhaustive`).
-set(_expect ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect_exit.cmake)
+set(_expect ${HALFWAY_TEST_SUPPORT}/expect_exit.cmake)
 set(_halfway $<TARGET_FILE:halfway_cli>)
 
 # Quick run: every check agrees with the oracle; nothing on stderr when it is not a terminal.

@@ -34,6 +34,7 @@
 #include "halfway/halfway.hpp"
 #include "halfway/sim/trainer.hpp"
 #include "replay_mlp.cuh"
+#include "configs.hpp"
 
 namespace {
 
@@ -63,28 +64,12 @@ constexpr CaseDef kCases[] = {{"fp16-noscale", "torch-cuda-fp16", "none"},
 /// The demo's base configuration (experiments/demo/sweep.toml) with one case's policy and scaler.
 sim::TrainConfig case_config(const std::string& policy, const std::string& scaler, int steps,
                              const char* init_scale = nullptr) {
-  const std::string toml = R"([model]
-kind = "mlp"
-layers = [16, 64, 64, 1]
-activation = "gelu"
-[data]
-synthetic = "regression"
-noise = 0.001
-batch_size = 64
-n = 1024
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.003
-[precision]
-policy = ")" + policy + R"("
-[scaler]
-kind = ")" + scaler + "\"\n" + (init_scale ? "init_scale = " + std::string(init_scale) + "\n" : "") +
-                           R"([run]
-steps = )" + std::to_string(steps) + R"(
-seed = 0
-)";
+  std::vector<halfway_test::Key> keys = {
+      {"model.layers", "[16, 64, 64, 1]"}, {"model.activation", "\"gelu\""}, {"data.noise", "0.001"},
+      {"data.n", "1024"}, {"optimizer.lr", "0.003"}, {"precision.policy", "\"" + policy + "\""},
+      {"scaler.kind", "\"" + scaler + "\""}, {"run.steps", std::to_string(steps)}};
+  if (init_scale) keys.push_back({"scaler.init_scale", init_scale});
+  const std::string toml = halfway_test::config("mlp", keys);
   return sim::parse_config(toml, ".", "replay");
 }
 

@@ -21,6 +21,7 @@
 #include "halfway/sim/npz.hpp"
 #include "halfway/sim/context.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "configs.hpp"
 #include "scratch.hpp"
 
 using namespace halfway;
@@ -29,27 +30,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kMlp = R"(
-[model]
-kind = "mlp"
-layers = [10, 32, 1]
-activation = "relu"
-[data]
-synthetic = "regression"
-batch_size = 64
-[loss]
-kind = "mse"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "torch-cuda-fp16"
-[scaler]
-kind = "dynamic"
-[run]
-steps = 4
-seed = 0
-)";
+const std::string kMlp = halfway_test::config(
+    "mlp", {{"model.activation", "\"relu\""}, {"data.n", std::nullopt}, {"run.steps", "4"}});
 
 std::string replace(std::string s, const std::string& from, const std::string& to) {
   const auto p = s.find(from);
@@ -360,29 +342,10 @@ TEST_CASE("fp8-hybrid and the transformer train", "[sim][train]") {
     CHECK(e4m3);
     CHECK(e5m2);
   }
-  const std::string tf = R"(
-[model]
-kind = "transformer"
-vocab = 8
-seq_len = 6
-d_model = 16
-heads = 2
-blocks = 1
-[data]
-synthetic = "copy"
-n = 64
-batch_size = 16
-[loss]
-kind = "cross_entropy"
-[optimizer]
-kind = "adamw"
-lr = 0.01
-[precision]
-policy = "torch-cuda-bf16"
-[run]
-steps = 25
-seed = 1
-)";
+  const std::string tf = halfway_test::config(
+      "transformer", {{"model.vocab", "8"}, {"model.seq_len", "6"}, {"model.d_model", "16"},
+                      {"data.n", "64"}, {"optimizer.kind", "\"adamw\""}, {"[scaler]", std::nullopt},
+                      {"run.steps", "25"}, {"run.seed", "1"}});
   std::vector<StepTrace> tr;
   const auto rows = rows_of(parse_config(tf, "."), &tr);
   CHECK(rows.back().loss < 0.7 * rows.front().loss);
@@ -534,27 +497,11 @@ TEST_CASE("on_round sees every traced rounding with its values, and fp32 ones", 
 // ---- Limits (issue 16): sizes, memory, values that cannot train, files, stopping -------------
 
 TEST_CASE("sizes are checked in 64 bits against stated limits", "[sim][train][limits]") {
-  const std::string tr = R"(
-[model]
-kind = "transformer"
-vocab = 16
-seq_len = 8
-d_model = 4
-heads = 2
-mlp_ratio = 4
-[data]
-synthetic = "copy"
-batch_size = 4
-[loss]
-kind = "cross_entropy"
-[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "fp32"
-[run]
-steps = 1
-)";
+  const std::string tr = halfway_test::config(
+      "transformer", {{"model.d_model", "4"}, {"model.blocks", std::nullopt},
+                      {"model.mlp_ratio", "4"}, {"data.n", std::nullopt}, {"data.batch_size", "4"},
+                      {"precision.policy", "\"fp32\""}, {"[scaler]", std::nullopt},
+                      {"run.steps", "1"}});
   CHECK_NOTHROW(parse_config(tr, "."));
   // 4 * 2^30 wrapped an int in the model and crashed.
   expect_error(replace(tr, "mlp_ratio = 4", "mlp_ratio = 1073741824"),

@@ -1,5 +1,5 @@
 // halfway/cpu.hpp: one detection, one mask, one override for users (HALFWAY_DISABLE_ISA, checked
-// end to end in tests/cli) and one for tests; every vector path follows it to its scalar twin,
+// end to end in tests/tools) and one for tests; every vector path follows it to its scalar twin,
 // with the same bits.
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
 // The vector paths of the in-format and block-FMA GEMMs (sim/src/gemm_model.cpp) against the
-// scalar path, which is lib's dot() per element (the definition; tests/test_accumulate.cpp
+// scalar path, which is lib's dot() per element (the definition; tests/lib/test_accumulate.cpp
 // checks dot() against an independent oracle). Every accumulation preset, every input format it
 // takes, the rounding directions a run may choose, and a floored/variant block model; random
 // values and adversarial ones (cancellation to exact zeros, subnormal and underflowing products,
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../sim/src/gemm_model.hpp"
+#include "../../sim/src/gemm_model.hpp"
 #include "halfway/halfway.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"

@@ -15,6 +15,9 @@ import sys
 import tempfile
 from collections import defaultdict
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import Raw, config  # noqa: E402
+
 HALFWAY = sys.argv[1]
 failures = 0
 
@@ -31,69 +34,28 @@ def run(args):
     return p.returncode, p.stdout, p.stderr
 
 
-MLP = """[model]
-kind = "mlp"
-layers = [8, 32, 32, 1]
-activation = "gelu"
-[data]
-synthetic = "regression"
-batch_size = 32
-n = 256
-[loss]
-kind = "mse"
-"""
+def mlp(optimizer, precision, steps, scaler=None):
+    """The planted MLP (8-32-32-1, gelu) with its optimizer, precision and steps."""
+    return config("mlp", model={"layers": [8, 32, 32, 1], "activation": "gelu"},
+                  data={"batch_size": 32}, optimizer=optimizer, precision=precision,
+                  scaler=scaler, run={"steps": steps, "seed": None})
 
-TRANSFORMER = """[model]
-kind = "transformer"
-vocab = 16
-seq_len = 8
-d_model = 16
-heads = 2
-blocks = 1
-[data]
-synthetic = "copy"
-batch_size = 16
-n = 256
-[loss]
-kind = "cross_entropy"
-"""
 
 # name: (config text, expected culprit, budget, extra arguments)
 PLANTED = {
     # Adam's second moment in fp16: (1 - beta2) g^2 flushes to zero for small gradients and the
     # update becomes m / eps. The matmul family in bf16 is a decoy. Two seeds, averaged.
-    "exp_avg_sq": (MLP + """[optimizer]
-kind = "adam"
-lr = 0.01
-exp_avg_sq_dtype = "fp16"
-[precision]
-policy = "torch-cuda-bf16"
-[run]
-steps = 40
-""", ["optimizer state exp_avg_sq"], 12, ["--seeds", "0,1"]),
+    "exp_avg_sq": (mlp({"exp_avg_sq_dtype": "fp16"}, {"policy": "torch-cuda-bf16"}, 40),
+                   ["optimizer state exp_avg_sq"], 12, ["--seeds", "0,1"]),
     # Pure bf16 weights with a small learning rate and nearest rounding: most updates vanish.
     # The ops computing in bf16 and the input cast are decoys.
-    "vanishing_update": (MLP + """[optimizer]
-kind = "adam"
-lr = 0.0005
-[precision]
-policy = "pure-bf16"
-[run]
-steps = 40
-""", ["weights"], 12, []),
+    "vanishing_update": (mlp({"lr": 0.0005}, {"policy": "pure-bf16"}, 40), ["weights"], 12, []),
     # Only the softmax in fp16, no loss scaling; the first moment in bf16 is a decoy.
-    "softmax": (TRANSFORMER + """[optimizer]
-kind = "adam"
-lr = 0.01
-exp_avg_dtype = "bf16"
-[precision]
-policy = "custom"
-low = "fp16"
-[precision.ops]
-softmax = "lower"
-[run]
-steps = 30
-""", ["softmax"], 8, ["--metric", "drift"]),
+    "softmax": (config("transformer", model={"d_model": 16}, data={"n": 256},
+                       optimizer={"exp_avg_dtype": "bf16"},
+                       precision={"policy": "custom", "low": "fp16"}, scaler=None,
+                       run={"steps": 30}, **{"precision.ops": {"softmax": "lower"}}),
+                ["softmax"], 8, ["--metric", "drift"]),
     # The same, cut into layers: the softmax lives in the one transformer block.
     "softmax_layer": (None, ["layer blocks.0"], 16, ["--metric", "drift", "--granularity", "layer"]),
     # The same, cut into single op sites: the attention's softmax, not its scores, scale or
@@ -101,44 +63,18 @@ steps = 30
     "softmax_tensor": (None, ["tensor blocks.0.attn.softmax"], 16,
                        ["--metric", "drift", "--granularity", "tensor"]),
     # fp16 exp_avg_sq in a byte-level language model, measured by the validation loss.
-    "val_loss": ("""[model]
-kind = "transformer"
-vocab = 256
-seq_len = 16
-d_model = 16
-heads = 2
-blocks = 1
-causal = true
-[data]
-text = "corpus.txt"
-batch_size = 8
-val_every = 10
-val_windows = 16
-[loss]
-kind = "cross_entropy"
-[optimizer]
-kind = "adam"
-lr = 0.01
-exp_avg_sq_dtype = "fp16"
-[precision]
-policy = "torch-cuda-bf16"
-[run]
-steps = 30
-""", ["optimizer state exp_avg_sq"], 10, ["--metric", "val_loss"]),
+    "val_loss": (config("transformer",
+                        model={"vocab": 256, "seq_len": 16, "d_model": 16, "causal": True},
+                        data={"synthetic": None, "n": None, "text": "corpus.txt", "batch_size": 8,
+                              "val_every": 10, "val_windows": 16},
+                        optimizer={"exp_avg_sq_dtype": "fp16"}, scaler=None, run={"steps": 30}),
+                  ["optimizer state exp_avg_sq"], 10, ["--metric", "val_loss"]),
     # Two causes, each enough to stop learning: a static loss scale of 2^-24 flushes every
     # fp16 gradient, and fp16 weights with a small learning rate lose their updates. Only
     # promoting the backward pass and the update together closes the gap.
-    "pair": (MLP + """[optimizer]
-kind = "adam"
-lr = 0.00005
-[precision]
-policy = "pure-fp16"
-[scaler]
-kind = "static"
-scale = 5.9604644775390625e-08
-[run]
-steps = 300
-""", ["backward", "update"], 8, ["--granularity", "role"]),
+    "pair": (mlp({"lr": 0.00005}, {"policy": "pure-fp16"}, 300,
+                 scaler={"kind": "static", "scale": Raw("5.9604644775390625e-08")}),
+             ["backward", "update"], 8, ["--granularity", "role"]),
 }
 
 # The tensors whose trace.csv rows the paragraph's flushed count sums.
@@ -150,15 +86,7 @@ PLANTED["softmax_tensor"] = (PLANTED["softmax"][0],) + PLANTED["softmax_tensor"]
 
 # fp8 with per-tensor current scaling and a 4-bit (e2m1) backward format: the gradients' fp8
 # copies are coarse, the search runs over the six GEMM operand copies.
-FP8_OPERANDS = MLP + """[optimizer]
-kind = "adam"
-lr = 0.01
-[precision]
-policy = "fp8-current"
-fp8_backward = "e2m1"
-[run]
-steps = 40
-"""
+FP8_OPERANDS = mlp({}, {"policy": "fp8-current", "fp8_backward": "e2m1"}, 40)
 COPIES = ["X (fprop)", "W (fprop)", "dY (dgrad)", "W (dgrad)", "dY (wgrad)", "X (wgrad)"]
 
 
@@ -290,15 +218,7 @@ def against_config(tmp):
     is no part; exp_avg (fp32 in the reference) and exp_avg_sq (bf16 there) are promoted to the
     reference's own formats, so the run with every part promoted is the reference's, bit for
     bit, seed by seed; the culprit is the fp16 exp_avg_sq."""
-    base = MLP + """[optimizer]
-kind = "adam"
-lr = 0.01
-exp_avg_sq_dtype = "bf16"
-[precision]
-policy = "torch-cuda-bf16"
-[run]
-steps = 40
-"""
+    base = mlp({"exp_avg_sq_dtype": "bf16"}, {"policy": "torch-cuda-bf16"}, 40)
     ref = write_config(tmp, "against_ref", base)
     cfg = write_config(tmp, "against_orig", base.replace(
         'exp_avg_sq_dtype = "bf16"', 'exp_avg_sq_dtype = "fp16"\nexp_avg_dtype = "bf16"'))
@@ -465,8 +385,7 @@ def budget_runs_out(tmp):
 def bad_input(tmp):
     text = PLANTED["exp_avg_sq"][0]
     cfg = write_config(tmp, "bad", text)
-    fp32 = write_config(tmp, "fp32", MLP + '[optimizer]\nkind = "adam"\nlr = 0.01\n'
-                        '[precision]\npolicy = "fp32"\n[run]\nsteps = 3\n')
+    fp32 = write_config(tmp, "fp32", mlp({}, {"policy": "fp32"}, 3))
     other_model = write_config(tmp, "other_model", text.replace("[8, 32, 32, 1]", "[8, 16, 1]"))
     cases = {
         "unknown granularity": ([cfg, "--granularity", "bogus"], "unknown granularity 'bogus'"),

@@ -1,5 +1,5 @@
 // Cases for checking the shared test main's exit rules (test_support.hpp); every case is hidden
-// and tests/test_support_exit.cmake runs them with filters and checks the exit status.
+// and tests/support/test_support_exit.cmake runs them with filters and checks the exit status.
 #include <catch2/catch.hpp>
 
 #include "test_support.hpp"

@@ -2,7 +2,7 @@
 # hidden cases: a run that skipped something and failed nothing exits 77 (CTest: skipped), also
 # when other cases passed; a failure wins over a skip, and 77 failed checks do not read as a
 # skip; a filter that matches nothing, or a run with no case selected, fails.
-set(_expect ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect_exit.cmake)
+set(_expect ${HALFWAY_TEST_SUPPORT}/expect_exit.cmake)
 set(_selftest $<TARGET_FILE:test_support_selftest>)
 function(_support_case name args rc)
   add_test(NAME test_support_${name}

@@ -22,15 +22,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from configs import config  # noqa: E402
+from checks import check, failures  # noqa: E402
+
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_output_test_")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def one_error_line(r):
@@ -45,25 +42,10 @@ def write(name, text):
     return p
 
 
-CONFIG = """
-[model]
-kind = "mlp"
-layers = [4, 8, 2]
-activation = "relu"
-[data]
-synthetic = "blobs"
-batch_size = 16
-n = 64
-[loss]
-kind = "cross_entropy"
-[optimizer]
-kind = "sgd"
-lr = 0.01
-[precision]
-policy = "fp32"
-[run]
-steps = 2
-"""
+CONFIG = config("mlp", model={"layers": [4, 8, 2], "activation": "relu"},
+                data={"synthetic": "blobs", "batch_size": 16, "n": 64},
+                loss={"kind": "cross_entropy"}, optimizer={"kind": "sgd"},
+                precision={"policy": "fp32"}, scaler=None, run={"steps": 2, "seed": None})
 
 if not os.path.exists("/dev/full"):
     print("skip: /dev/full is missing")

@@ -12,6 +12,7 @@
 #include "halfway/sim/ops.hpp"
 #include "halfway/sim/tracer.hpp"
 #include "halfway/sim/trainer.hpp"
+#include "configs.hpp"
 
 using namespace halfway;
 using namespace halfway::sim;
@@ -286,27 +287,10 @@ namespace {
 // Small enough for a fraction of a second per run, big enough for tens of thousands of
 // gradient values per step. The first-step comparison uses one full batch with SGD, the
 // whole-run one 100 steps of Adam on batches of 64.
-const char* kConfig = R"(
-[model]
-kind = "mlp"
-layers = [16, 64, 64, 4]
-activation = "gelu"
-[data]
-synthetic = "regression"
-n = 256
-noise = 0.01
-batch_size = 256
-[loss]
-kind = "mse"
-[optimizer]
-kind = "sgd"
-lr = 0.01
-[precision]
-policy = "torch-cuda-fp16"
-[run]
-steps = 1
-seed = 3
-)";
+const std::string kConfig = halfway_test::config(
+    "mlp", {{"model.layers", "[16, 64, 64, 4]"}, {"model.activation", "\"gelu\""},
+            {"data.noise", "0.01"}, {"data.batch_size", "256"}, {"optimizer.kind", "\"sgd\""},
+            {"[scaler]", std::nullopt}, {"run.steps", "1"}, {"run.seed", "3"}});
 
 // Sums over the steps of a run: the real counts and the run's own prediction for every k.
 struct Observed {

@@ -32,7 +32,7 @@ via_scripts_test() {
   shift
   (
     export HALFWAY_BUILD_DIR="$dir"
-    source "$here/../scripts/common.sh"
+    source "$here/../../scripts/common.sh"
     run_ctest "$@"
   )
 }
