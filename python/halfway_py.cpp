@@ -1704,18 +1704,10 @@ std::string format_name_arg(py::handle name) {
   return std::string(u, size_t(n));
 }
 
-PYBIND11_MODULE(_halfway, m) {
-  m.doc() = "Bit-exact low-precision floating point (the compiled core of the halfway package)";
-  halfway::cpu::check_environment();  // an unknown name in HALFWAY_DISABLE_ISA fails the import
+namespace {
 
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const InputError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    }
-  });
-
+/// halfway.Format: a format, from its name.
+void bind_format(py::module_& m) {
   py::class_<Format>(m, "Format",
                      "A floating-point format: parsed from a name such as 'fp16', 'e4m3:sat' "
                      "or 'e5m10:bias=14:ftz'.")
@@ -1743,7 +1735,10 @@ PYBIND11_MODULE(_halfway, m) {
            }))
       .def(py::pickle([](const Format& f) { return format_name(f); },
                       [](const std::string& name) { return parse_format(name); }));
+}
 
+/// halfway.Counts: what happened to the results of a call.
+void bind_counts(py::module_& m) {
   py::class_<EventCounts>(m, "Counts",
                           "What happened to the results of a call; an element is counted in "
                           "every class it meets. flags is the OR of the IEEE flags.")
@@ -1785,7 +1780,10 @@ PYBIND11_MODULE(_halfway, m) {
                ", overflow=" + std::to_string(c.overflow) + ", nan=" + std::to_string(c.nan) +
                ", flags='" + flags_name(c.flags) + "')";
       });
+}
 
+/// round, encode and decode: values to and from a format.
+void bind_rounding(py::module_& m) {
   m.def("round", &round_values, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
@@ -1797,7 +1795,10 @@ PYBIND11_MODULE(_halfway, m) {
         py::arg("flags") = false, py::arg("counts") = false);
   m.def("decode", &decode, py::arg("bits"), py::arg("fmt"), py::kw_only(),
         py::arg("subnormals") = true);
+}
 
+/// add, sub, mul, div, fma and sqrt, rounded once into a format.
+void bind_arith(py::module_& m) {
   auto def_binary = [&](const char* name, Op op) {
     m.def(
         name,
@@ -1840,7 +1841,11 @@ PYBIND11_MODULE(_halfway, m) {
       py::arg("saturate") = false, py::arg("subnormals") = true, py::arg("seed") = py::none(),
       py::arg("offset") = 0, py::arg("tininess") = "after", py::arg("flags") = false,
       py::arg("counts") = false);
+}
 
+/// Block quantization (encode_blocks, decode_blocks, quantize_blocks, block_schemes) and
+/// _finfo_fields.
+void bind_blocks(py::module_& m) {
   m.def("_finfo_fields", &finfo_fields, py::arg("fmt"));
   m.def("encode_blocks", &encode_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
         py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
@@ -1854,6 +1859,10 @@ PYBIND11_MODULE(_halfway, m) {
         py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false,
         py::arg("out") = py::none());
   m.def("block_schemes", &block_scheme_names, "Names of the block quantization schemes.");
+}
+
+/// cpu_info: the machine as halfway sees it.
+void bind_cpu_info(py::module_& m) {
   m.def("cpu_info", [] {
     py::dict d;
     d["model"] = cpu::model_name();
@@ -1863,7 +1872,11 @@ PYBIND11_MODULE(_halfway, m) {
     return d;
   }, "The machine as halfway sees it: the processor's name, the instruction-set features it may "
      "use (after HALFWAY_DISABLE_ISA), its vector target and the bulk kernels' path.");
+}
+
 #if HALFWAY_PY_SIM
+/// The simulator: training, analysis, emulation, bisection and the git revision.
+void bind_sim(py::module_& m) {
   m.def("_train_to_dir", &train_to_dir, py::arg("config"), py::arg("is_text"),
         py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"), py::arg("max_memory") = "");
   bind_analysis_run(m);
@@ -1871,7 +1884,11 @@ PYBIND11_MODULE(_halfway, m) {
   bind_bisect(m);
   m.def("_git_revision", &sim::git_revision,
         "The git revision the simulator was built from ('-dirty': from uncommitted changes).");
+}
 #endif
+
+/// format, formats, flag_names, the rounding names and the flag constants.
+void bind_names(py::module_& m) {
   m.def("format", [](py::handle fmt) { return to_format(fmt); }, py::arg("fmt"),
         "The Format named by a string (or the Format itself).");
   m.def("formats", &preset_names, "Names of the preset formats.");
@@ -1884,4 +1901,30 @@ PYBIND11_MODULE(_halfway, m) {
   m.attr("OVERFLOW") = int(flag::overflow);
   m.attr("INFINITE") = int(flag::infinite);
   m.attr("INVALID") = int(flag::invalid);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_halfway, m) {
+  m.doc() = "Bit-exact low-precision floating point (the compiled core of the halfway package)";
+  halfway::cpu::check_environment();  // an unknown name in HALFWAY_DISABLE_ISA fails the import
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  bind_format(m);
+  bind_counts(m);
+  bind_rounding(m);
+  bind_arith(m);
+  bind_blocks(m);
+  bind_cpu_info(m);
+#if HALFWAY_PY_SIM
+  bind_sim(m);
+#endif
+  bind_names(m);
 }

@@ -123,12 +123,21 @@ std::vector<Model> models_for(const Config& cfg) {
   return v;
 }
 
-bool run_config(const Config& cfg, int M, int N, int K, uint64_t seed, cublasHandle_t h) {
-  const Clock t(1e9);
-  const Format in = cfg.bf16_in ? fmt_bf16() : fmt_fp16();
-  const Format out = cfg.out_bits == 32 ? fmt_fp32() : in;
-  // Random inputs: sign, exponent in [-3, 0], fraction random; A row-major M x K, B as Bt (N x K).
-  std::vector<uint32_t> A(size_t(M) * K), Bt(size_t(N) * K);
+/// One GEMM of a configuration: D (M x N) = A (M x K, row-major) times B, given as Bt (N x K,
+/// row-major), elements in `in`, D in `out`; A and Bt hold the 16-bit encodings.
+struct Gemm {
+  const Config& cfg;
+  int M, N, K;
+  Format in, out;
+  std::vector<uint32_t> A, Bt;
+  size_t outs() const { return size_t(M) * N; }
+};
+
+/// Random inputs: sign, exponent in [-3, 0], fraction random.
+void random_inputs(Gemm& g, uint64_t seed) {
+  const Format& in = g.in;
+  g.A.resize(size_t(g.M) * g.K);
+  g.Bt.resize(size_t(g.N) * g.K);
   uint64_t n = 0;
   auto rnd = [&](void) {
     const uint64_t w = random64(seed, n++);
@@ -136,28 +145,39 @@ bool run_config(const Config& cfg, int M, int N, int K, uint64_t seed, cublasHan
     return (uint32_t((w >> 8) & 1) ? in.sign_bit() : 0u) | (uint32_t(e + in.bias) << in.frac_bits) |
            (uint32_t(w >> 16) & in.frac_mask());
   };
-  for (auto& x : A) x = rnd();
-  for (auto& x : Bt) x = rnd();
-  // 16-bit encodings, or (f32_in) the same values as fp32 bit patterns.
-  DeviceBuffer<uint32_t> dA(A.size()), dB(Bt.size());
-  {
-    Env e;
-    std::vector<uint32_t> a32(A.size()), b32(Bt.size());
-    std::vector<uint16_t> a16(A.begin(), A.end()), b16(Bt.begin(), Bt.end());
-    for (size_t x = 0; x < A.size(); ++x) a32[x] = to_f32_bits(in, A[x], e);
-    for (size_t x = 0; x < Bt.size(); ++x) b32[x] = to_f32_bits(in, Bt[x], e);
-    if (cfg.f32_in) {
-      dA.upload(a32.data(), a32.size());
-      dB.upload(b32.data(), b32.size());
-    } else {
-      HW_CUDA_CHECK(cudaMemcpy(dA.get(), a16.data(), a16.size() * 2, cudaMemcpyHostToDevice));
-      HW_CUDA_CHECK(cudaMemcpy(dB.get(), b16.data(), b16.size() * 2, cudaMemcpyHostToDevice));
-    }
+  for (auto& x : g.A) x = rnd();
+  for (auto& x : g.Bt) x = rnd();
+}
+
+/// Uploads the 16-bit encodings, or (f32_in) the same values as fp32 bit patterns.
+void upload_inputs(const Gemm& g, DeviceBuffer<uint32_t>& dA, DeviceBuffer<uint32_t>& dB) {
+  Env e;
+  std::vector<uint32_t> a32(g.A.size()), b32(g.Bt.size());
+  std::vector<uint16_t> a16(g.A.begin(), g.A.end()), b16(g.Bt.begin(), g.Bt.end());
+  for (size_t x = 0; x < g.A.size(); ++x) a32[x] = to_f32_bits(g.in, g.A[x], e);
+  for (size_t x = 0; x < g.Bt.size(); ++x) b32[x] = to_f32_bits(g.in, g.Bt[x], e);
+  if (g.cfg.f32_in) {
+    dA.upload(a32.data(), a32.size());
+    dB.upload(b32.data(), b32.size());
+  } else {
+    HW_CUDA_CHECK(cudaMemcpy(dA.get(), a16.data(), a16.size() * 2, cudaMemcpyHostToDevice));
+    HW_CUDA_CHECK(cudaMemcpy(dB.get(), b16.data(), b16.size() * 2, cudaMemcpyHostToDevice));
   }
-  const size_t outs = size_t(M) * N;
+}
+
+/// Runs cublasGemmEx twice (is it repeatable?) into hw and hw2, row-major. Returns the cuBLAS
+/// error, empty when both ran.
+std::string cublas_gemm(const Gemm& g, cublasHandle_t h, std::vector<uint32_t>& hw,
+                        std::vector<uint32_t>& hw2) {
+  const Config& cfg = g.cfg;
+  const int M = g.M, N = g.N, K = g.K;
+  const size_t outs = g.outs();
+  DeviceBuffer<uint32_t> dA(g.A.size()), dB(g.Bt.size());
+  upload_inputs(g, dA, dB);
   DeviceBuffer<uint32_t> dD(outs);
   std::string err;
-  std::vector<uint32_t> hw(outs), hw2(outs);
+  hw.assign(outs, 0);
+  hw2.assign(outs, 0);
   const cudaDataType_t ab = cfg.f32_in ? CUDA_R_32F : cfg.bf16_in ? CUDA_R_16BF : CUDA_R_16F;
   const cudaDataType_t dt = cfg.out_bits == 32 ? CUDA_R_32F : ab;
   for (int rep = 0; rep < 2 && err.empty(); ++rep) {
@@ -188,63 +208,95 @@ bool run_config(const Config& cfg, int M, int N, int K, uint64_t seed, cublasHan
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < N; ++j) dst[size_t(i) * N + j] = raw[i + size_t(j) * M];
   }
-  if (!err.empty()) {
-    report().append("gemms", strf("{\"config\": \"%s\", \"compute\": \"%s\", \"m\": %d, \"n\": %d, "
-                                  "\"k\": %d, \"error\": %s}",
-                                  cfg.name, cfg.compute_name, M, N, K, Report::quote(err).c_str()));
-    report().save();
-    std::printf("  %-26s %-28s k=%-5d %s\n", cfg.name, cfg.compute_name, K, err.c_str());
-    return true;
-  }
-  const bool repeatable = hw == hw2;
-  uint64_t hw_hash = 0;
-  for (size_t o = 0; o < outs; ++o) hw_hash += hash_term(o, hw[o]);
+  return err;
+}
 
-  // binary64 reference (products exact, sum rounded in binary64): how accurate cuBLAS is.
+/// The binary64 reference (products exact, sum rounded in binary64): how accurate cuBLAS is,
+/// as the largest relative error of its outputs `hw`.
+double max_rel_err_vs_fp64(const Gemm& g, const std::vector<uint32_t>& hw) {
+  const int M = g.M, N = g.N, K = g.K;
   double max_rel_f64 = 0;
-  {
-    Env e;
-    std::vector<double> a(A.size()), b(Bt.size());
-    for (size_t x = 0; x < A.size(); ++x) a[x] = to_f64(in, A[x], e);
-    for (size_t x = 0; x < Bt.size(); ++x) b[x] = to_f64(in, Bt[x], e);
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) {
-        double s = 0;
-        for (int k = 0; k < K; ++k) s += a[size_t(i) * K + k] * b[size_t(j) * K + k];
-        const double got = to_f64(out, hw[size_t(i) * N + j], e);
-        if (s != 0) max_rel_f64 = std::max(max_rel_f64, std::fabs(got - s) / std::fabs(s));
-      }
-  }
+  Env e;
+  std::vector<double> a(g.A.size()), b(g.Bt.size());
+  for (size_t x = 0; x < g.A.size(); ++x) a[x] = to_f64(g.in, g.A[x], e);
+  for (size_t x = 0; x < g.Bt.size(); ++x) b[x] = to_f64(g.in, g.Bt[x], e);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += a[size_t(i) * K + k] * b[size_t(j) * K + k];
+      const double got = to_f64(g.out, hw[size_t(i) * N + j], e);
+      if (s != 0) max_rel_f64 = std::max(max_rel_f64, std::fabs(got - s) / std::fabs(s));
+    }
+  return max_rel_f64;
+}
 
-  DeviceBuffer<uint32_t> dA32(A.size()), dBt32(Bt.size()), dM(outs);
-  dA32.upload(A.data(), A.size());
-  dBt32.upload(Bt.data(), Bt.size());
-  std::string ms;
-  std::vector<uint32_t> mo(outs);
+/// How the configuration's models compare with cuBLAS's outputs: one JSON entry each, and the
+/// model with the most identical outputs.
+struct ModelScores {
+  std::string json;
   std::string best;
   uint64_t best_same = 0;
-  for (const Model& m : models_for(cfg)) {
-    model_gemm<<<int((outs + 127) / 128), 128>>>(m.m, in, out, m.round_out, dA32.get(),
-                                                  dBt32.get(), M, N, K, dM.get());
+};
+
+ModelScores score_models(const Gemm& g, const std::vector<uint32_t>& hw) {
+  const size_t outs = g.outs();
+  DeviceBuffer<uint32_t> dA32(g.A.size()), dBt32(g.Bt.size()), dM(outs);
+  dA32.upload(g.A.data(), g.A.size());
+  dBt32.upload(g.Bt.data(), g.Bt.size());
+  ModelScores sc;
+  std::vector<uint32_t> mo(outs);
+  for (const Model& m : models_for(g.cfg)) {
+    model_gemm<<<int((outs + 127) / 128), 128>>>(m.m, g.in, g.out, m.round_out, dA32.get(),
+                                                  dBt32.get(), g.M, g.N, g.K, dM.get());
     HW_CUDA_CHECK_LAUNCH(model_gemm);
     dM.download(mo.data(), outs);
     uint64_t same = 0, maxd = 0;
     double sumd = 0;
     for (size_t o = 0; o < outs; ++o) {
-      const int64_t d = ordinal(out, hw[o]) - ordinal(out, mo[o]);
+      const int64_t d = ordinal(g.out, hw[o]) - ordinal(g.out, mo[o]);
       const uint64_t ad = uint64_t(d < 0 ? -d : d);
       same += ad == 0;
       maxd = std::max(maxd, ad);
       sumd += double(ad);
     }
-    if (same > best_same || best.empty()) {
-      best_same = same;
-      best = m.name;
+    if (same > sc.best_same || sc.best.empty()) {
+      sc.best_same = same;
+      sc.best = m.name;
     }
-    ms += strf("%s{\"model\": %s, \"identical\": %llu, \"max_ulp\": %llu, \"mean_ulp\": %.4g}",
-               ms.empty() ? "" : ", ", Report::quote(m.name).c_str(), (unsigned long long)same,
-               (unsigned long long)maxd, sumd / double(outs));
+    sc.json += strf("%s{\"model\": %s, \"identical\": %llu, \"max_ulp\": %llu, \"mean_ulp\": %.4g}",
+                    sc.json.empty() ? "" : ", ", Report::quote(m.name).c_str(),
+                    (unsigned long long)same, (unsigned long long)maxd, sumd / double(outs));
   }
+  return sc;
+}
+
+/// Records a configuration that cuBLAS refused or failed.
+void report_gemm_error(const Gemm& g, const std::string& err) {
+  const Config& cfg = g.cfg;
+  report().append("gemms", strf("{\"config\": \"%s\", \"compute\": \"%s\", \"m\": %d, \"n\": %d, "
+                                "\"k\": %d, \"error\": %s}",
+                                cfg.name, cfg.compute_name, g.M, g.N, g.K, Report::quote(err).c_str()));
+  report().save();
+  std::printf("  %-26s %-28s k=%-5d %s\n", cfg.name, cfg.compute_name, g.K, err.c_str());
+}
+
+bool run_config(const Config& cfg, int M, int N, int K, uint64_t seed, cublasHandle_t h) {
+  const Clock t(1e9);
+  const Format in = cfg.bf16_in ? fmt_bf16() : fmt_fp16();
+  Gemm g{cfg, M, N, K, in, cfg.out_bits == 32 ? fmt_fp32() : in, {}, {}};
+  random_inputs(g, seed);
+  std::vector<uint32_t> hw, hw2;
+  const std::string err = cublas_gemm(g, h, hw, hw2);
+  if (!err.empty()) {
+    report_gemm_error(g, err);
+    return true;
+  }
+  const size_t outs = g.outs();
+  const bool repeatable = hw == hw2;
+  uint64_t hw_hash = 0;
+  for (size_t o = 0; o < outs; ++o) hw_hash += hash_term(o, hw[o]);
+  const double max_rel_f64 = max_rel_err_vs_fp64(g, hw);
+  const ModelScores sc = score_models(g, hw);
   report().append(
       "gemms",
       strf("{\"config\": \"%s\", \"compute\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, "
@@ -253,11 +305,11 @@ bool run_config(const Config& cfg, int M, int N, int K, uint64_t seed, cublasHan
            "\"seconds\": %.2f, \"models\": [",
            cfg.name, cfg.compute_name, M, N, K, outs, repeatable ? "true" : "false",
            hex64(hw_hash).c_str(), (unsigned long long)seed, max_rel_f64,
-           Report::quote(best).c_str(), (unsigned long long)best_same, t.elapsed()) +
-          ms + "]}");
+           Report::quote(sc.best).c_str(), (unsigned long long)sc.best_same, t.elapsed()) +
+          sc.json + "]}");
   report().save();
   std::printf("  %-26s %-28s k=%-5d best: %s (%llu/%zu identical)\n", cfg.name, cfg.compute_name, K,
-              best.c_str(), (unsigned long long)best_same, outs);
+              sc.best.c_str(), (unsigned long long)sc.best_same, outs);
   return true;
 }
 

@@ -6,10 +6,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "halfway/hw/json_out.hpp"
@@ -130,6 +132,75 @@ inline std::string arg(int argc, char** argv, const char* name, const char* def)
     if (std::string(argv[i]) == name) return argv[i + 1];
   return def;
 }
+
+/// The options of the programs that run one kernel per variant (halfway_gpu_mma,
+/// halfway_gpu_wgmma): --out FILE [--budget SECONDS] [--seed S] [--threads N].
+struct VariantOptions {
+  std::string out;
+  double budget = 0;
+  uint64_t seed = 0;
+  unsigned threads = 0;  ///< host threads of the search (0 on the command line: all cores)
+};
+
+/// Parses the options; false, after the usage line on stderr, on an unknown one.
+inline bool parse_variant_options(int argc, char** argv, const char* program, VariantOptions& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a != "--out" && a != "--budget" && a != "--seed" && a != "--threads") {
+      std::fprintf(stderr, "usage: %s --out FILE [--budget SECONDS] [--seed S] [--threads N]\n", program);
+      return false;
+    }
+    ++i;
+  }
+  o.out = arg(argc, argv, "--out", "");
+  o.budget = std::atof(arg(argc, argv, "--budget", "1e9").c_str());
+  o.seed = std::strtoull(arg(argc, argv, "--seed", "20240601").c_str(), nullptr, 10);
+  o.threads = unsigned(std::atoi(arg(argc, argv, "--threads", "0").c_str()));
+  if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
+  return true;
+}
+
+/// Skips without a device, opens the report `name` at `out`, records the device in it and
+/// prints "`title` on DEVICE".
+inline DeviceInfo open_device_report(const std::string& out, const char* name, const char* title) {
+  require_device_or_skip();
+  report().open(out, name);
+  const DeviceInfo dev = device_info();
+  report().set("device", device_json(dev));
+  report().save();
+  std::printf("%s on %s\n", title, dev.prop.name);
+  return dev;
+}
+
+/// Runs the variants one after another within the time budget: each needs the previous one's
+/// time, so later ones are recorded as skipped once the budget is gone.
+class VariantRuns {
+ public:
+  explicit VariantRuns(double budget_s) : clock_(budget_s) {}
+  const Clock& clock() const { return clock_; }
+  /// `fn()` (false: it ran out of time) unless the budget is gone.
+  template <class F>
+  void run(const char* name, F fn) {
+    if (clock_.expired()) {
+      report().append("variants", strf("{\"variant\": \"%s\", \"skipped\": \"time budget\"}", name));
+      report().save();
+      complete_ = false;
+      return;
+    }
+    complete_ = fn() && complete_;
+  }
+  /// Records the status and the time; the exit code (0 complete, 1 partial).
+  int finish() {
+    report().set("status", Report::quote(complete_ ? "complete" : "partial"));
+    report().set("seconds", strf("%.2f", clock_.elapsed()));
+    report().save();
+    return complete_ ? 0 : 1;
+  }
+
+ private:
+  Clock clock_;
+  bool complete_ = true;
+};
 
 /// Device buffer with checked allocation, freed on scope exit.
 template <class T>

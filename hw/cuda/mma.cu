@@ -145,48 +145,20 @@ bool run_variant(const Clock& clock, uint64_t seed, unsigned threads, const Devi
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a != "--out" && a != "--budget" && a != "--seed" && a != "--threads") {
-      std::fprintf(stderr, "usage: halfway_gpu_mma --out FILE [--budget SECONDS] [--seed S] [--threads N]\n");
-      return 2;
-    }
-    ++i;
-  }
-  const std::string out = arg(argc, argv, "--out", "");
-  const double budget = std::atof(arg(argc, argv, "--budget", "1e9").c_str());
-  const uint64_t seed = std::strtoull(arg(argc, argv, "--seed", "20240601").c_str(), nullptr, 10);
-  unsigned threads = unsigned(std::atoi(arg(argc, argv, "--threads", "0").c_str()));
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  require_device_or_skip();
-  report().open(out, "mma");
-  const DeviceInfo dev = device_info();
-  report().set("device", device_json(dev));
-  report().save();
-  std::printf("mma.sync on %s\n", dev.prop.name);
-  const Clock clock(budget);
-  bool complete = true;
-  // Each variant needs the previous one's time; later ones are skipped when the budget is gone.
-  auto guard = [&](auto fn, const char* name) {
-    if (clock.expired()) {
-      report().append("variants", strf("{\"variant\": \"%s\", \"skipped\": \"time budget\"}", name));
-      report().save();
-      complete = false;
-      return;
-    }
-    complete = fn() && complete;
-  };
-  guard([&] { return run_variant<int(Variant::f16_f32)>(clock, seed, threads, dev); }, variant_info(Variant::f16_f32).name);
-  guard([&] { return run_variant<int(Variant::bf16_f32)>(clock, seed, threads, dev); }, variant_info(Variant::bf16_f32).name);
-  guard([&] { return run_variant<int(Variant::f16_f16)>(clock, seed, threads, dev); }, variant_info(Variant::f16_f16).name);
+  VariantOptions o;
+  if (!parse_variant_options(argc, argv, "halfway_gpu_mma", o)) return 2;
+  const DeviceInfo dev = open_device_report(o.out, "mma", "mma.sync");
+  VariantRuns runs(o.budget);
+  const Clock& clock = runs.clock();
+  auto run = [&](Variant v, auto fn) { runs.run(variant_info(v).name, fn); };
+  run(Variant::f16_f32, [&] { return run_variant<int(Variant::f16_f32)>(clock, o.seed, o.threads, dev); });
+  run(Variant::bf16_f32, [&] { return run_variant<int(Variant::bf16_f32)>(clock, o.seed, o.threads, dev); });
+  run(Variant::f16_f16, [&] { return run_variant<int(Variant::f16_f16)>(clock, o.seed, o.threads, dev); });
   if (dev.prop.major > 8 || (dev.prop.major == 8 && dev.prop.minor >= 9)) {
-    guard([&] { return run_variant<int(Variant::e4m3_f32)>(clock, seed, threads, dev); }, variant_info(Variant::e4m3_f32).name);
-    guard([&] { return run_variant<int(Variant::e5m2_f32)>(clock, seed, threads, dev); }, variant_info(Variant::e5m2_f32).name);
+    run(Variant::e4m3_f32, [&] { return run_variant<int(Variant::e4m3_f32)>(clock, o.seed, o.threads, dev); });
+    run(Variant::e5m2_f32, [&] { return run_variant<int(Variant::e5m2_f32)>(clock, o.seed, o.threads, dev); });
   } else {
     report().append("variants", "{\"variant\": \"fp8\", \"skipped\": \"needs compute capability 8.9 or higher\"}");
   }
-  report().set("status", Report::quote(complete ? "complete" : "partial"));
-  report().set("seconds", strf("%.2f", clock.elapsed()));
-  report().save();
-  return complete ? 0 : 1;
+  return runs.finish();
 }

@@ -594,6 +594,287 @@ inline std::vector<uint32_t> f32_bits(const float* p, size_t n) {
 
 }  // namespace detail
 
+/// Every buffer of one case: the fp32 master parameters, Adam's state and the fp32 gradients
+/// (one per parameter), the batch, each layer's low-precision tensors, the loss's and the
+/// scaler's. Allocated once by `alloc_buffers`, reused by every step.
+template <class Fmt>
+struct Buffers {
+  using T = typename Fmt::T;
+  int64_t M = 0, fin = 0, fout = 0, nout = 0;  ///< batch, in/out features, M·fout
+  size_t NL = 0, P = 0;                        ///< linear layers, parameters
+  std::vector<float*> p32, m32, v32, g32;
+  float* x32 = nullptr;
+  float* y32 = nullptr;
+  T* xlow = nullptr;
+  std::vector<T*> wl, bl, lin, act, gact, gx, gw, gb;
+  float* loss_in = nullptr;
+  float* loss = nullptr;
+  float* gl32 = nullptr;
+  T* gl16 = nullptr;
+  ScalerState* st = nullptr;
+};
+
+/// Linear layer l's input (K) and output (N) features.
+inline void layer_dims(const ReplayInput& in, size_t l, int64_t& K, int64_t& N) {
+  K = in.layers[l];
+  N = in.layers[l + 1];
+}
+
+/// Allocates the buffers of case `cs` with `ex`, copies the initial parameters, zeroes Adam's
+/// state and starts the scaler.
+template <class Fmt, class Exec>
+Buffers<Fmt> alloc_buffers(const ReplayInput& in, const ReplayCase& cs, Exec& ex) {
+  using T = typename Fmt::T;
+  Buffers<Fmt> b;
+  b.M = in.batch;
+  b.NL = in.layers.size() - 1;
+  b.P = in.params.size();
+  b.p32.resize(b.P), b.m32.resize(b.P), b.v32.resize(b.P), b.g32.resize(b.P);
+  for (size_t p = 0; p < b.P; ++p) {
+    const size_t n = in.params[p].size();
+    b.p32[p] = ex.template alloc<float>(n);
+    b.m32[p] = ex.template alloc<float>(n);
+    b.v32[p] = ex.template alloc<float>(n);
+    b.g32[p] = ex.template alloc<float>(n);
+    std::memcpy(b.p32[p], in.params[p].data(), n * 4);
+    std::memset(b.m32[p], 0, n * 4);
+    std::memset(b.v32[p], 0, n * 4);
+  }
+  const int64_t M = b.M;
+  b.fin = in.in_features();
+  b.fout = in.out_features();
+  b.x32 = ex.template alloc<float>(size_t(M * b.fin));
+  b.y32 = ex.template alloc<float>(size_t(M * b.fout));
+  b.xlow = ex.template alloc<T>(size_t(M * b.fin));
+  for (auto* v : {&b.wl, &b.bl, &b.lin, &b.act, &b.gact, &b.gx, &b.gw, &b.gb}) v->resize(b.NL);
+  for (size_t l = 0; l < b.NL; ++l) {
+    int64_t K, N;
+    layer_dims(in, l, K, N);
+    b.wl[l] = ex.template alloc<T>(size_t(N * K));
+    b.bl[l] = ex.template alloc<T>(size_t(N));
+    b.lin[l] = ex.template alloc<T>(size_t(M * N));
+    b.act[l] = ex.template alloc<T>(size_t(M * N));
+    b.gact[l] = ex.template alloc<T>(size_t(M * N));  // gradient of the activation's input
+    b.gx[l] = ex.template alloc<T>(size_t(M * K));    // gradient of the linear's input
+    b.gw[l] = ex.template alloc<T>(size_t(N * K));
+    b.gb[l] = ex.template alloc<T>(size_t(N));
+  }
+  b.nout = M * b.fout;
+  b.loss_in = ex.template alloc<float>(size_t(b.nout));
+  b.loss = ex.template alloc<float>(1);
+  b.gl32 = ex.template alloc<float>(size_t(b.nout));
+  b.gl16 = ex.template alloc<T>(size_t(b.nout));
+  b.st = ex.template alloc<ScalerState>(1);
+  b.st->scale = cs.scaler ? cs.init_scale : 1.0f;
+  b.st->tracker = 0;
+  return b;
+}
+
+/// Appends the tensors a step produces to its record, under the simulator's trace names.
+template <class Fmt>
+struct Recorder {
+  StepRecord& rec;
+  void low(const std::string& name, const typename Fmt::T* p, size_t n) {
+    rec.tensors.push_back({name, Fmt::name, detail::low_bits(p, n)});
+  }
+  void f32(const std::string& name, const float* p, size_t n) {
+    rec.tensors.push_back({name, "fp32", detail::f32_bits(p, n)});
+  }
+  /// One fp32 tensor per parameter, named `prefix` + the parameter's name.
+  void each_param(const std::string& prefix, const ReplayInput& in, const std::vector<float*>& v) {
+    for (size_t p = 0; p < v.size(); ++p)
+      f32(prefix + in.param_names[p], v[p], in.params[p].size());
+  }
+};
+
+/// The forward pass: scopes "0", "1", "2", ... (linear, gelu, linear, ...). Returns the
+/// prediction (the last linear's output).
+template <class Fmt, class Exec>
+const typename Fmt::T* forward(const ReplayInput& in, Buffers<Fmt>& b, Exec& ex,
+                               Recorder<Fmt>& r) {
+  const int64_t M = b.M;
+  cast_to_low<Fmt>(ex, b.x32, b.xlow, M * b.fin);
+  r.low("0.input", b.xlow, size_t(M * b.fin));
+  const typename Fmt::T* h = b.xlow;
+  for (size_t l = 0; l < b.NL; ++l) {
+    int64_t K, N;
+    layer_dims(in, l, K, N);
+    const std::string s = std::to_string(2 * l);
+    cast_to_low<Fmt>(ex, b.p32[2 * l], b.wl[l], N * K);
+    r.low(s + ".weight", b.wl[l], size_t(N * K));
+    cast_to_low<Fmt>(ex, b.p32[2 * l + 1], b.bl[l], N);
+    r.low(s + ".bias", b.bl[l], size_t(N));
+    linear_forward<Fmt>(ex, h, b.wl[l], b.bl[l], b.lin[l], M, N, K);
+    r.low(s + ".output", b.lin[l], size_t(M * N));
+    h = b.lin[l];
+    if (l + 1 < b.NL) {
+      gelu_forward<Fmt>(ex, b.lin[l], b.act[l], M * N);
+      r.low(std::to_string(2 * l + 1) + ".output", b.act[l], size_t(M * N));
+      h = b.act[l];
+    }
+  }
+  return h;
+}
+
+/// The loss: mse in fp32 (autocast's fp32 list): cast up, binary64 sum, one rounding.
+template <class Fmt, class Exec>
+void loss(const typename Fmt::T* pred, Buffers<Fmt>& b, Exec& ex, Recorder<Fmt>& r) {
+  float* loss_in = b.loss_in;
+  ex.for_each(b.nout, [=] HALFWAY_HD(int64_t i) { loss_in[i] = Fmt::to_float(pred[i]); });
+  r.f32("loss.input", loss_in, size_t(b.nout));
+  const float* t = b.y32;
+  float* lp = b.loss;
+  const int64_t n = b.nout;
+  ex.for_each(1, [=] HALFWAY_HD(int64_t) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = d_sub(double(loss_in[i]), double(t[i]));
+      s = d_add(s, d_mul(d, d));
+    }
+    lp[0] = d2f(d_div(s, double(n)));
+  });
+  r.f32("loss.output", b.loss, 1);
+}
+
+/// scaler.scale(loss).backward(): outside autocast, fp32.
+template <class Fmt, class Exec>
+void scale_loss(Buffers<Fmt>& b, Exec& ex, bool scaling, Recorder<Fmt>& r) {
+  ScalerState* sp = b.st;
+  const float* lp = b.loss;
+  const bool sc = scaling;
+  ex.for_each(1, [=] HALFWAY_HD(int64_t) {
+    if (sc) {
+      sp->scaled_loss = d2f(d_mul(double(lp[0]), double(sp->scale)));
+      sp->loss_grad = d2f(d_mul(1.0, double(sp->scale)));
+    } else {
+      sp->loss_grad = 1.0f;
+    }
+  });
+  if (sc) {
+    r.f32("scaler.output", &b.st->scaled_loss, 1);
+    r.f32("scaler.grad_input", &b.st->loss_grad, 1);
+  }
+}
+
+/// mse backward: c = 2·g/n, g_i = c·(p_i − t_i) in binary64 -> fp32 -> (cast backward) low.
+template <class Fmt, class Exec>
+void loss_backward(Buffers<Fmt>& b, Exec& ex, Recorder<Fmt>& r) {
+  const float* t = b.y32;
+  const float* loss_in = b.loss_in;
+  const ScalerState* sp = b.st;
+  const int64_t n = b.nout;
+  float* g = b.gl32;
+  typename Fmt::T* g16 = b.gl16;
+  ex.for_each(n, [=] HALFWAY_HD(int64_t i) {
+    const double c = d_div(d_mul(2.0, double(sp->loss_grad)), double(n));
+    g[i] = d2f(d_mul(c, d_sub(double(loss_in[i]), double(t[i]))));
+    g16[i] = Fmt::from_float(g[i]);
+  });
+  r.f32("loss.grad_input", b.gl32, size_t(n));
+  r.low("loss.grad_input", b.gl16, size_t(n));
+}
+
+/// The backward pass through the layers, last first, from the loss's low gradient.
+template <class Fmt, class Exec>
+void backward(const ReplayInput& in, Buffers<Fmt>& b, Exec& ex, Recorder<Fmt>& r) {
+  const int64_t M = b.M;
+  const typename Fmt::T* G = b.gl16;
+  for (size_t l = b.NL; l-- > 0;) {
+    int64_t K, N;
+    layer_dims(in, l, K, N);
+    const std::string s = std::to_string(2 * l);
+    const typename Fmt::T* xin = l == 0 ? b.xlow : b.act[l - 1];
+    if (l > 0) {
+      linear_backward_input<Fmt>(ex, G, b.wl[l], b.gx[l], M, N, K);
+      r.low(s + ".grad_input", b.gx[l], size_t(M * K));
+    }
+    linear_backward_weight<Fmt>(ex, G, xin, b.gw[l], b.g32[2 * l], M, N, K);
+    r.low(s + ".weight.grad", b.gw[l], size_t(N * K));
+    linear_backward_bias<Fmt>(ex, G, b.gb[l], b.g32[2 * l + 1], M, N);
+    r.low(s + ".bias.grad", b.gb[l], size_t(N));
+    r.f32(s + ".weight.grad.cast", b.g32[2 * l], size_t(N * K));
+    r.f32(s + ".bias.grad.cast", b.g32[2 * l + 1], size_t(N));
+    if (l > 0) {
+      // the activation "2l-1" between layer l-1 and l
+      gelu_backward<Fmt>(ex, b.gx[l], b.lin[l - 1], b.gact[l - 1], M * K);
+      r.low(std::to_string(2 * l - 1) + ".grad_input", b.gact[l - 1], size_t(M * K));
+      G = b.gact[l - 1];
+    }
+  }
+}
+
+/// unscale_ (dynamic scaler): found_inf on the scaled fp32 grads, then g·inv_scale. Sets the
+/// record's found_inf and skipped.
+template <class Fmt, class Exec>
+void unscale(const ReplayInput& in, Buffers<Fmt>& b, Exec& ex, bool scaling, StepRecord& rec) {
+  ScalerState* sp = b.st;
+  GradPtrs ptrs{};
+  const int64_t np = int64_t(b.P);
+  for (size_t p = 0; p < b.P; ++p) {
+    ptrs.p[p] = b.g32[p];
+    ptrs.n[p] = int64_t(in.params[p].size());
+  }
+  ex.for_each(1, [=] HALFWAY_HD(int64_t) {
+    int found = 0;
+    for (int64_t p = 0; p < np; ++p)
+      for (int64_t i = 0; i < ptrs.n[p]; ++i)
+        if (!f_finite(ptrs.p[p][i])) found = 1;
+    sp->found_inf = found;
+    sp->inv_scale = d2f(d_div(1.0, double(sp->scale)));
+  });
+  rec.found_inf = b.st->found_inf != 0;
+  rec.skipped = scaling && rec.found_inf;
+  if (scaling && b.st->inv_scale != 1.0f)
+    for (size_t p = 0; p < b.P; ++p) {
+      float* g = b.g32[p];
+      ex.for_each(int64_t(in.params[p].size()),
+                  [=] HALFWAY_HD(int64_t i) { g[i] = f_mul(g[i], sp->inv_scale); });
+    }
+}
+
+/// Adam's step `step` (1-based; torch.optim single-tensor, fp32) on every parameter.
+template <class Fmt, class Exec>
+void adam_step(const ReplayInput& in, Buffers<Fmt>& b, Exec& ex, int64_t step) {
+  const size_t t = size_t(step - 1);
+  const float b1 = in.beta1, b2 = in.beta2, c1 = in.c1, c2 = in.c2, eps = in.eps;
+  const float step_size_neg = in.step_size_neg[t], bc2_sqrt = in.bc2_sqrt[t];
+  for (size_t p = 0; p < b.P; ++p) {
+    float *w = b.p32[p], *m = b.m32[p], *v = b.v32[p];
+    const float* g = b.g32[p];
+    ex.for_each(int64_t(in.params[p].size()), [=] HALFWAY_HD(int64_t i) {
+      const float gi = g[i];
+      m[i] = f_fma(gi, c1, f_mul(m[i], b1));                    // mul_(β1).add_(g, 1-β1)
+      v[i] = f_add(f_mul(v[i], b2), f_mul(f_mul(c2, gi), gi));  // mul_(β2).addcmul_(g, g, 1-β2)
+      const float denom = f_add(f_div(f_sqrt(v[i]), bc2_sqrt), eps);
+      w[i] = f_add(w[i], f_div(f_mul(step_size_neg, m[i]), denom));  // addcdiv_
+    });
+  }
+}
+
+/// scaler.update() (dynamic scaler): back off after inf/NaN, grow after `growth_interval`
+/// successful steps.
+template <class Exec>
+void scaler_update(const ReplayCase& cs, ScalerState* st, Exec& ex) {
+  ScalerState* sp = st;
+  const double backoff = cs.backoff_factor, growth = cs.growth_factor;
+  const int64_t interval = cs.growth_interval;
+  ex.for_each(1, [=] HALFWAY_HD(int64_t) {
+    if (sp->found_inf) {
+      sp->scale = d2f(d_mul(double(sp->scale), backoff));
+      sp->tracker = 0;
+    } else {
+      const int64_t successful = sp->tracker + 1;
+      if (successful == interval) {
+        const float grown = d2f(d_mul(double(sp->scale), growth));
+        if (f_finite(grown)) sp->scale = grown;
+        sp->tracker = 0;
+      } else {
+        sp->tracker = successful;
+      }
+    }
+  });
+}
+
 /// Runs `steps` steps of case `cs` with the executor `ex`, which provides
 ///   T* alloc<T>(size_t n)             memory both the executor's threads and the host can read
 ///   void for_each(int64_t n, F f)     f(0..n-1), finished (synchronised) when it returns
@@ -602,235 +883,30 @@ inline std::vector<uint32_t> f32_bits(const float* p, size_t n) {
 template <class Fmt, class Exec>
 std::vector<StepRecord> run_case_fmt(const ReplayInput& in, const ReplayCase& cs, Exec& ex,
                                      int64_t steps) {
-  using T = typename Fmt::T;
   if (steps > int64_t(in.steps)) steps = int64_t(in.steps);
-  const int64_t M = in.batch;
-  const size_t NL = in.layers.size() - 1;  // linear layers
-  auto dims = [&](size_t l, int64_t& K, int64_t& N) {
-    K = in.layers[l];
-    N = in.layers[l + 1];
-  };
-  // Parameters (fp32 master), Adam state, fp32 gradients.
-  const size_t P = in.params.size();
-  std::vector<float*> p32(P), m32(P), v32(P), g32(P);
-  for (size_t p = 0; p < P; ++p) {
-    const size_t n = in.params[p].size();
-    p32[p] = ex.template alloc<float>(n);
-    m32[p] = ex.template alloc<float>(n);
-    v32[p] = ex.template alloc<float>(n);
-    g32[p] = ex.template alloc<float>(n);
-    std::memcpy(p32[p], in.params[p].data(), n * 4);
-    std::memset(m32[p], 0, n * 4);
-    std::memset(v32[p], 0, n * 4);
-  }
-  const int64_t fin = in.in_features(), fout = in.out_features();
-  float* x32 = ex.template alloc<float>(size_t(M * fin));
-  float* y32 = ex.template alloc<float>(size_t(M * fout));
-  T* xlow = ex.template alloc<T>(size_t(M * fin));
-  std::vector<T*> wl(NL), bl(NL), lin(NL), act(NL), gact(NL), gx(NL), gw(NL), gb(NL);
-  for (size_t l = 0; l < NL; ++l) {
-    int64_t K, N;
-    dims(l, K, N);
-    wl[l] = ex.template alloc<T>(size_t(N * K));
-    bl[l] = ex.template alloc<T>(size_t(N));
-    lin[l] = ex.template alloc<T>(size_t(M * N));
-    act[l] = ex.template alloc<T>(size_t(M * N));
-    gact[l] = ex.template alloc<T>(size_t(M * N));  // gradient of the activation's input
-    gx[l] = ex.template alloc<T>(size_t(M * K));    // gradient of the linear's input
-    gw[l] = ex.template alloc<T>(size_t(N * K));
-    gb[l] = ex.template alloc<T>(size_t(N));
-  }
-  const int64_t nout = M * fout;
-  float* loss_in = ex.template alloc<float>(size_t(nout));
-  float* loss = ex.template alloc<float>(1);
-  float* gl32 = ex.template alloc<float>(size_t(nout));
-  T* gl16 = ex.template alloc<T>(size_t(nout));
-  ScalerState* st = ex.template alloc<ScalerState>(1);
-  st->scale = cs.scaler ? cs.init_scale : 1.0f;
-  st->tracker = 0;
+  Buffers<Fmt> b = alloc_buffers<Fmt>(in, cs, ex);
   const bool scaling = cs.scaler != 0;
-  const std::string lowname = Fmt::name;
-  int64_t adam_step = 0;
-
+  const size_t nx = size_t(b.M * b.fin), ny = size_t(b.M * b.fout);
+  int64_t adam_steps = 0;
   std::vector<StepRecord> out;
   for (int64_t step = 0; step < steps; ++step) {
     StepRecord rec;
     rec.step = step;
-    rec.loss_scale = st->scale;
-    auto low = [&](const std::string& name, const T* p, size_t n) {
-      rec.tensors.push_back({name, lowname, detail::low_bits(p, n)});
-    };
-    auto f32 = [&](const std::string& name, const float* p, size_t n) {
-      rec.tensors.push_back({name, "fp32", detail::f32_bits(p, n)});
-    };
-    std::memcpy(x32, in.x.data() + size_t(step) * size_t(M * fin), size_t(M * fin) * 4);
-    std::memcpy(y32, in.y.data() + size_t(step) * size_t(M * fout), size_t(M * fout) * 4);
-
-    // ---- forward: scopes "0", "1", "2", ... (linear, gelu, linear, ...)
-    cast_to_low<Fmt>(ex, x32, xlow, M * fin);
-    low("0.input", xlow, size_t(M * fin));
-    const T* h = xlow;
-    for (size_t l = 0; l < NL; ++l) {
-      int64_t K, N;
-      dims(l, K, N);
-      const std::string s = std::to_string(2 * l);
-      cast_to_low<Fmt>(ex, p32[2 * l], wl[l], N * K);
-      low(s + ".weight", wl[l], size_t(N * K));
-      cast_to_low<Fmt>(ex, p32[2 * l + 1], bl[l], N);
-      low(s + ".bias", bl[l], size_t(N));
-      linear_forward<Fmt>(ex, h, wl[l], bl[l], lin[l], M, N, K);
-      low(s + ".output", lin[l], size_t(M * N));
-      h = lin[l];
-      if (l + 1 < NL) {
-        gelu_forward<Fmt>(ex, lin[l], act[l], M * N);
-        low(std::to_string(2 * l + 1) + ".output", act[l], size_t(M * N));
-        h = act[l];
-      }
-    }
-    // ---- loss: mse in fp32 (autocast's fp32 list): cast up, binary64 sum, one rounding
-    {
-      const T* pred = h;
-      ex.for_each(nout, [=] HALFWAY_HD(int64_t i) { loss_in[i] = Fmt::to_float(pred[i]); });
-      f32("loss.input", loss_in, size_t(nout));
-      const float* t = y32;
-      float* lp = loss;
-      const int64_t n = nout;
-      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
-        double s = 0.0;
-        for (int64_t i = 0; i < n; ++i) {
-          const double d = d_sub(double(loss_in[i]), double(t[i]));
-          s = d_add(s, d_mul(d, d));
-        }
-        lp[0] = d2f(d_div(s, double(n)));
-      });
-      f32("loss.output", loss, 1);
-    }
-    // ---- scaler.scale(loss).backward(): outside autocast, fp32
-    {
-      ScalerState* sp = st;
-      const float* lp = loss;
-      const bool sc = scaling;
-      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
-        if (sc) {
-          sp->scaled_loss = d2f(d_mul(double(lp[0]), double(sp->scale)));
-          sp->loss_grad = d2f(d_mul(1.0, double(sp->scale)));
-        } else {
-          sp->loss_grad = 1.0f;
-        }
-      });
-      if (sc) {
-        f32("scaler.output", &st->scaled_loss, 1);
-        f32("scaler.grad_input", &st->loss_grad, 1);
-      }
-    }
-    // mse backward: c = 2·g/n, g_i = c·(p_i − t_i) in binary64 -> fp32 -> (cast backward) low
-    {
-      const float* t = y32;
-      const ScalerState* sp = st;
-      const int64_t n = nout;
-      float* g = gl32;
-      T* g16 = gl16;
-      ex.for_each(n, [=] HALFWAY_HD(int64_t i) {
-        const double c = d_div(d_mul(2.0, double(sp->loss_grad)), double(n));
-        g[i] = d2f(d_mul(c, d_sub(double(loss_in[i]), double(t[i]))));
-        g16[i] = Fmt::from_float(g[i]);
-      });
-      f32("loss.grad_input", gl32, size_t(nout));
-      low("loss.grad_input", gl16, size_t(nout));
-    }
-    // ---- backward through the layers, last first
-    const T* G = gl16;
-    for (size_t l = NL; l-- > 0;) {
-      int64_t K, N;
-      dims(l, K, N);
-      const std::string s = std::to_string(2 * l);
-      const T* xin = l == 0 ? xlow : act[l - 1];
-      if (l > 0) {
-        linear_backward_input<Fmt>(ex, G, wl[l], gx[l], M, N, K);
-        low(s + ".grad_input", gx[l], size_t(M * K));
-      }
-      linear_backward_weight<Fmt>(ex, G, xin, gw[l], g32[2 * l], M, N, K);
-      low(s + ".weight.grad", gw[l], size_t(N * K));
-      linear_backward_bias<Fmt>(ex, G, gb[l], g32[2 * l + 1], M, N);
-      low(s + ".bias.grad", gb[l], size_t(N));
-      f32(s + ".weight.grad.cast", g32[2 * l], size_t(N * K));
-      f32(s + ".bias.grad.cast", g32[2 * l + 1], size_t(N));
-      if (l > 0) {
-        // the activation "2l-1" between layer l-1 and l
-        gelu_backward<Fmt>(ex, gx[l], lin[l - 1], gact[l - 1], M * K);
-        low(std::to_string(2 * l - 1) + ".grad_input", gact[l - 1], size_t(M * K));
-        G = gact[l - 1];
-      }
-    }
-    // ---- unscale_ (dynamic scaler): found_inf on the scaled fp32 grads, then g·inv_scale
-    {
-      ScalerState* sp = st;
-      GradPtrs ptrs{};
-      const int64_t np = int64_t(P);
-      for (size_t p = 0; p < P; ++p) {
-        ptrs.p[p] = g32[p];
-        ptrs.n[p] = int64_t(in.params[p].size());
-      }
-      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
-        int found = 0;
-        for (int64_t p = 0; p < np; ++p)
-          for (int64_t i = 0; i < ptrs.n[p]; ++i)
-            if (!f_finite(ptrs.p[p][i])) found = 1;
-        sp->found_inf = found;
-        sp->inv_scale = d2f(d_div(1.0, double(sp->scale)));
-      });
-      rec.found_inf = st->found_inf != 0;
-      rec.skipped = scaling && rec.found_inf;
-      if (scaling && st->inv_scale != 1.0f)
-        for (size_t p = 0; p < P; ++p) {
-          float* g = g32[p];
-          ex.for_each(int64_t(in.params[p].size()),
-                      [=] HALFWAY_HD(int64_t i) { g[i] = f_mul(g[i], sp->inv_scale); });
-        }
-    }
-    for (size_t p = 0; p < P; ++p) f32("grads." + in.param_names[p], g32[p], in.params[p].size());
-    // ---- Adam (torch.optim single-tensor, fp32), unless skipped
-    if (!rec.skipped) {
-      ++adam_step;
-      const size_t t = size_t(adam_step - 1);
-      const float b1 = in.beta1, b2 = in.beta2, c1 = in.c1, c2 = in.c2, eps = in.eps;
-      const float step_size_neg = in.step_size_neg[t], bc2_sqrt = in.bc2_sqrt[t];
-      for (size_t p = 0; p < P; ++p) {
-        float *w = p32[p], *m = m32[p], *v = v32[p];
-        const float* g = g32[p];
-        ex.for_each(int64_t(in.params[p].size()), [=] HALFWAY_HD(int64_t i) {
-          const float gi = g[i];
-          m[i] = f_fma(gi, c1, f_mul(m[i], b1));                    // mul_(β1).add_(g, 1-β1)
-          v[i] = f_add(f_mul(v[i], b2), f_mul(f_mul(c2, gi), gi));  // mul_(β2).addcmul_(g, g, 1-β2)
-          const float denom = f_add(f_div(f_sqrt(v[i]), bc2_sqrt), eps);
-          w[i] = f_add(w[i], f_div(f_mul(step_size_neg, m[i]), denom));  // addcdiv_
-        });
-      }
-    }
-    for (size_t p = 0; p < P; ++p) f32("params." + in.param_names[p], p32[p], in.params[p].size());
-    // ---- scaler.update()
-    if (scaling) {
-      ScalerState* sp = st;
-      const double backoff = cs.backoff_factor, growth = cs.growth_factor;
-      const int64_t interval = cs.growth_interval;
-      ex.for_each(1, [=] HALFWAY_HD(int64_t) {
-        if (sp->found_inf) {
-          sp->scale = d2f(d_mul(double(sp->scale), backoff));
-          sp->tracker = 0;
-        } else {
-          const int64_t successful = sp->tracker + 1;
-          if (successful == interval) {
-            const float grown = d2f(d_mul(double(sp->scale), growth));
-            if (f_finite(grown)) sp->scale = grown;
-            sp->tracker = 0;
-          } else {
-            sp->tracker = successful;
-          }
-        }
-      });
-    }
-    rec.growth_tracker = st->tracker;
-    rec.next_scale = st->scale;
+    rec.loss_scale = b.st->scale;
+    Recorder<Fmt> r{rec};
+    std::memcpy(b.x32, in.x.data() + size_t(step) * nx, nx * 4);
+    std::memcpy(b.y32, in.y.data() + size_t(step) * ny, ny * 4);
+    loss<Fmt>(forward<Fmt>(in, b, ex, r), b, ex, r);
+    scale_loss<Fmt>(b, ex, scaling, r);
+    loss_backward<Fmt>(b, ex, r);
+    backward<Fmt>(in, b, ex, r);
+    unscale<Fmt>(in, b, ex, scaling, rec);
+    r.each_param("grads.", in, b.g32);
+    if (!rec.skipped) adam_step<Fmt>(in, b, ex, ++adam_steps);  // unless skipped
+    r.each_param("params.", in, b.p32);
+    if (scaling) scaler_update(cs, b.st, ex);
+    rec.growth_tracker = b.st->tracker;
+    rec.next_scale = b.st->scale;
     out.push_back(std::move(rec));
   }
   return out;

@@ -33,6 +33,7 @@ import numbers
 import os
 import re
 import tempfile
+import types
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -487,6 +488,135 @@ def _default_key(make_model, train_fn):
     return f"make_model {q(make_model)}, train_fn {q(train_fn)}"
 
 
+def _check_budget(budget, seeds):
+    budget = _args.integer(FN, "budget", budget, 0, _args.I64)
+    if budget < 2:
+        raise ValueError(f"halfway.{FN}: budget must be at least 2 (the reference and the "
+                         f"original run), got {budget}")
+    if budget < 2 * len(seeds):
+        raise ValueError(f"halfway.{FN}: budget {budget} cannot pay for the reference and the "
+                         f"original runs of {len(seeds)} seeds")
+    return budget
+
+
+def _check_min_gap(min_gap):
+    if min_gap is not None:
+        if isinstance(min_gap, (bool, np.bool_)) or not isinstance(min_gap, numbers.Real):
+            raise TypeError(f"halfway.{FN}: min_gap must be a number or None, not "
+                            f"{type(min_gap).__name__}")
+        if not min_gap >= 0:
+            raise ValueError(f"halfway.{FN}: min_gap must be at least 0, got {min_gap!r}")
+    return min_gap
+
+
+def _arguments(make_model, train_fn, recipe, against, granularity, metric_name, seeds, budget,
+               out, plot, emulate_kwargs, min_gap, key):
+    """bisect's arguments checked, in the order of its signature, and normalised; a TypeError
+    or ValueError naming the first bad one."""
+    if not callable(make_model):
+        raise TypeError(f"halfway.{FN}: make_model must be callable (seed -> torch.nn.Module), "
+                        f"not {type(make_model).__name__}")
+    if not callable(train_fn):
+        raise TypeError(f"halfway.{FN}: train_fn must be callable ((model, seed) -> metric), "
+                        f"not {type(train_fn).__name__}")
+    a = types.SimpleNamespace(recipe=_recipe_name("recipe", recipe),
+                              against=_recipe_name("against", against))
+    _args.name(FN, "granularity", granularity)
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"halfway.{FN}: unknown granularity {granularity!r} (granularities: "
+                         f"{' '.join(GRANULARITIES)})")
+    a.granularity = granularity
+    _args.name(FN, "metric_name", metric_name)
+    a.metric_name = metric_name
+    a.seeds = _seeds(seeds)
+    a.budget = _check_budget(budget, a.seeds)
+    a.out = None if out is None else _args.path(FN, "out", out)
+    a.plot = _args.flag(FN, "plot", plot)
+    if a.plot and a.out is None:
+        raise ValueError(f"halfway.{FN}: plot needs out (the folder bisect.png is drawn in)")
+    a.kw = _emulate_kwargs(emulate_kwargs)
+    a.min_gap = _check_min_gap(min_gap)
+    if key is None:
+        key = _default_key(make_model, train_fn)
+    elif not isinstance(key, str):
+        raise TypeError(f"halfway.{FN}: key must be a str or None, not {type(key).__name__}")
+    a.key = key
+    return a
+
+
+def _listed_parts(model, a, user_rules):
+    """The model's parts at the granularity that some module of does not run under `against`
+    already. emulate checks the rest of its arguments (rules, accumulation, threads,
+    random_bits, every) as it would, and says which recipe each module gets."""
+    assigned = emulate(model, recipe=a.recipe, rules=user_rules, **a.kw)._module_recipe
+    return [p for p in model_parts(model, a.granularity)
+            if any(r != a.against for m, r in assigned.items() if m == p or
+                   m.startswith(p + "."))]
+
+
+def _open_runs(a, user_rules):
+    """The run cache: out/runs for this search's definition (nothing kept without out); an
+    earlier answer in out is withdrawn until this one is published."""
+    definition = json.dumps({"recipe": str(a.recipe), "against": a.against,
+                             "granularity": a.granularity, "metric": a.metric_name,
+                             "key": a.key, "rules": list((user_rules or {}).items()),
+                             "emulate": {k: repr(v) for k, v in sorted(a.kw.items())}},
+                            sort_keys=True)
+    runs_dir = None
+    if a.out is not None:
+        runs_dir = os.path.join(a.out, "runs")
+        os.makedirs(runs_dir, exist_ok=True)
+        _halfway._unpublish_folder(a.out, ["bisect.csv", "bisect.json"])
+    return _Runs(runs_dir, definition, a.budget)
+
+
+def _check_gap(b, a, parts):
+    """Measures the reference and the original; a ValueError when there is no gap or no part
+    to promote."""
+    if not b.measure_gap():  # not reached: the budget was checked above
+        raise ValueError(f"halfway.{FN}: budget {a.budget} cannot pay for the reference and "
+                         f"the original runs of {len(a.seeds)} seeds")
+    limit = float(a.min_gap) if a.min_gap is not None else 1e-6 + 1e-3 * abs(b.ref)
+    if not abs(b.gap) > limit:
+        raise ValueError(f"halfway.{FN}: no gap: {a.metric_name} {num_str(b.orig)} against the "
+                         f"{a.against} reference's {num_str(b.ref)}, gap {num_str(b.gap)} (at "
+                         f"most {num_str(limit)} counts as none); nothing to bisect")
+    if not parts:
+        raise ValueError(f"halfway.{FN}: a gap of {num_str(b.gap)} in {a.metric_name}, but no "
+                         f"module of the model runs under another recipe than {a.against} at "
+                         f"granularity {a.granularity}")
+
+
+def _search(b, n):
+    """All n parts promoted, then ddmin down to a smallest set that closes THRESHOLD of the
+    gap, then each member alone: (the share all parts close or None, the culprit, whether the
+    budget let the search finish)."""
+    everything = tuple(range(n))
+    f_all = b.closed([everything])[0]
+    culprit, finished = everything, f_all is not None
+    if f_all is not None and f_all >= THRESHOLD:
+        found, finished = _halfway._ddmin(n, THRESHOLD, 1, b.closed)
+        culprit = tuple(found)
+    if finished and len(culprit) > 1:
+        for r in b.closed([(i,) for i in culprit]):
+            finished = finished and r is not None
+    return f_all, culprit, finished
+
+
+def _publish(b, a, culprit, closed, finished):
+    """Writes out/bisect.csv and out/bisect.json, then manifest.json."""
+    from . import __version__
+    options = {"key": a.key, "metric": a.metric_name, "granularity": a.granularity,
+               "budget": a.budget}
+    manifest = {"tool": "halfway.torch.bisect", "config": a.key, "complete": True,
+                "version": __version__, "git_revision": _halfway._git_revision()}
+    _halfway._publish_texts(a.out, [
+        ("bisect.csv", csv_text(b)),
+        ("bisect.json", json.dumps(answer_json(b, culprit, closed, finished, options),
+                                   indent=2, sort_keys=True) + "\n")],
+        json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
 def bisect(make_model, train_fn, recipe, against="fp32", granularity="layer",
            metric_name="metric", seeds=(0,), budget=64, out=None, plot=False,
            emulate_kwargs=None, min_gap=None, key=None):
@@ -523,112 +653,32 @@ def bisect(make_model, train_fn, recipe, against="fp32", granularity="layer",
     evidence of the original run, the runs used). Bad arguments are a TypeError or ValueError
     naming the argument, before anything is trained.
     """
-    if not callable(make_model):
-        raise TypeError(f"halfway.{FN}: make_model must be callable (seed -> torch.nn.Module), "
-                        f"not {type(make_model).__name__}")
-    if not callable(train_fn):
-        raise TypeError(f"halfway.{FN}: train_fn must be callable ((model, seed) -> metric), "
-                        f"not {type(train_fn).__name__}")
-    recipe = _recipe_name("recipe", recipe)
-    against = _recipe_name("against", against)
-    _args.name(FN, "granularity", granularity)
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"halfway.{FN}: unknown granularity {granularity!r} (granularities: "
-                         f"{' '.join(GRANULARITIES)})")
-    _args.name(FN, "metric_name", metric_name)
-    seeds = _seeds(seeds)
-    budget = _args.integer(FN, "budget", budget, 0, _args.I64)
-    if budget < 2:
-        raise ValueError(f"halfway.{FN}: budget must be at least 2 (the reference and the "
-                         f"original run), got {budget}")
-    if budget < 2 * len(seeds):
-        raise ValueError(f"halfway.{FN}: budget {budget} cannot pay for the reference and the "
-                         f"original runs of {len(seeds)} seeds")
-    out = None if out is None else _args.path(FN, "out", out)
-    plot = _args.flag(FN, "plot", plot)
-    if plot and out is None:
-        raise ValueError(f"halfway.{FN}: plot needs out (the folder bisect.png is drawn in)")
-    kw = _emulate_kwargs(emulate_kwargs)
-    if min_gap is not None:
-        if isinstance(min_gap, (bool, np.bool_)) or not isinstance(min_gap, numbers.Real):
-            raise TypeError(f"halfway.{FN}: min_gap must be a number or None, not "
-                            f"{type(min_gap).__name__}")
-        if not min_gap >= 0:
-            raise ValueError(f"halfway.{FN}: min_gap must be at least 0, got {min_gap!r}")
-    if key is None:
-        key = _default_key(make_model, train_fn)
-    elif not isinstance(key, str):
-        raise TypeError(f"halfway.{FN}: key must be a str or None, not {type(key).__name__}")
-
-    model = make_model(seeds[0])
+    a = _arguments(make_model, train_fn, recipe, against, granularity, metric_name, seeds,
+                   budget, out, plot, emulate_kwargs, min_gap, key)
+    model = make_model(a.seeds[0])
     _check_model(model)
-    user_rules = kw.pop("rules", None)
-    # emulate checks the rest (rules, accumulation, threads, random_bits, every) as it would,
-    # and says which recipe each module gets: a part is listed when some module of it does not
-    # run under `against` already.
-    assigned = emulate(model, recipe=recipe, rules=user_rules, **kw)._module_recipe
-    parts = [p for p in model_parts(model, granularity)
-             if any(r != against for m, r in assigned.items() if m == p or
-                    m.startswith(p + "."))]
-
-    definition = json.dumps({"recipe": str(recipe), "against": against,
-                             "granularity": granularity, "metric": metric_name, "key": key,
-                             "rules": list((user_rules or {}).items()),
-                             "emulate": {k: repr(v) for k, v in sorted(kw.items())}},
-                            sort_keys=True)
-    runs_dir = None
-    if out is not None:
-        runs_dir = os.path.join(out, "runs")
-        os.makedirs(runs_dir, exist_ok=True)
-        _halfway._unpublish_folder(out, ["bisect.csv", "bisect.json"])
-    runs = _Runs(runs_dir, definition, budget)
-    b = _Bisection(make_model, train_fn, recipe, against, parts, seeds, user_rules, kw, runs,
-                   _takes_em(train_fn))
-    if not b.measure_gap():  # not reached: the budget was checked above
-        raise ValueError(f"halfway.{FN}: budget {budget} cannot pay for the reference and the "
-                         f"original runs of {len(seeds)} seeds")
-    limit = float(min_gap) if min_gap is not None else 1e-6 + 1e-3 * abs(b.ref)
-    if not abs(b.gap) > limit:
-        raise ValueError(f"halfway.{FN}: no gap: {metric_name} {num_str(b.orig)} against the "
-                         f"{against} reference's {num_str(b.ref)}, gap {num_str(b.gap)} (at "
-                         f"most {num_str(limit)} counts as none); nothing to bisect")
-    if not parts:
-        raise ValueError(f"halfway.{FN}: a gap of {num_str(b.gap)} in {metric_name}, but no "
-                         f"module of the model runs under another recipe than {against} at "
-                         f"granularity {granularity}")
-    n = len(parts)
-    everything = tuple(range(n))
-    f_all = b.closed([everything])[0]
-    culprit, finished = everything, f_all is not None
-    if f_all is not None and f_all >= THRESHOLD:
-        found, finished = _halfway._ddmin(n, THRESHOLD, 1, b.closed)
-        culprit = tuple(found)
-    if finished and len(culprit) > 1:
-        for r in b.closed([(i,) for i in culprit]):
-            finished = finished and r is not None
+    user_rules = a.kw.pop("rules", None)
+    parts = _listed_parts(model, a, user_rules)
+    runs = _open_runs(a, user_rules)
+    b = _Bisection(make_model, train_fn, a.recipe, a.against, parts, a.seeds, user_rules, a.kw,
+                   runs, _takes_em(train_fn))
+    _check_gap(b, a, parts)
+    f_all, culprit, finished = _search(b, len(parts))
     t = b.find(culprit)
     closed = t.closed if t is not None else float("nan")
-    options = {"key": key, "metric": metric_name, "granularity": granularity, "budget": budget}
-    if out is not None:
-        from . import __version__
-        manifest = {"tool": "halfway.torch.bisect", "config": key, "complete": True,
-                    "version": __version__, "git_revision": _halfway._git_revision()}
-        _halfway._publish_texts(out, [
-            ("bisect.csv", csv_text(b)),
-            ("bisect.json", json.dumps(answer_json(b, culprit, closed, finished, options),
-                                       indent=2, sort_keys=True) + "\n")],
-            json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    text = _paragraph(b, culprit, closed, finished, metric_name, budget)
+    if a.out is not None:
+        _publish(b, a, culprit, closed, finished)
+    text = _paragraph(b, culprit, closed, finished, a.metric_name, a.budget)
     explained = f_all is not None and f_all >= THRESHOLD
     if f_all is not None and not explained:
         text += (f"halfway.torch.bisect: promoting every part closes only {pct(f_all)} of the "
                  "gap: the parts do not explain it (seed noise, or ops outside the parts: the "
                  "loss, the model's own)\n")
     print(text, end="")
-    if plot:
+    if a.plot:
         from . import figures
-        figures.draw_bisect(out)
+        figures.draw_bisect(a.out)
     return BisectResult(culprit=[parts[i] for i in culprit], closed=closed, gap=b.gap,
                         reference_metric=b.ref, original_metric=b.orig, finished=finished,
                         explained=explained, runs_used=len(runs.used), runs_now=runs.ran,
-                        parts=list(parts), paragraph=text, out=out)
+                        parts=list(parts), paragraph=text, out=a.out)

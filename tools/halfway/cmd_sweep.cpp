@@ -657,111 +657,148 @@ void check_sweep_disk(const SweepDef& d, const fs::path& root, int shard, int sh
                   "the sweep's " + std::to_string(left) + " runs left");
 }
 
-int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
-              bool quiet, uint64_t max_memory, uint64_t max_disk) {
-  const fs::path root(out);
-  fs::create_directories(root);
-  check_sweep_disk(d, root, shard, shard_count, max_disk);
-  const nlohmann::json def = definition_json(d);
-  const fs::path def_path = root / "sweep.json";
-  // Everything written at the top of the folder (sweep.json, shard markers, the index) is
-  // written holding DIR/.lock, so sweeps and shards started together see one definition and
-  // each other's markers, and temporary files found there while holding it are stale.
-  {
-    const FileLock folder(root / ".lock");
-    for (const fs::path dir : {root, root / "shards"}) {
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        if (is_atomic_tmp(n) && (dir != root || n.rfind("sweep.json.", 0) == 0 ||
-                                 n.rfind("sweep.shard-", 0) == 0))
-          fs::remove(e.path(), ec);  // left by a killed sweep
-      }
-    }
-    if (fs::exists(def_path)) {
-      nlohmann::json old;
-      try {
-        old = nlohmann::json::parse(sim::read_file(def_path.string()));
-      } catch (const nlohmann::json::exception&) {
-        throw InputError(def_path.string() + " is not valid JSON; not a halfway sweep folder?");
-      }
-      if (old.value("sweep_hash", std::string()) != d.hash)
-        throw InputError("results folder " + out + " holds a different sweep (hash " +
-                         old.value("sweep_hash", std::string("?")) + ", this one " + d.hash +
-                         "); use another --out");
-    } else {
-      if (fs::exists(root / "runs") && !fs::is_empty(root / "runs"))
-        throw InputError("results folder " + out +
-                         " has runs but no sweep.json; refusing to mix");
-      sim::write_file_atomic(def_path.string(), def.dump(2) + "\n");
-    }
-    if (shard_count > 1) {
-      fs::create_directories(root / "shards");
-      const std::string mine = std::to_string(shard) + "-of-" + std::to_string(shard_count);
-      for (const auto& e : fs::directory_iterator(root / "shards")) {
-        std::string i, n;
-        if (parse_marker(e.path().filename().string(), i, n) &&
-            n != std::to_string(shard_count))
-          throw InputError("conflicting shard numbers: " + out + " already has shard " + i +
-                           "/" + n + ", asked for " + std::to_string(shard) + "/" +
-                           std::to_string(shard_count));
-      }
-      if (!fs::exists(root / "shards" / mine))
-        sim::write_file_atomic((root / "shards" / mine).string(), mine + "\n");
-    }
-    fs::create_directories(root / "runs");
-  }
+namespace {
 
+/// Removes the temporary files a killed sweep left at the top of the folder and in shards/.
+void remove_stale_tmp(const fs::path& root) {
+  for (const fs::path dir : {root, root / "shards"}) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (is_atomic_tmp(n) && (dir != root || n.rfind("sweep.json.", 0) == 0 ||
+                               n.rfind("sweep.shard-", 0) == 0))
+        fs::remove(e.path(), ec);  // left by a killed sweep
+    }
+  }
+}
+
+/// Writes sweep.json into a new folder, or checks that the folder's is this sweep's.
+void claim_definition(const SweepDef& d, const nlohmann::json& def, const fs::path& root,
+                      const std::string& out) {
+  const fs::path def_path = root / "sweep.json";
+  if (fs::exists(def_path)) {
+    nlohmann::json old;
+    try {
+      old = nlohmann::json::parse(sim::read_file(def_path.string()));
+    } catch (const nlohmann::json::exception&) {
+      throw InputError(def_path.string() + " is not valid JSON; not a halfway sweep folder?");
+    }
+    if (old.value("sweep_hash", std::string()) != d.hash)
+      throw InputError("results folder " + out + " holds a different sweep (hash " +
+                       old.value("sweep_hash", std::string("?")) + ", this one " + d.hash +
+                       "); use another --out");
+  } else {
+    if (fs::exists(root / "runs") && !fs::is_empty(root / "runs"))
+      throw InputError("results folder " + out +
+                       " has runs but no sweep.json; refusing to mix");
+    sim::write_file_atomic(def_path.string(), def.dump(2) + "\n");
+  }
+}
+
+/// Writes this shard's marker shards/I-of-N, after checking that no other shard of the folder
+/// was started with another N.
+void mark_shard(const fs::path& root, const std::string& out, int shard, int shard_count) {
+  fs::create_directories(root / "shards");
+  const std::string mine = std::to_string(shard) + "-of-" + std::to_string(shard_count);
+  for (const auto& e : fs::directory_iterator(root / "shards")) {
+    std::string i, n;
+    if (parse_marker(e.path().filename().string(), i, n) && n != std::to_string(shard_count))
+      throw InputError("conflicting shard numbers: " + out + " already has shard " + i + "/" +
+                       n + ", asked for " + std::to_string(shard) + "/" +
+                       std::to_string(shard_count));
+  }
+  if (!fs::exists(root / "shards" / mine))
+    sim::write_file_atomic((root / "shards" / mine).string(), mine + "\n");
+}
+
+/// Sets up the results folder: sweep.json, the shard marker and runs/. Everything written at
+/// the top of the folder (sweep.json, shard markers, the index) is written holding DIR/.lock,
+/// so sweeps and shards started together see one definition and each other's markers, and
+/// temporary files found there while holding it are stale.
+void prepare_folder(const SweepDef& d, const nlohmann::json& def, const fs::path& root,
+                    const std::string& out, int shard, int shard_count) {
+  const FileLock folder(root / ".lock");
+  remove_stale_tmp(root);
+  claim_definition(d, def, root, out);
+  if (shard_count > 1) mark_shard(root, out, shard, shard_count);
+  fs::create_directories(root / "runs");
+}
+
+/// This shard's runs: all of them (`total`) and those not finished yet (`todo`, run indices).
+struct ShardPlan {
   std::vector<int> todo;
-  int mine_total = 0;
+  int total = 0;
+  int already() const { return total - int(todo.size()); }
+};
+
+ShardPlan plan_shard(const SweepDef& d, const fs::path& root, int shard, int shard_count) {
+  ShardPlan p;
   for (const SweepRun& r : d.runs) {
     if (r.index % shard_count != shard) continue;
-    ++mine_total;
+    ++p.total;
     if (!sim::run_complete((root / "runs" / run_dir_name(r.index)).string()))
-      todo.push_back(r.index);
+      p.todo.push_back(r.index);
   }
-  const int already = mine_total - int(todo.size());
+  return p;
+}
 
-  // Each run is written holding runs/.NNNN.lock: another process of the same sweep (a shard
-  // started twice, a resubmitted array task) waits for it and then finds it done.
+/// Runs `r` into runs/NNNN unless it is complete by now: into runs/.tmp-NNNN first, renamed
+/// when its last step is written. True when it ran here.
+bool run_one(const SweepDef& d, const SweepRun& r, const fs::path& root, uint64_t max_memory,
+             uint64_t max_disk) {
+  const fs::path dir = root / "runs" / run_dir_name(r.index);
+  const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
+  const FileLock lock(root / "runs" / ("." + run_dir_name(r.index) + ".lock"));
+  if (sim::run_complete(dir.string())) return false;
+  // Left by an interrupted run: a temporary folder, a folder without its manifest.
+  if (fs::exists(tmp)) fs::remove_all(tmp);
+  if (fs::exists(dir)) fs::remove_all(dir);
+  const sim::TrainConfig c = sim::parse_config(r.config_toml, d.base_dir, "config.toml");
+  fs::create_directories(tmp);
+  sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
+  sim::TrainOptions o;
+  o.max_memory = max_memory;
+  o.max_disk = max_disk;
+  if (!sim::write_run(c, tmp.string(), o).complete()) {  // stopped: not done
+    fs::remove_all(tmp);
+    throw std::runtime_error("stopped before its last step; a resume reruns it");
+  }
+  fs::rename(tmp, dir);
+  return true;
+}
+
+/// What the workers did: the runs they ran, and the errors of those that failed.
+struct PoolResult {
+  int ran = 0;
+  std::vector<std::string> errors;
+};
+
+/// Runs the plan's runs on `jobs` threads, drawing the progress line until they are done or
+/// a signal stops them. Each run is written holding runs/.NNNN.lock: another process of the
+/// same sweep (a shard started twice, a resubmitted array task) waits for it and then finds it
+/// done.
+PoolResult run_pool(const SweepDef& d, const ShardPlan& plan, const fs::path& root, int jobs,
+                    bool quiet, uint64_t max_memory, uint64_t max_disk) {
+  const std::vector<int>& todo = plan.todo;
   Progress bar(todo.size(), !quiet && isatty(STDERR_FILENO) != 0);
   std::atomic<size_t> next{0};
   std::atomic<int> ran{0};
   std::mutex progress_mu;  // the progress line is redrawn every 200 ms and when a run ends
   std::condition_variable progress_cv;
   std::mutex err_mu;
-  std::vector<std::string> errors;
+  PoolResult res;
   auto worker = [&] {
     for (;;) {
       if (sim::stop_signal()) return;  // SIGINT...: the runs begun stop at a step boundary
       const size_t k = next.fetch_add(1);
       if (k >= todo.size()) return;
       const SweepRun& r = d.runs[size_t(todo[k])];
-      const fs::path dir = root / "runs" / run_dir_name(r.index);
-      const fs::path tmp = root / "runs" / (".tmp-" + run_dir_name(r.index));
       try {
-        const FileLock lock(root / "runs" / ("." + run_dir_name(r.index) + ".lock"));
-        if (!sim::run_complete(dir.string())) {
-          // Left by an interrupted run: a temporary folder, a folder without its manifest.
-          if (fs::exists(tmp)) fs::remove_all(tmp);
-          if (fs::exists(dir)) fs::remove_all(dir);
-          const sim::TrainConfig c = sim::parse_config(r.config_toml, d.base_dir, "config.toml");
-          fs::create_directories(tmp);
-          sim::write_file_atomic((tmp / "config.toml").string(), r.config_toml);
-          sim::TrainOptions o;
-          o.max_memory = max_memory;
-          o.max_disk = max_disk;
-          if (!sim::write_run(c, tmp.string(), o).complete()) {  // stopped: not done
-            fs::remove_all(tmp);
-            throw std::runtime_error("stopped before its last step; a resume reruns it");
-          }
-          fs::rename(tmp, dir);
-          ++ran;
-        }
+        if (run_one(d, r, root, max_memory, max_disk)) ++ran;
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(err_mu);
         if (!sim::stop_signal())
-          errors.push_back("run " + std::to_string(r.index) + ": " + one_line(e.what()));
+          res.errors.push_back("run " + std::to_string(r.index) + ": " + one_line(e.what()));
       }
       bar.add(1);
       {
@@ -775,45 +812,75 @@ int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, in
   for (int i = 0; i < n; ++i) pool.emplace_back(worker);
   for (std::unique_lock<std::mutex> lk(progress_mu);
        bar.done() < todo.size() && !sim::stop_signal();) {
-    bar.label(std::to_string(already + bar.done()) + "/" + std::to_string(mine_total) + " runs");
+    bar.label(std::to_string(plan.already() + bar.done()) + "/" + std::to_string(plan.total) +
+              " runs");
     bar.draw();
     progress_cv.wait_for(lk, std::chrono::milliseconds(200));
   }
   for (auto& t : pool) t.join();
   bar.finish();
-  for (const auto& e : errors)
-    std::fprintf(stderr, "halfway sweep: error: %s\n", printable(e).c_str());
-  if (!errors.empty()) return 1;
-  const int stopped_by = sim::stop_signal();
+  res.ran = ran.load();
+  return res;
+}
 
-  // The index of this shard's runs (all of them without sharding; after a stop, the finished
-  // ones), in run order.
-  std::string csv = index_header(def);
+/// The index of this shard's runs (all of them without sharding; after a stop, the finished
+/// ones), in run order.
+struct SweepIndex {
+  std::string csv;
   int indexed = 0;
+};
+
+SweepIndex shard_index(const nlohmann::json& def, const fs::path& root, int shard,
+                       int shard_count, bool stopped) {
+  SweepIndex x{index_header(def), 0};
   for (const auto& run : def["runs"]) {
     const int i = run["run"].get<int>();
     if (i % shard_count != shard) continue;
     const std::string rel = "runs/" + run_dir_name(i);
-    if (stopped_by && !sim::run_complete((root / rel).string())) continue;
-    csv += index_row(def, run, (root / rel).string(), rel);
-    ++indexed;
+    if (stopped && !sim::run_complete((root / rel).string())) continue;
+    x.csv += index_row(def, run, (root / rel).string(), rel);
+    ++x.indexed;
   }
-  const std::string name = shard_count > 1 ? "sweep.shard-" + std::to_string(shard) + "-of-" +
-                                                 std::to_string(shard_count) + ".csv"
-                                           : "sweep.csv";
+  return x;
+}
+
+/// The index's file name: sweep.csv, or sweep.shard-I-of-N.csv for a shard.
+std::string index_name(int shard, int shard_count) {
+  return shard_count > 1 ? "sweep.shard-" + std::to_string(shard) + "-of-" +
+                               std::to_string(shard_count) + ".csv"
+                         : "sweep.csv";
+}
+
+}  // namespace
+
+int run_sweep(const SweepDef& d, const std::string& out, int jobs, int shard, int shard_count,
+              bool quiet, uint64_t max_memory, uint64_t max_disk) {
+  const fs::path root(out);
+  fs::create_directories(root);
+  check_sweep_disk(d, root, shard, shard_count, max_disk);
+  const nlohmann::json def = definition_json(d);
+  prepare_folder(d, def, root, out, shard, shard_count);
+  const ShardPlan plan = plan_shard(d, root, shard, shard_count);
+  const PoolResult res = run_pool(d, plan, root, jobs, quiet, max_memory, max_disk);
+  for (const auto& e : res.errors)
+    std::fprintf(stderr, "halfway sweep: error: %s\n", printable(e).c_str());
+  if (!res.errors.empty()) return 1;
+  const int stopped_by = sim::stop_signal();
+  const SweepIndex index = shard_index(def, root, shard, shard_count, stopped_by != 0);
+  const fs::path index_path = root / index_name(shard, shard_count);
   {
     const FileLock folder(root / ".lock");
-    sim::write_file_atomic((root / name).string(), csv);
+    sim::write_file_atomic(index_path.string(), index.csv);
   }
   if (stopped_by) {
     std::fprintf(stderr, "halfway sweep: stopped by %s: %d of %d runs done, indexed in %s; "
-                 "run again to continue\n", sim::signal_name(stopped_by).c_str(), indexed,
-                 mine_total, (root / name).string().c_str());
+                 "run again to continue\n", sim::signal_name(stopped_by).c_str(), index.indexed,
+                 plan.total, index_path.string().c_str());
     return 128 + stopped_by;
   }
   if (!quiet)
-    std::printf("halfway sweep: %d runs (%d already done, %d run now) -> %s\n", mine_total,
-                mine_total - ran.load(), ran.load(), (root / name).string().c_str());
+    std::printf("halfway sweep: %d runs (%d already done, %d run now) -> %s\n", plan.total,
+                plan.total - res.ran, res.ran, index_path.string().c_str());
   return 0;
 }
 

@@ -110,6 +110,192 @@ inline void push_case(CaseSet& cs, Family fam, const std::vector<uint32_t>& a,
   cs.family.push_back(fam);
 }
 
+/// A case's three tiles, A (kM x K), B (K x kN) and C (kM x kN), refilled by each family.
+struct Tiles {
+  std::vector<uint32_t> A, B, C;
+  explicit Tiles(int K) : A(size_t(kM * K)), B(size_t(K * kN)), C(size_t(kM * kN)) {}
+};
+
+inline void fill_zero(Tiles& t) {
+  std::fill(t.A.begin(), t.A.end(), 0u);
+  std::fill(t.B.begin(), t.B.end(), 0u);
+  std::fill(t.C.begin(), t.C.end(), 0u);
+}
+
+/// `count` cases of family `fam` whose elements are all drawn: in case q, every element of A
+/// by `da(q)`, then of B by `db(q)`, then of C by `dc(q)` (in that order: they share a stream).
+template <class DA, class DB, class DC>
+void add_drawn(CaseSet& cs, Tiles& t, Family fam, int count, DA da, DB db, DC dc) {
+  for (int q = 0; q < count; ++q) {
+    for (auto& x : t.A) x = da(q);
+    for (auto& x : t.B) x = db(q);
+    for (auto& x : t.C) x = dc(q);
+    push_case(cs, fam, t.A, t.B, t.C);
+  }
+}
+
+/// exact_int: |sum| <= 32*9 + 8, exact in every accumulator.
+inline void add_exact_int(CaseSet& cs, Tiles& t, uint64_t seed) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  Rng r(seed, 1);
+  add_drawn(
+      cs, t, Family::exact_int, 8, [&](int) { return exact(fi, r.uniform(-3, 3)); },
+      [&](int) { return exact(fi, r.uniform(-3, 3)); },
+      [&](int) { return exact(fa, r.uniform(-8, 8)); });
+}
+
+/// random_narrow: random normal inputs in a few binades, one in 16 zero.
+inline void add_random_narrow(CaseSet& cs, Tiles& t, uint64_t seed) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  Rng r(seed, 2);
+  auto input = [&](int) { return (r.next() % 16 == 0) ? 0u : random_normal(fi, r, -3, 3); };
+  add_drawn(cs, t, Family::random_narrow, 256, input, input,
+            [&](int) { return random_normal(fa, r, -2, 4); });
+}
+
+/// random_wide: many binades between products (alignment losses).
+inline void add_random_wide(CaseSet& cs, Tiles& t, uint64_t seed) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  const bool acc16 = fa.nbits() == 16;
+  Rng r(seed, 3);
+  const int lo = acc16 ? -6 : -10, hi = acc16 ? 4 : 10;
+  auto input = [&](int) { return random_normal(fi, r, lo, hi); };
+  add_drawn(cs, t, Family::random_wide, 256, input, input,
+            [&](int) { return random_normal(fa, r, acc16 ? -6 : -12, acc16 ? 10 : 12); });
+}
+
+/// same_sign: all terms of one sign, carries out of the block sum.
+inline void add_same_sign(CaseSet& cs, Tiles& t, uint64_t seed) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  Rng r(seed, 4);
+  add_drawn(
+      cs, t, Family::same_sign, 64, [&](int q) { return random_normal(fi, r, -2, 2, q & 1); },
+      [&](int) { return random_normal(fi, r, -2, 2, 0); },
+      [&](int q) { return random_normal(fa, r, -2, 3, q & 1); });
+}
+
+/// alignment: C = ±2^(p + off), n_j equal products ±2^p, off in [16, 39].
+inline void add_alignment(CaseSet& cs, Tiles& t) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  const int K = cs.info.k;
+  const bool acc16 = fa.nbits() == 16;
+  auto& [A, B, C] = t;
+  for (int q = 0; q < 64; ++q) {
+    fill_zero(t);
+    const int ea_lo = acc16 ? std::max(fi.emin(), -14) : std::max(fi.emin(), -4);
+    const int eb = ea_lo + (q % 8);
+    const bool cneg = q >= 32;
+    for (int i = 0; i < kM; ++i) {
+      const int ea = ea_lo + (i & 7);
+      for (int k = 0; k < K; ++k) A[i * K + k] = exact(fi, std::ldexp(i < 8 ? 1.0 : -1.0, ea));
+    }
+    for (int j = 0; j < kN; ++j) {
+      const int n = j * (K / 8) + 1;  // 1, 3, 5, ... (K=16) or 1, 5, 9, ... (K=32)
+      for (int k = 0; k < K; ++k) B[k * kN + j] = k < n ? exact(fi, std::ldexp(1.0, eb)) : 0u;
+    }
+    for (int i = 0; i < kM; ++i)
+      for (int j = 0; j < kN; ++j) {
+        const int pexp = ea_lo + (i & 7) + eb;
+        const int off = 16 + (i * 5 + j * 3 + q * 7) % 24;
+        const int ec = std::min(pexp + off, fa.emax() - 1);
+        C[i * kN + j] = exact(fa, std::ldexp(cneg ? -1.0 : 1.0, ec));
+      }
+    push_case(cs, Family::alignment, A, B, C);
+  }
+}
+
+/// block_probe: rows (k1, k2 = k1 + d, k3) with +X, -X, S; B columns scale by 2^v.
+inline void add_block_probe(CaseSet& cs, Tiles& t, uint64_t seed) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  const int K = cs.info.k;
+  auto& [A, B, C] = t;
+  int eX, eS;
+  switch (cs.variant) {
+    case Variant::f16_f32: eX = 15; eS = -14; break;
+    case Variant::f16_f16: eX = 12; eS = -10; break;
+    case Variant::bf16_f32: eX = 40; eS = -40; break;
+    case Variant::e4m3_f32: eX = 8; eS = -6; break;
+    default: eX = 15; eS = -14; break;
+  }
+  static const int vj[kN] = {0, 1, -1, 2, -2, 3, -3, 0};
+  std::vector<int> rows;  // k1, k2, k3 triples
+  const int ds16[] = {1, 2, 4, 8}, ds32[] = {1, 8, 16};
+  const int* ds = K == 16 ? ds16 : ds32;
+  const int nd = K == 16 ? 4 : 3;
+  for (int k1 = 0; k1 < K; ++k1)
+    for (int di = 0; di < nd; ++di)
+      for (int k3 = 0; k3 < K; ++k3) {
+        const int k2 = (k1 + ds[di]) % K;
+        if (k3 == k1 || k3 == k2) continue;
+        rows.insert(rows.end(), {k1, k2, k3});
+      }
+  Rng r(seed, 6);
+  const size_t nrows = rows.size() / 3;
+  for (size_t base = 0; base < nrows; base += kM) {
+    fill_zero(t);
+    for (int i = 0; i < kM; ++i) {
+      const size_t row = std::min(base + size_t(i), nrows - 1);
+      const int k1 = rows[3 * row], k2 = rows[3 * row + 1], k3 = rows[3 * row + 2];
+      const int fb = std::min(3, int(fi.frac_bits));  // fraction bits that fit every input
+      const double frac = 1.0 + std::ldexp(double(r.next() % (1u << fb)), -fb);
+      A[i * K + k1] = exact(fi, std::ldexp(1.0, eX));
+      A[i * K + k2] = exact(fi, std::ldexp(-1.0, eX));
+      A[i * K + k3] = exact(fi, std::ldexp((r.next() & 1) ? -frac : frac, eS));
+    }
+    for (int j = 0; j < kN; ++j)
+      for (int k = 0; k < K; ++k) B[k * kN + j] = exact(fi, std::ldexp(j == 7 ? -1.0 : 1.0, vj[j]));
+    for (int i = 0; i < kM; ++i)
+      for (int j = 1; j < kN; j += 2) C[i * kN + j] = exact(fa, std::ldexp((i & 1) ? -1.0 : 1.0, eS + vj[j] - 1));
+    push_case(cs, Family::block_probe, A, B, C);
+  }
+}
+
+/// rounding: C = ±(2^p + 2j) (ulp 2) plus products in {0.5, 1, 1.5} and a tail ±2^-m.
+inline void add_rounding(CaseSet& cs, Tiles& t) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  const int K = cs.info.k;
+  const bool acc16 = fa.nbits() == 16;
+  auto& [A, B, C] = t;
+  const int p = fa.precision();
+  for (int q = 0; q < 64; ++q) {
+    fill_zero(t);
+    const int s = acc16 ? -(q >> 3) : (q >> 3);
+    const double cs_ = (q & 1) ? -1.0 : 1.0, s0 = (q & 2) ? -1.0 : 1.0, s1 = (q & 4) ? -1.0 : 1.0;
+    static const double p0[8] = {1.0, 1.0, 0.5, 1.5, 1.0, 0.0, 0.5, 1.5};
+    for (int i = 0; i < kM; ++i) {
+      A[i * K + 0] = exact(fi, std::ldexp(s0 * p0[i & 7], s));
+      const int m = 1 + (i >> 1);  // tails 2^-1 .. 2^-8
+      A[i * K + 1] = (i & 1) ? exact_or_zero(fi, std::ldexp(s1, s - m)) : 0u;
+    }
+    for (int j = 0; j < kN; ++j) {
+      B[0 * kN + j] = exact(fi, 1.0);
+      B[1 * kN + j] = exact(fi, 1.0);
+    }
+    for (int i = 0; i < kM; ++i)
+      for (int j = 0; j < kN; ++j)
+        C[i * kN + j] = exact(fa, std::ldexp(cs_ * (std::ldexp(1.0, p) + 2.0 * j), s));
+    push_case(cs, Family::rounding, A, B, C);
+  }
+}
+
+/// subnormal: subnormal inputs and accumulators.
+inline void add_subnormal(CaseSet& cs, Tiles& t, uint64_t seed) {
+  const Format fi = cs.info.in, fa = cs.info.acc;
+  Rng r(seed, 8);
+  auto input = [&](int) {
+    const uint64_t w = r.next();
+    return (w % 3 == 0) ? (uint32_t(w >> 8) & (fi.sign_bit() | fi.frac_mask()))  // subnormal or 0
+                        : random_normal(fi, r, fi.emin(), fi.emin() + 4);
+  };
+  auto acc = [&](int) {
+    const uint64_t w = r.next();
+    return (w % 2 == 0) ? (uint32_t(w >> 8) & (fa.sign_bit() | fa.frac_mask()))
+                        : random_normal(fa, r, fa.emin(), fa.emin() + 3);
+  };
+  add_drawn(cs, t, Family::subnormal, 32, input, [&](int) { return random_normal(fi, r, -3, 3); },
+            acc);
+}
+
 }  // namespace detail
 
 /// All test cases of one variant.
@@ -118,158 +304,15 @@ inline CaseSet make_cases(Variant v, uint64_t seed) {
   CaseSet cs;
   cs.variant = v;
   cs.info = variant_info(v);
-  const Format fi = cs.info.in, fa = cs.info.acc;
-  const int K = cs.info.k;
-  const bool acc16 = fa.nbits() == 16;
-  std::vector<uint32_t> A(kM * K), B(K * kN), C(kM * kN);
-  auto fill_zero = [&] {
-    std::fill(A.begin(), A.end(), 0u);
-    std::fill(B.begin(), B.end(), 0u);
-    std::fill(C.begin(), C.end(), 0u);
-  };
-
-  {  // exact_int: |sum| <= 32*9 + 8, exact in every accumulator
-    Rng r(seed, 1);
-    for (int q = 0; q < 8; ++q) {
-      for (auto& x : A) x = exact(fi, r.uniform(-3, 3));
-      for (auto& x : B) x = exact(fi, r.uniform(-3, 3));
-      for (auto& x : C) x = exact(fa, r.uniform(-8, 8));
-      push_case(cs, Family::exact_int, A, B, C);
-    }
-  }
-  {  // random_narrow
-    Rng r(seed, 2);
-    for (int q = 0; q < 256; ++q) {
-      for (auto& x : A) x = (r.next() % 16 == 0) ? 0u : random_normal(fi, r, -3, 3);
-      for (auto& x : B) x = (r.next() % 16 == 0) ? 0u : random_normal(fi, r, -3, 3);
-      for (auto& x : C) x = random_normal(fa, r, -2, 4);
-      push_case(cs, Family::random_narrow, A, B, C);
-    }
-  }
-  {  // random_wide: many binades between products (alignment losses)
-    Rng r(seed, 3);
-    const int lo = acc16 ? -6 : -10, hi = acc16 ? 4 : 10;
-    for (int q = 0; q < 256; ++q) {
-      for (auto& x : A) x = random_normal(fi, r, lo, hi);
-      for (auto& x : B) x = random_normal(fi, r, lo, hi);
-      for (auto& x : C) x = random_normal(fa, r, acc16 ? -6 : -12, acc16 ? 10 : 12);
-      push_case(cs, Family::random_wide, A, B, C);
-    }
-  }
-  {  // same_sign: all terms of one sign, carries out of the block sum
-    Rng r(seed, 4);
-    for (int q = 0; q < 64; ++q) {
-      const int s = q & 1;
-      for (auto& x : A) x = random_normal(fi, r, -2, 2, s);
-      for (auto& x : B) x = random_normal(fi, r, -2, 2, 0);
-      for (auto& x : C) x = random_normal(fa, r, -2, 3, s);
-      push_case(cs, Family::same_sign, A, B, C);
-    }
-  }
-  {  // alignment: C = ±2^(p + off), n_j equal products ±2^p, off in [16, 39]
-    for (int q = 0; q < 64; ++q) {
-      fill_zero();
-      const int ea_lo = acc16 ? std::max(fi.emin(), -14) : std::max(fi.emin(), -4);
-      const int eb = ea_lo + (q % 8);
-      const bool cneg = q >= 32;
-      for (int i = 0; i < kM; ++i) {
-        const int ea = ea_lo + (i & 7);
-        for (int k = 0; k < K; ++k) A[i * K + k] = exact(fi, std::ldexp(i < 8 ? 1.0 : -1.0, ea));
-      }
-      for (int j = 0; j < kN; ++j) {
-        const int n = j * (K / 8) + 1;  // 1, 3, 5, ... (K=16) or 1, 5, 9, ... (K=32)
-        for (int k = 0; k < K; ++k) B[k * kN + j] = k < n ? exact(fi, std::ldexp(1.0, eb)) : 0u;
-      }
-      for (int i = 0; i < kM; ++i)
-        for (int j = 0; j < kN; ++j) {
-          const int pexp = ea_lo + (i & 7) + eb;
-          const int off = 16 + (i * 5 + j * 3 + q * 7) % 24;
-          const int ec = std::min(pexp + off, fa.emax() - 1);
-          C[i * kN + j] = exact(fa, std::ldexp(cneg ? -1.0 : 1.0, ec));
-        }
-      push_case(cs, Family::alignment, A, B, C);
-    }
-  }
-  {  // block_probe: rows (k1, k2 = k1 + d, k3) with +X, -X, S; B columns scale by 2^v
-    int eX, eS;
-    switch (v) {
-      case Variant::f16_f32: eX = 15; eS = -14; break;
-      case Variant::f16_f16: eX = 12; eS = -10; break;
-      case Variant::bf16_f32: eX = 40; eS = -40; break;
-      case Variant::e4m3_f32: eX = 8; eS = -6; break;
-      default: eX = 15; eS = -14; break;
-    }
-    static const int vj[kN] = {0, 1, -1, 2, -2, 3, -3, 0};
-    std::vector<int> rows;  // k1, k2, k3 triples
-    const int ds16[] = {1, 2, 4, 8}, ds32[] = {1, 8, 16};
-    const int* ds = K == 16 ? ds16 : ds32;
-    const int nd = K == 16 ? 4 : 3;
-    for (int k1 = 0; k1 < K; ++k1)
-      for (int di = 0; di < nd; ++di)
-        for (int k3 = 0; k3 < K; ++k3) {
-          const int k2 = (k1 + ds[di]) % K;
-          if (k3 == k1 || k3 == k2) continue;
-          rows.insert(rows.end(), {k1, k2, k3});
-        }
-    Rng r(seed, 6);
-    const size_t nrows = rows.size() / 3;
-    for (size_t base = 0; base < nrows; base += kM) {
-      fill_zero();
-      for (int i = 0; i < kM; ++i) {
-        const size_t row = std::min(base + size_t(i), nrows - 1);
-        const int k1 = rows[3 * row], k2 = rows[3 * row + 1], k3 = rows[3 * row + 2];
-        const int fb = std::min(3, int(fi.frac_bits));  // fraction bits that fit every input
-        const double frac = 1.0 + std::ldexp(double(r.next() % (1u << fb)), -fb);
-        A[i * K + k1] = exact(fi, std::ldexp(1.0, eX));
-        A[i * K + k2] = exact(fi, std::ldexp(-1.0, eX));
-        A[i * K + k3] = exact(fi, std::ldexp((r.next() & 1) ? -frac : frac, eS));
-      }
-      for (int j = 0; j < kN; ++j)
-        for (int k = 0; k < K; ++k) B[k * kN + j] = exact(fi, std::ldexp(j == 7 ? -1.0 : 1.0, vj[j]));
-      for (int i = 0; i < kM; ++i)
-        for (int j = 1; j < kN; j += 2) C[i * kN + j] = exact(fa, std::ldexp((i & 1) ? -1.0 : 1.0, eS + vj[j] - 1));
-      push_case(cs, Family::block_probe, A, B, C);
-    }
-  }
-  {  // rounding: C = ±(2^p + 2j) (ulp 2) plus products in {0.5, 1, 1.5} and a tail ±2^-m
-    const int p = fa.precision();
-    for (int q = 0; q < 64; ++q) {
-      fill_zero();
-      const int s = acc16 ? -(q >> 3) : (q >> 3);
-      const double cs_ = (q & 1) ? -1.0 : 1.0, s0 = (q & 2) ? -1.0 : 1.0, s1 = (q & 4) ? -1.0 : 1.0;
-      static const double p0[8] = {1.0, 1.0, 0.5, 1.5, 1.0, 0.0, 0.5, 1.5};
-      for (int i = 0; i < kM; ++i) {
-        A[i * K + 0] = exact(fi, std::ldexp(s0 * p0[i & 7], s));
-        const int m = 1 + (i >> 1);  // tails 2^-1 .. 2^-8
-        A[i * K + 1] = (i & 1) ? exact_or_zero(fi, std::ldexp(s1, s - m)) : 0u;
-      }
-      for (int j = 0; j < kN; ++j) {
-        B[0 * kN + j] = exact(fi, 1.0);
-        B[1 * kN + j] = exact(fi, 1.0);
-      }
-      for (int i = 0; i < kM; ++i)
-        for (int j = 0; j < kN; ++j)
-          C[i * kN + j] = exact(fa, std::ldexp(cs_ * (std::ldexp(1.0, p) + 2.0 * j), s));
-      push_case(cs, Family::rounding, A, B, C);
-    }
-  }
-  {  // subnormal inputs and accumulators
-    Rng r(seed, 8);
-    for (int q = 0; q < 32; ++q) {
-      for (auto& x : A) {
-        const uint64_t w = r.next();
-        x = (w % 3 == 0) ? (uint32_t(w >> 8) & (fi.sign_bit() | fi.frac_mask()))  // subnormal or 0
-                         : random_normal(fi, r, fi.emin(), fi.emin() + 4);
-      }
-      for (auto& x : B) x = random_normal(fi, r, -3, 3);
-      for (auto& x : C) {
-        const uint64_t w = r.next();
-        x = (w % 2 == 0) ? (uint32_t(w >> 8) & (fa.sign_bit() | fa.frac_mask()))
-                         : random_normal(fa, r, fa.emin(), fa.emin() + 3);
-      }
-      push_case(cs, Family::subnormal, A, B, C);
-    }
-  }
+  Tiles t(cs.info.k);
+  add_exact_int(cs, t, seed);
+  add_random_narrow(cs, t, seed);
+  add_random_wide(cs, t, seed);
+  add_same_sign(cs, t, seed);
+  add_alignment(cs, t);
+  add_block_probe(cs, t, seed);
+  add_rounding(cs, t);
+  add_subnormal(cs, t, seed);
   return cs;
 }
 
