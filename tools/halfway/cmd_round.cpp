@@ -55,7 +55,7 @@ int cmd_round(int argc, char** argv) {
       "neighbours, the error in ulps and the IEEE flags.",
       "halfway round"};
   std::string fname = "fp16", rounding = "near_even", tininess = "after";
-  uint64_t seed = 0;
+  std::string seed = "0";  // parse_u64: CLI11 would wrap -1 and 2^64 into range
   app.add_option("--to,-t", fname, "the format (default fp16)");
   app.add_option("--rounding,-r", rounding,
                  "near_even near_maxMag minMag min max odd stochastic (or rne rna rtz rd ru rto "
@@ -69,7 +69,7 @@ int cmd_round(int argc, char** argv) {
   const Format f = parse_format(fname);
   Env env;
   env.rounding = parse_rounding(rounding);
-  env.sr_seed = seed;
+  env.sr_seed = parse_u64(seed, "seed");
   env.tininess = tininess == "before" ? Tininess::before_rounding : Tininess::after_rounding;
   if (values.empty()) throw InputError("no VALUE given (try 'halfway round 0.1 --to fp16')");
   std::vector<double> parsed;
