@@ -297,25 +297,49 @@ struct Builder {
     return v;
   }
 
+  /// per_mode cases under each of `modes`, in slices of kBlock cases: a check's block is one
+  /// slice under one mode.
+  struct Sliced {
+    std::vector<std::shared_ptr<Oracle>> orc;
+    uint64_t per_mode, slices;
+    struct Block {
+      const Oracle& oracle;
+      Rounding r;
+      const FormatInfo& F;
+      uint64_t slice;
+      size_t n;  ///< cases in this block
+    };
+    Block at(uint64_t block) const {
+      const Oracle& oracle = *orc[block / slices];
+      const uint64_t slice = block % slices;
+      return {oracle, oracle.rounding(), oracle.target(), slice,
+              size_t(std::min<uint64_t>(kBlock, per_mode - slice * kBlock))};
+    }
+  };
+
+  /// A check named `name` over per_mode cases of f under each of `modes` (Sliced).
+  std::pair<Check*, Sliced> add_sliced(std::string name, std::optional<detail::BulkPath> bulk,
+                                       const Format& f, const std::vector<Rounding>& modes,
+                                       uint64_t per_mode) {
+    Sliced sl{oracles(f, modes), per_mode, (per_mode + kBlock - 1) / kBlock};
+    Check& chk = add(std::move(name), path_label(bulk), per_mode * modes.size(),
+                     sl.slices * modes.size());
+    return {&chk, std::move(sl)};
+  }
+
   /// f32 → f over a set of inputs: all 2^32 (`inputs` null) or a list. Bulk path: results of
   /// round_f32 with and without counts, the counts, and (quick run) quantize_f32.
   void f32_to(const Format& f, std::shared_ptr<const std::vector<uint32_t>> inputs,
               const std::vector<Rounding>& modes, std::optional<detail::BulkPath> bulk,
               const std::string& what) {
-    const uint64_t per_mode = inputs ? inputs->size() : uint64_t(1) << 32;
-    const uint64_t slices = (per_mode + kBlock - 1) / kBlock;
-    Check& chk = add(fmt::format("f32 -> {}, {}, {}", format_name(f), what, modes_text(modes)),
-                   path_label(bulk), per_mode * modes.size(), slices * modes.size());
-    auto orc = oracles(f, modes);
+    auto [chk, sl] =
+        add_sliced(fmt::format("f32 -> {}, {}, {}", format_name(f), what, modes_text(modes)), bulk,
+                   f, modes, inputs ? inputs->size() : uint64_t(1) << 32);
     const Tininess tin = o.tininess;
     const bool quantize = inputs != nullptr;
     const Fault fault = this->fault;
-    chk.run = [=](Check& c, uint64_t block) -> uint64_t {
-      const Oracle& oracle = *orc[block / slices];
-      const Rounding r = oracle.rounding();
-      const FormatInfo& F = oracle.target();
-      const uint64_t slice = block % slices;
-      const size_t n = size_t(std::min<uint64_t>(kBlock, per_mode - slice * kBlock));
+    chk->run = [=](Check& c, uint64_t block) -> uint64_t {
+      const auto [oracle, r, F, slice, n] = sl.at(block);
       Scratch& s = scratch();
       for (size_t i = 0; i < n; ++i) {
         s.in[i] = inputs ? (*inputs)[slice * kBlock + i] : uint32_t(slice * kBlock + i);
@@ -522,23 +546,16 @@ struct Builder {
                     std::shared_ptr<const std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> pairs,
                     const std::string& what) {
     const int nb = f.nbits();
-    const uint64_t per_mode = pairs ? pairs->first.size() : uint64_t(1) << (2 * nb);
-    const uint64_t slices = (per_mode + kBlock - 1) / kBlock;
-    Check& chk = add(fmt::format("{} {}, {}, {}", op_name(op), format_name(f), what,
-                               modes_text(modes)),
-                   path_label(bulk), per_mode * modes.size(), slices * modes.size());
-    auto orc = oracles(f, modes);
+    auto [chk, sl] = add_sliced(
+        fmt::format("{} {}, {}, {}", op_name(op), format_name(f), what, modes_text(modes)), bulk,
+        f, modes, pairs ? pairs->first.size() : uint64_t(1) << (2 * nb));
     const Tininess tin = o.tininess;
     const Fault fault = this->fault;
-    chk.run = [=](Check& c, uint64_t block) -> uint64_t {
-      const Oracle& oracle = *orc[block / slices];
-      const Rounding r = oracle.rounding();
-      const FormatInfo& F = oracle.target();
-      const uint64_t slice = block % slices;
-      const size_t n = size_t(std::min<uint64_t>(kBlock, per_mode - slice * kBlock));
+    chk->run = [=](Check& c, uint64_t block) -> uint64_t {
+      const auto [oracle, r, F, slice, n] = sl.at(block);
       Scratch& s = scratch();
       // Operands: listed pairs, or pair index k = slice·65536 + i → (k >> nb, k & mask); for a
-    // 16-bit format that is one row a = slice per block.
+      // 16-bit format that is one row a = slice per block.
       const bool row = !pairs && nb == 16;
       const uint32_t a_fixed = row ? uint32_t(slice) : 0;
       for (size_t i = 0; i < n; ++i) {
