@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "halfway/hw/hash.hpp"
+#include "halfway/names.hpp"
 #include "halfway/hw/mma.hpp"
 
 namespace halfway::hw::mma {
@@ -459,28 +460,19 @@ inline std::vector<Preset> presets(Variant v) {
 /// One-line description of a candidate ("block 16, 25 bits kept, minMag, toward zero").
 inline std::string describe(const Candidate& c) {
   const AccumulationModel& m = c.model;
-  auto rname = [](Rounding r) {
-    switch (r) {
-      case Rounding::near_even: return "near_even";
-      case Rounding::minMag: return "minMag";
-      case Rounding::min: return "min";
-      case Rounding::max: return "max";
-      default: return "other";
-    }
-  };
   if (m.kind == AccumulationModel::Kind::sequential_fma)
     return std::string("sequential fma in ") + (m.acc.nbits() == 16 ? "fp16" : "fp32");
   if (m.kind == AccumulationModel::Kind::sequential)
     return std::string("sequential multiply-then-add in ") + (m.acc.nbits() == 16 ? "fp16" : "fp32");
   std::string s = "block " + std::to_string(m.block) + ", " + std::to_string(m.kept_bits) +
-                  " bits kept, " + rname(m.rounding) +
+                  " bits kept, " + rounding_name(m.rounding) +
                   (m.floor_alignment ? ", truncation toward -inf" : ", truncation toward zero");
   if (m.unnormalized_alignment) s += ", aligned to the unnormalised exponent";
   if (m.step_frac_bits) s += ", block output e8m" + std::to_string(m.step_frac_bits);
   s += std::string(", sum in ") + (m.acc.nbits() == 16 ? "fp16" : "fp32");
   if (c.reverse) s += ", blocks from high k";
   if (const int chunk = interleave_chunk(m)) s += ", k interleaved in chunks of " + std::to_string(chunk);
-  if (c.two_step) s += std::string(", then ") + rname(c.out_rounding) + " to fp16";
+  if (c.two_step) s += std::string(", then ") + rounding_name(c.out_rounding) + " to fp16";
   return s;
 }
 

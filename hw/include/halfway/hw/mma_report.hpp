@@ -15,16 +15,6 @@
 
 namespace halfway::hw::mma {
 
-inline const char* rounding_id(Rounding r) {
-  switch (r) {
-    case Rounding::near_even: return "near_even";
-    case Rounding::minMag: return "minMag";
-    case Rounding::min: return "min";
-    case Rounding::max: return "max";
-    default: return "other";
-  }
-}
-
 inline std::string candidate_json(const Candidate& c) {
   const AccumulationModel& m = c.model;
   const char* kind = m.kind == AccumulationModel::Kind::block_fma        ? "block_fma"
@@ -34,11 +24,11 @@ inline std::string candidate_json(const Candidate& c) {
               "\"kept_bits\": %d, \"floor_alignment\": %s, \"unnormalized_alignment\": %s, "
               "\"step_frac_bits\": %d, \"reverse\": %s, \"two_step\": %s, "
               "\"out_rounding\": \"%s\", \"k_interleave\": %d, \"description\": %s}",
-              kind, m.acc.nbits() == 16 ? "fp16" : "fp32", rounding_id(m.rounding), m.block,
+              kind, m.acc.nbits() == 16 ? "fp16" : "fp32", rounding_name(m.rounding), m.block,
               m.kept_bits, m.floor_alignment ? "true" : "false",
               m.unnormalized_alignment ? "true" : "false", int(m.step_frac_bits),
               c.reverse ? "true" : "false",
-              c.two_step ? "true" : "false", rounding_id(c.out_rounding), interleave_chunk(m),
+              c.two_step ? "true" : "false", rounding_name(c.out_rounding), interleave_chunk(m),
               Report::quote(describe(c)).c_str());
 }
 
