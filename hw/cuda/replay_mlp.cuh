@@ -59,77 +59,26 @@ namespace halfway::replay {
 
 // ---- arithmetic: IEEE round-to-nearest, one rounding per operation ---------------------------
 
-HALFWAY_HD inline float f_add(float a, float b) {
+// One operation rounded to nearest even: the CUDA intrinsic on the device, the C++ operator or
+// function (IEEE round to nearest under the default mode) on the host.
 #ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
+#define HALFWAY_RN(device, host) return device
 #else
-  return a + b;
+#define HALFWAY_RN(device, host) return host
 #endif
-}
-HALFWAY_HD inline float f_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-HALFWAY_HD inline float f_div(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-HALFWAY_HD inline float f_sqrt(float a) {
-#ifdef __CUDA_ARCH__
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
+HALFWAY_HD inline float f_add(float a, float b) { HALFWAY_RN(__fadd_rn(a, b), a + b); }
+HALFWAY_HD inline float f_mul(float a, float b) { HALFWAY_RN(__fmul_rn(a, b), a * b); }
+HALFWAY_HD inline float f_div(float a, float b) { HALFWAY_RN(__fdiv_rn(a, b), a / b); }
+HALFWAY_HD inline float f_sqrt(float a) { HALFWAY_RN(__fsqrt_rn(a), std::sqrt(a)); }
 HALFWAY_HD inline float f_fma(float a, float b, float c) {
-#ifdef __CUDA_ARCH__
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
+  HALFWAY_RN(__fmaf_rn(a, b, c), std::fma(a, b, c));
 }
-HALFWAY_HD inline double d_add(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-HALFWAY_HD inline double d_sub(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-HALFWAY_HD inline double d_mul(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-HALFWAY_HD inline double d_div(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
+HALFWAY_HD inline double d_add(double a, double b) { HALFWAY_RN(__dadd_rn(a, b), a + b); }
+HALFWAY_HD inline double d_sub(double a, double b) { HALFWAY_RN(__dsub_rn(a, b), a - b); }
+HALFWAY_HD inline double d_mul(double a, double b) { HALFWAY_RN(__dmul_rn(a, b), a * b); }
+HALFWAY_HD inline double d_div(double a, double b) { HALFWAY_RN(__ddiv_rn(a, b), a / b); }
 /// binary64 -> binary32, round to nearest even.
-HALFWAY_HD inline float d2f(double a) {
-#ifdef __CUDA_ARCH__
-  return __double2float_rn(a);
-#else
-  return static_cast<float>(a);
-#endif
-}
+HALFWAY_HD inline float d2f(double a) { HALFWAY_RN(__double2float_rn(a), static_cast<float>(a)); }
 // The two binary64 library functions of GELU. Not correctly rounded on either side (CUDA's
 // erf: 2 ulp, exp: 1 ulp; glibc: about 1 ulp), so the GPU can differ from the host in the last
 // bits of the binary64 value; a differing fp16/bf16 result needs that value within a few
