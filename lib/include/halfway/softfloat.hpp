@@ -426,10 +426,10 @@ HALFWAY_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const
 
 }  // namespace detail
 
-HALFWAY_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
-  using namespace detail;
-  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
-  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+namespace detail {
+/// a + b for operands that are not NaNs (sub has flipped b's sign).
+HALFWAY_HD inline uint32_t add_not_nan(const Format& f, const Unpacked& a, const Unpacked& b,
+                                       Env& env) {
   if (a.cls == Class::inf || b.cls == Class::inf) {
     if (a.cls == Class::inf && b.cls == Class::inf && a.sign != b.sign) return invalid_nan(f, env);
     return pack_inf(f, a.cls == Class::inf ? a.sign : b.sign, env);
@@ -437,19 +437,22 @@ HALFWAY_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, 
   if (a.cls == Class::zero || b.cls == Class::zero) return add_zero_cases(f, a, b, env);
   return add_finite(f, a, b, env);
 }
+}  // namespace detail
+
+HALFWAY_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  using namespace detail;
+  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
+  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+  return add_not_nan(f, a, b, env);
+}
 
 HALFWAY_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   using namespace detail;
   const Unpacked a = unpack(f, a_enc);
   Unpacked b = unpack(f, b_enc);
-  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
+  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);  // b's own sign
   b.sign = !b.sign;
-  if (a.cls == Class::inf || b.cls == Class::inf) {
-    if (a.cls == Class::inf && b.cls == Class::inf && a.sign != b.sign) return invalid_nan(f, env);
-    return pack_inf(f, a.cls == Class::inf ? a.sign : b.sign, env);
-  }
-  if (a.cls == Class::zero || b.cls == Class::zero) return add_zero_cases(f, a, b, env);
-  return add_finite(f, a, b, env);
+  return add_not_nan(f, a, b, env);
 }
 
 HALFWAY_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
