@@ -108,76 +108,59 @@ def decode(bits, fmt, *, subnormals=True):
     return _halfway.decode(bits, fmt, subnormals=subnormals)
 
 
+def _arith(op, operands, fmt, rounding, saturate, subnormals, seed, offset, tininess, flags,
+           counts):
+    """Checks an arithmetic function's arguments (its operands are named a, b, c) and calls it."""
+    for name, x in zip("abc", operands):
+        _args.encodings(op, name, x)
+    _args.name(op, "fmt", fmt, allow=Format)
+    _args.rounding_options(op, rounding, saturate, subnormals, seed, offset, tininess, flags,
+                           counts)
+    return getattr(_halfway, op)(*operands, fmt, rounding, saturate=saturate,
+                                 subnormals=subnormals, seed=seed, offset=offset,
+                                 tininess=tininess, flags=flags, counts=counts)
+
+
 def add(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a + b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
-    _args.encodings("add", "a", a)
-    _args.encodings("add", "b", b)
-    _args.name("add", "fmt", fmt, allow=Format)
-    _args.rounding_options("add", rounding, saturate, subnormals, seed, offset, tininess,
-                           flags, counts)
-    return _halfway.add(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
-                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+    return _arith("add", (a, b), fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                  flags, counts)
 
 
 def sub(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a - b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
-    _args.encodings("sub", "a", a)
-    _args.encodings("sub", "b", b)
-    _args.name("sub", "fmt", fmt, allow=Format)
-    _args.rounding_options("sub", rounding, saturate, subnormals, seed, offset, tininess,
-                           flags, counts)
-    return _halfway.sub(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
-                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+    return _arith("sub", (a, b), fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                  flags, counts)
 
 
 def mul(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a * b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
-    _args.encodings("mul", "a", a)
-    _args.encodings("mul", "b", b)
-    _args.name("mul", "fmt", fmt, allow=Format)
-    _args.rounding_options("mul", rounding, saturate, subnormals, seed, offset, tininess,
-                           flags, counts)
-    return _halfway.mul(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
-                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+    return _arith("mul", (a, b), fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                  flags, counts)
 
 
 def div(a, b, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a / b on encodings of `fmt`, correctly rounded; numpy broadcasting applies."""
-    _args.encodings("div", "a", a)
-    _args.encodings("div", "b", b)
-    _args.name("div", "fmt", fmt, allow=Format)
-    _args.rounding_options("div", rounding, saturate, subnormals, seed, offset, tininess,
-                           flags, counts)
-    return _halfway.div(a, b, fmt, rounding, saturate=saturate, subnormals=subnormals,
-                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+    return _arith("div", (a, b), fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                  flags, counts)
 
 
 def fma(a, b, c, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
         offset=0, tininess="after", flags=False, counts=False):
     """a * b + c on encodings of `fmt` with a single rounding; numpy broadcasting applies."""
-    _args.encodings("fma", "a", a)
-    _args.encodings("fma", "b", b)
-    _args.encodings("fma", "c", c)
-    _args.name("fma", "fmt", fmt, allow=Format)
-    _args.rounding_options("fma", rounding, saturate, subnormals, seed, offset, tininess,
-                           flags, counts)
-    return _halfway.fma(a, b, c, fmt, rounding, saturate=saturate, subnormals=subnormals,
-                        seed=seed, offset=offset, tininess=tininess, flags=flags, counts=counts)
+    return _arith("fma", (a, b, c), fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                  flags, counts)
 
 
 def sqrt(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None, offset=0,
          tininess="after", flags=False, counts=False):
     """Square root on encodings of `fmt`, correctly rounded."""
-    _args.encodings("sqrt", "a", a)
-    _args.name("sqrt", "fmt", fmt, allow=Format)
-    _args.rounding_options("sqrt", rounding, saturate, subnormals, seed, offset, tininess,
-                           flags, counts)
-    return _halfway.sqrt(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
-                         offset=offset, tininess=tininess, flags=flags, counts=counts)
+    return _arith("sqrt", (a,), fmt, rounding, saturate, subnormals, seed, offset, tininess,
+                  flags, counts)
 
 
 for _f in (round, encode, add, sub, mul, div, fma, sqrt):
