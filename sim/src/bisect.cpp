@@ -159,6 +159,17 @@ const char* granularity_name(Granularity g) {
 
 namespace {
 
+/// Appends the part `name` with the promotion `setting`; `promote` sets what it promotes.
+template <class F>
+void add_part(std::vector<PrecisionPart>& parts, std::string name, std::string setting,
+              F&& promote) {
+  PrecisionPart part;
+  part.name = std::move(name);
+  part.setting = std::move(setting);
+  promote(part);
+  parts.push_back(std::move(part));
+}
+
 /// The parts of `c` against the fp32 reference (precision_parts without `ref`).
 std::vector<PrecisionPart> fp32_parts(const TrainConfig& c, Granularity g) {
   const Precision& pr = c.precision;
@@ -169,13 +180,10 @@ std::vector<PrecisionPart> fp32_parts(const TrainConfig& c, Granularity g) {
     if (!(c.optimizer.*s.dtype == StateFormat{})) low_states.push_back(s.name);
   if (g == Granularity::role) {
     if (has_low_ops(p) || pure(p)) {
-      for (Role r : {Role::forward, Role::backward}) {
-        PrecisionPart part;
-        part.name = role_name(r);
-        part.setting = std::string("every ") + role_name(r) + " rounding into binary32";
-        part.roles = {r};
-        parts.push_back(part);
-      }
+      for (Role r : {Role::forward, Role::backward})
+        add_part(parts, role_name(r),
+                 std::string("every ") + role_name(r) + " rounding into binary32",
+                 [&](PrecisionPart& q) { q.roles = {r}; });
     }
     if (p.param_dtype.is_low() || !low_states.empty()) {
       PrecisionPart u = p.param_dtype.is_low() ? weights_part() : PrecisionPart{};
@@ -187,75 +195,48 @@ std::vector<PrecisionPart> fp32_parts(const TrainConfig& c, Granularity g) {
     return parts;
   }
   if (g == Granularity::layer && (has_low_ops(p) || pure(p))) {
-    for (const std::string& s : layer_scopes(c)) {
-      PrecisionPart part;
-      part.name = "layer " + s;
-      part.setting = "every op of " + s + " under the fp32 rule";
-      part.scopes = {s};
-      parts.push_back(part);
-    }
+    for (const std::string& s : layer_scopes(c))
+      add_part(parts, "layer " + s, "every op of " + s + " under the fp32 rule",
+               [&](PrecisionPart& q) { q.scopes = {s}; });
   }
   if (g == Granularity::tensor && (has_low_ops(p) || pure(p))) {
-    for (const std::string& s : site_scopes(c)) {
-      PrecisionPart part;
-      part.name = "tensor " + s;
-      part.setting = "the ops of " + s + " itself (not the names below it) under the fp32 rule";
-      part.sites = {s};
-      parts.push_back(part);
-    }
+    for (const std::string& s : site_scopes(c))
+      add_part(parts, "tensor " + s,
+               "the ops of " + s + " itself (not the names below it) under the fp32 rule",
+               [&](PrecisionPart& q) { q.sites = {s}; });
   }
   if (g == Granularity::operand && has_gemm_copies(p)) {
     for (int i = 0; i < kGemmCopyCount; ++i) {
-      PrecisionPart part;
       const GemmCopy copy = GemmCopy(i);
-      part.name = std::string("operand ") + gemm_copy_name(copy);
-      part.setting = std::string("every linear layer's ") + gemm_copy_gemm(copy) +
-                     " GEMM reads " + gemm_copy_operand(copy) + " unquantized (fp32)";
-      part.copies = {GemmCopy(i)};
-      parts.push_back(part);
+      add_part(parts, std::string("operand ") + gemm_copy_name(copy),
+               std::string("every linear layer's ") + gemm_copy_gemm(copy) + " GEMM reads " +
+                   gemm_copy_operand(copy) + " unquantized (fp32)",
+               [&](PrecisionPart& q) { q.copies = {copy}; });
     }
   }
   for (const OpGroup& grp : g == Granularity::op ? op_groups() : std::vector<OpGroup>{}) {
     // An MLP has no softmax (cross_entropy is one op) and no layer norm.
-    const bool used = c.model_kind != "mlp" || (std::string(grp.name) != "softmax" &&
-                                                std::string(grp.name) != "layer_norm");
-    if (!used || !group_is_low(p, grp)) continue;
-    PrecisionPart part;
-    part.name = grp.name;
-    part.setting = ops_setting(grp);
-    part.ops = grp.ops;
-    parts.push_back(part);
+    const bool used = c.model_kind != "mlp" ||
+                      (std::string(grp.name) != "softmax" && std::string(grp.name) != "layer_norm");
+    if (used && group_is_low(p, grp))
+      add_part(parts, grp.name, ops_setting(grp), [&](PrecisionPart& q) { q.ops = grp.ops; });
   }
-  for (const std::string& s : low_states) {
-    PrecisionPart part;
-    part.name = "optimizer state " + s;
-    part.setting = state_setting(s, StateFormat{});
-    part.states = {s};
-    parts.push_back(part);
-  }
+  for (const std::string& s : low_states)
+    add_part(parts, "optimizer state " + s, state_setting(s, StateFormat{}),
+             [&](PrecisionPart& q) { q.states = {s}; });
   if (p.param_dtype.is_low()) parts.push_back(weights_part());
-  if (p.input_dtype.is_low()) {
-    PrecisionPart part;
-    part.name = "input cast";
-    part.setting = "the data in fp32 (no cast to " + p.input_dtype.name() + ")";
-    part.inputs = true;
-    parts.push_back(part);
-  }
-  if (!rounding_is_default(pr)) {
-    PrecisionPart part;
-    part.name = std::string("rounding ") + rounding_name(pr.rounding);
-    part.setting = std::string("precision.rounding = \"") + rounding_name(Rounding::near_even) +
-                   "\" (every role)";
-    part.rounding = true;
-    parts.push_back(part);
-  }
-  if (pr.accumulation != &default_accumulation()) {
-    PrecisionPart part;
-    part.name = "accumulation " + pr.accumulation->name;
-    part.setting = "precision.accumulation = \"" + default_accumulation().name + "\"";
-    part.accumulation = true;
-    parts.push_back(part);
-  }
+  if (p.input_dtype.is_low())
+    add_part(parts, "input cast", "the data in fp32 (no cast to " + p.input_dtype.name() + ")",
+             [&](PrecisionPart& q) { q.inputs = true; });
+  if (!rounding_is_default(pr))
+    add_part(parts, std::string("rounding ") + rounding_name(pr.rounding),
+             std::string("precision.rounding = \"") + rounding_name(Rounding::near_even) +
+                 "\" (every role)",
+             [&](PrecisionPart& q) { q.rounding = true; });
+  if (pr.accumulation != &default_accumulation())
+    add_part(parts, "accumulation " + pr.accumulation->name,
+             "precision.accumulation = \"" + default_accumulation().name + "\"",
+             [&](PrecisionPart& q) { q.accumulation = true; });
   return parts;
 }
 
