@@ -11,9 +11,10 @@
 #include "halfway/blocks.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/accumulate.hpp"
+#include "halfway/sim/config.hpp"
+#include "halfway/sim/data.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/precision.hpp"
-#include "halfway/sim/trainer.hpp"
 
 namespace halfway::sim {
 

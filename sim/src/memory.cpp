@@ -15,9 +15,9 @@
 #endif
 
 #include "halfway/names.hpp"
+#include "halfway/sim/config.hpp"
 #include "halfway/sim/data.hpp"
 #include "halfway/sim/io.hpp"
-#include "halfway/sim/trainer.hpp"
 
 namespace halfway::sim {
 

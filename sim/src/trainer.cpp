@@ -1,137 +1,23 @@
 #include "halfway/sim/trainer.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <nlohmann/json.hpp>
 
 #include "halfway/names.hpp"
-#include "halfway/sim/accumulate.hpp"
 #include "halfway/sim/fp8.hpp"
 #include "halfway/sim/io.hpp"
 #include "halfway/sim/npz.hpp"
 #include "halfway/sim/precision.hpp"
+#include "manifest.hpp"
+#include "run_data.hpp"
+#include "run_files.hpp"
 
 namespace halfway::sim {
 
 namespace {
-
-const NpyArray& need(const NpzFile& f, const char* key, const std::string& what) {
-  auto it = f.find(key);
-  if (it == f.end()) throw InputError(what + ": array '" + key + "' is missing");
-  // After the arrays are read: float64 data must also fit fp32, which the model reads.
-  check_finite_fp32(it->second.values, what + ": array '" + key + "'");
-  return it->second;
-}
-
-void check_ids(const NpyArray& a, const char* key, int64_t limit, const std::string& what) {
-  for (double v : a.values)
-    if (v != std::floor(v) || v < 0 || v >= double(limit))
-      throw InputError(what + ": array '" + key + "' must hold integers in [0, " +
-                       std::to_string(limit) + ")");
-}
-
-Dataset load_data_unchecked(const TrainConfig& c, uint64_t npz_bytes);
-
-/// `npz_bytes`: the most an .npz's values may take (read_npz's limit).
-Dataset load_data(const TrainConfig& c, uint64_t npz_bytes) {
-  Dataset d = load_data_unchecked(c, npz_bytes);
-  if (c.data_npz.empty()) {
-    check_finite_fp32(d.x, "synthetic data: 'x'");
-    check_finite_fp32(d.y, "synthetic data: 'y' (data.noise or data.spread too large?)");
-  }
-  return d;
-}
-
-Dataset load_data_unchecked(const TrainConfig& c, uint64_t npz_bytes) {
-  const bool mlp = c.model_kind == "mlp";
-  const int fin = mlp ? c.mlp.layers.front() : 0, fout = mlp ? c.mlp.layers.back() : 0;
-  if (!c.data_npz.empty()) {
-    const NpzFile f = read_npz(c.data_npz, npz_bytes);
-    const std::string what = "'" + c.data_npz + "'";
-    const NpyArray& x = need(f, "x", what);
-    const NpyArray& y = need(f, "y", what);
-    Dataset d;
-    if (x.shape.size() != 2 || x.shape[0] < 1)
-      throw InputError(what + ": array 'x' has shape " + shape_str(x.shape) + ", expected 2-D");
-    const int64_t N = x.shape[0];
-    d.x_shape = x.shape;
-    d.x = x.values;
-    if (mlp) {
-      if (x.shape[1] != fin)
-        throw InputError(what + ": array 'x' has shape " + shape_str(x.shape) +
-                         ", the model needs [N, " + std::to_string(fin) + "]");
-      if (c.loss == "mse") {
-        const bool ok = (y.shape.size() == 2 && y.shape[0] == N && y.shape[1] == fout) ||
-                        (y.shape.size() == 1 && y.shape[0] == N && fout == 1);
-        if (!ok)
-          throw InputError(what + ": array 'y' has shape " + shape_str(y.shape) + ", expected [" +
-                           std::to_string(N) + ", " + std::to_string(fout) + "]");
-        d.y_shape = {N, fout};
-      } else {
-        if (y.shape != Shape{N})
-          throw InputError(what + ": array 'y' has shape " + shape_str(y.shape) +
-                           ", expected class labels [" + std::to_string(N) + "]");
-        check_ids(y, "y", fout, what);
-        d.y_shape = {N};
-        d.y_labels = true;
-      }
-    } else {
-      const auto& m = c.transformer;
-      if (x.shape[1] > m.seq_len)
-        throw InputError(what + ": array 'x' has sequences of length " +
-                         std::to_string(x.shape[1]) + " > model.seq_len " +
-                         std::to_string(m.seq_len));
-      if (y.shape != x.shape)
-        throw InputError(what + ": array 'y' has shape " + shape_str(y.shape) + ", expected " +
-                         shape_str(x.shape));
-      check_ids(x, "x", m.vocab, what);
-      check_ids(y, "y", m.vocab, what);
-      d.x_ids = d.y_labels = true;
-      d.y_shape = y.shape;
-    }
-    d.y = y.values;
-    return d;
-  }
-  if (mlp) {
-    if (c.synthetic == "regression") {
-      if (c.loss != "mse") throw InputError("synthetic regression data need loss.kind = \"mse\"");
-      return synthetic_regression(c.data_n, fin, fout, c.noise, c.seed);
-    }
-    if (c.synthetic == "blobs") {
-      if (c.loss != "cross_entropy")
-        throw InputError("synthetic blobs need loss.kind = \"cross_entropy\"");
-      if (fout < 2) throw InputError("synthetic blobs need at least 2 output classes");
-      return synthetic_blobs(c.data_n, fin, fout, c.spread, c.seed);
-    }
-    throw InputError("synthetic '" + c.synthetic + "' data need model.kind = \"transformer\"");
-  }
-  if (c.synthetic == "copy" || c.synthetic == "reverse")
-    return synthetic_sequence(c.data_n, c.transformer.seq_len, c.transformer.vocab,
-                              c.synthetic == "reverse", c.seed);
-  throw InputError("the transformer needs synthetic = \"copy\" or \"reverse\" or an .npz");
-}
-
-/// The training windows and, for text data, the validation windows (cut to c.val_windows).
-struct RunData {
-  Dataset train, val;
-};
-
-RunData load_run_data(const TrainConfig& c, uint64_t npz_bytes) {
-  if (c.text_files.empty()) return {load_data(c, npz_bytes), {}};
-  TextSplit s = text_windows(read_text_corpus(c.text_files), c.transformer.seq_len,
-                             c.val_fraction, c.seed);
-  if (c.val_windows > 0 && c.val_windows < s.val.n()) {
-    const size_t keep = size_t(c.val_windows) * size_t(c.transformer.seq_len);
-    s.val.x.resize(keep);
-    s.val.y.resize(keep);
-    s.val.x_shape[0] = s.val.y_shape[0] = c.val_windows;
-  }
-  return {std::move(s.train), std::move(s.val)};
-}
 
 /// The mean cross-entropy over the validation windows, in batches of data.batch_size, under the
 /// run's policy. It runs on copies of the runtime's fp8 scaling state and stochastic-rounding
@@ -156,24 +42,6 @@ double validation_loss(Model& model, const Dataset& val, const TrainConfig& c,
   }
   return sum / double(val.n());
 }
-
-struct GradCounts {
-  uint64_t values = 0, flushed = 0, overflow = 0;
-};
-GradCounts grad_counts(const StepTrace& st) {
-  GradCounts g;
-  for (const auto& r : st.records)
-    if (r.is_grad() && r.dtype.is_low()) {
-      g.values += r.events.total;
-      g.flushed += r.events.flushed;
-      g.overflow += r.events.overflow;
-    }
-  return g;
-}
-
-}  // namespace
-
-namespace {
 
 /// The model with its initial weights (from the seed, or the config's .npz) in the policy's
 /// parameter dtype.
@@ -340,7 +208,7 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
   const uint64_t npz_bytes =
       uint64_t(std::max(1.0, (double(limit) - (before.total() - before.data)) / 2));
   std::unique_ptr<Model> model = make_model(c, npz_bytes);
-  const RunData run_data = load_run_data(c, npz_bytes);
+  const detail::RunData run_data = detail::load_run_data(c, npz_bytes);
   const Dataset& data = run_data.train;
   if (!c.data_npz.empty() || !c.text_files.empty()) {
     MemoryEstimate e = estimate_memory(c, &data);
@@ -414,319 +282,19 @@ TrainSummary train(const TrainConfig& c, const TrainOptions& o, const StepCallba
 
 namespace {
 
-/// A block recipe as the manifest records it (the keys of [precision.blocks]).
-nlohmann::json block_recipe_json(const BlockRecipe& b) {
-  return {{"input", b.input},         {"weight", b.weight},       {"grad", b.grad},
-          {"input_sr", b.input_sr},   {"weight_sr", b.weight_sr}, {"grad_sr", b.grad_sr},
-          {"input_rht", b.input_rht}, {"grad_rht", b.grad_rht},   {"pow2_scales", b.pow2_scales}};
-}
-
-/// The manifest's "policy": the resolved policy, its per-role roundings and update, fp8 recipe
-/// and the rule of every op.
-nlohmann::json policy_json(const Precision& pr) {
-  const Policy& p = pr.policy;
-  nlohmann::json pol;
-  pol["name"] = p.name;
-  pol["low"] = p.low.name();
-  pol["params"] = p.param_dtype.name();
-  pol["inputs"] = p.input_dtype.name();
-  pol["master_weights"] = p.master_weights();
-  pol["accumulation"] = pr.accumulation->name;
-  pol["rounding"] = rounding_name(pr.rounding);
-  if (p.role_rounding != decltype(p.role_rounding){}) {
-    nlohmann::json roles = nlohmann::json::object();
-    for (int r = 0; r < kRoleCount; ++r)
-      roles[role_name(Role(r))] = rounding_name(pr.rounding_of(Role(r)));
-    pol["role_rounding"] = roles;
-  }
-  if (p.promoted_roles != decltype(p.promoted_roles){}) {
-    nlohmann::json roles = nlohmann::json::array();
-    for (int r = 0; r < kRoleCount; ++r)
-      if (p.promoted_roles[size_t(r)]) roles.push_back(role_name(Role(r)));
-    pol["promoted_roles"] = roles;
-  }
-  if (!p.fp32_scopes.empty()) pol["fp32_scopes"] = p.fp32_scopes;
-  if (!p.fp32_sites.empty()) pol["fp32_sites"] = p.fp32_sites;
-  if (p.promoted_copies != decltype(p.promoted_copies){}) {
-    nlohmann::json copies = nlohmann::json::array();
-    for (int c = 0; c < kGemmCopyCount; ++c)
-      if (p.promoted_copies[size_t(c)]) copies.push_back(gemm_copy_name(GemmCopy(c)));
-    pol["promoted_copies"] = copies;
-  }
-  pol["update"] = update_method_name(p.update.method);
-  if (p.update.method == UpdateMethod::kahan)
-    pol["compensation"] = p.update.compensation.name();
-  bool block_sr = p.blocks && p.blocks->stochastic();
-  for (const BlockLayer& l : p.block_layers) block_sr = block_sr || (l.recipe && l.recipe->stochastic());
-  if (pr.rounding == Rounding::stochastic || block_sr)
-    pol["sr_random_bits"] = pr.sr_random_bits;
-  if (p.fp8) {
-    pol["fp8_forward"] = format_name(p.fp8_config.fwd);
-    pol["fp8_backward"] = format_name(p.fp8_config.bwd);
-    pol["scaling"] = scaling_name(p.fp8_config.scaling);
-    if (p.fp8_config.scaling == Fp8Scaling::delayed) {
-      pol["amax_history_len"] = p.fp8_config.amax_history_len;
-      pol["amax_compute_algo"] = amax_algo_name(p.fp8_config.amax_compute_algo);
-    }
-    pol["margin"] = p.fp8_config.margin;
-  }
-  if (const auto& b = p.blocks) {
-    pol["blocks"] = block_recipe_json(*b);
-    if (!p.block_layers.empty()) {
-      nlohmann::json layers = nlohmann::json::array();
-      for (const BlockLayer& l : p.block_layers)
-        layers.push_back({{"match", l.match},
-                          {"recipe", l.recipe ? block_recipe_json(*l.recipe) : nullptr}});
-      pol["blocks"]["layer"] = layers;
-    }
-  }
-  nlohmann::json rules = nlohmann::json::object();
-  for (int i = 0; i < kOpCount; ++i)
-    rules[op_name(OpKind(i))] = rule_name(p.rule(OpKind(i)));
-  pol["rules"] = rules;
-  return pol;
-}
-
-/// The manifest's "optimizer_state": each state's dtype.
-nlohmann::json optimizer_state_json(const OptimizerConfig& oc) {
-  nlohmann::json st = nlohmann::json::object();
-  if (oc.kind == "sgd") {
-    if (oc.momentum != 0) st["momentum_buffer"] = oc.momentum_buffer_dtype.name();
-  } else {
-    st["exp_avg"] = oc.exp_avg_dtype.name();
-    st["exp_avg_sq"] = oc.exp_avg_sq_dtype.name();
-  }
-  return st;
-}
-
-/// Every file a run writes, in the order they are renamed into place (manifest.json last).
-const std::vector<std::string>& run_file_names() {
-  static const std::vector<std::string> names{"steps.csv", "trace.csv", "scale_window.csv",
-                                              "memory.csv", "updates.csv", "blocks.csv",
-                                              "weights.npz", "grads.npz"};
-  return names;
-}
-
-/// The files of a run: steps.csv, trace.csv, scale_window.csv, updates.csv, blocks.csv and
-/// grads.npz's gradients, written as the run goes, and memory.csv and weights.npz, written
-/// at its end; all under temporary names until publish(). Rows are assembled with
-/// std::to_chars (locale-free, shortest round-trip text) and written with one call per step
-/// and file.
-class RunFiles {
- public:
-  RunFiles(const TrainConfig& c, const std::string& d)
-      : c_(c),
-        dir_(d),
-        steps_(d + "steps.csv"),
-        trace_(d + "trace.csv"),
-        window_(d + "scale_window.csv"),
-        updates_(d + "updates.csv"),
-        blocks_(d + "blocks.csv") {
-    blocks_.out() << kBlocksCsvHeader;
-    updates_.out() << "step,name,dtype,elements,nonzero,vanished,drift\n";
-    steps_.out() << "step,loss,loss_scale,found_inf,skipped,growth_tracker,next_scale,"
-                    "grad_values,grad_flushed,grad_overflow,k_low,k_high,val_loss\n";
-    trace_.out() << kTraceCsvHeader;
-    window_.out() << kWindowCsvHeader;
-    // Each step's gradients go to disk as the run goes (grads.npz is built at the end).
-    if (c.save_grads) grads_ = std::make_unique<NpzWriter>(d + "grads.npz");
-  }
-
-  void add_step(const StepRow& r, const StepTrace* st, const std::vector<Param>& params,
-                const std::vector<std::vector<float>>& grads) {
-    step_row(r, st);
-    if (st) {
-      trace_rows(*st);
-      window_rows(*st);
-      update_rows(r);
-      block_rows(*st);
-    }
-    if (grads_)
-      for (size_t i = 0; i < params.size(); ++i)
-        grads_->add_f4("step" + std::to_string(r.step) + "." + params[i].name,
-                       params[i].t.shape(), grads[i].data(), grads[i].size());
-  }
-
-  /// Write memory.csv and weights.npz, and flush every file to disk under its temporary
-  /// name: the step that fails on a full disk, with the folder untouched.
-  void finish(const TrainSummary& sum) {
-    memory_ = std::make_unique<AtomicFile>(dir_ + "memory.csv");
-    memory_->out() << "category,dtype,elements,bytes\n";
-    for (const MemoryRow& m : sum.memory)
-      memory_->out() << m.category << ',' << m.dtype << ',' << m.elements << ',' << m.bytes
-                     << '\n';
-    for (AtomicFile* f : {&steps_, &trace_, &window_, memory_.get(), &updates_, &blocks_})
-      f->finish();
-    if (c_.save_weights) {
-      // The final parameters as float32 arrays, by name.
-      weights_ = std::make_unique<NpzWriter>(dir_ + "weights.npz");
-      for (const Param& p : sum.final_params) {
-        NpyArray a;
-        a.dtype = "f4";
-        a.shape = p.t.shape();
-        a.values = p.t.data().to_vector();
-        weights_->add(p.name, a);
-      }
-      weights_->finish();
-    }
-    if (grads_) grads_->finish();
-  }
-
-  /// The files written, in run_file_names()'s order.
-  std::vector<std::string> outputs() const {
-    std::vector<std::string> o;
-    for (const std::string& n : run_file_names())
-      if ((n != "weights.npz" || weights_) && (n != "grads.npz" || grads_)) o.push_back(n);
-    return o;
-  }
-
-  /// Replace the folder's files with these, manifest last (publish_folder).
-  void publish(const std::string& manifest) {
-    std::vector<std::string> stale;
-    const std::vector<std::string> mine = outputs();
-    for (const std::string& n : run_file_names())
-      if (std::find(mine.begin(), mine.end(), n) == mine.end()) stale.push_back(n);
-    std::vector<std::function<void()>> renames;
-    for (AtomicFile* f : {&steps_, &trace_, &window_, memory_.get(), &updates_, &blocks_})
-      renames.push_back([f] { f->publish(); });
-    if (weights_) renames.push_back([this] { weights_->publish(); });
-    if (grads_) renames.push_back([this] { grads_->publish(); });
-    publish_folder(dir_, stale, renames, manifest);
-  }
-
-  /// Optimizer state rounded into a low-precision dtype: values that underflowed or
-  /// overflowed, summed over the traced steps (manifest summary).
-  uint64_t state_values = 0, state_flushed = 0, state_overflow = 0;
-
- private:
-  template <class T>
-  void num(T v) {
-    char b[64];
-    line_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-  }
-  void sep() { line_ += ','; }
-
-  void step_row(const StepRow& r, const StepTrace* st) {
-    line_.clear();
-    num(r.step), sep(), num(float(r.loss)), sep(), num(r.loss_scale), sep();
-    num(int(r.found_inf)), sep(), num(int(r.skipped)), sep(), num(r.growth_tracker), sep();
-    num(r.next_scale), sep();
-    if (st) {
-      const GradCounts g = grad_counts(*st);
-      num(g.values), sep(), num(g.flushed), sep(), num(g.overflow), sep();
-      line_ += k_str(st->k_low) + ',' + k_str(st->k_high);
-    } else {
-      line_ += ",,,,";
-    }
-    sep();
-    if (!std::isnan(r.val_loss)) num(float(r.val_loss));
-    line_ += '\n';
-    steps_.out() << line_;
-  }
-
-  void trace_rows(const StepTrace& st) {
-    line_.clear();
-    for (const TraceRecord& t : st.records) {
-      if (t.kind == TraceKind::optimizer_state) {
-        state_values += t.events.total;
-        state_flushed += t.events.flushed;
-        state_overflow += t.events.overflow;
-      }
-      append_trace_columns(line_, st.step, t);
-      line_ += '\n';
-    }
-    trace_.out() << line_;
-  }
-
-  /// Scales are predicted from low-precision gradient roundings; with none there is nothing to
-  /// predict (fp32) and no rows are written.
-  void window_rows(const StepTrace& st) {
-    line_.clear();
-    for (const WindowRow& w : st.window) {
-      if (w.values == 0) continue;
-      append_window_columns(line_, st.step, st.loss_scale, w, c_.tracer.flush_tolerance);
-      line_ += '\n';
-    }
-    window_.out() << line_;
-  }
-
-  void update_rows(const StepRow& r) {
-    line_.clear();
-    for (const UpdateRow& u : r.updates) {
-      num(r.step), sep();
-      line_ += u.name + ',' + u.dtype + ',';
-      num(u.elements), sep(), num(u.nonzero), sep(), num(u.vanished), sep();
-      if (!std::isnan(u.drift)) num(u.drift);
-      line_ += '\n';
-    }
-    updates_.out() << line_;
-  }
-
-  void block_rows(const StepTrace& st) {
-    line_.clear();
-    for (const BlockRecord& b : st.blocks) {
-      append_block_columns(line_, st.step, b);
-      line_ += '\n';
-    }
-    blocks_.out() << line_;
-  }
-
-  const TrainConfig& c_;
-  std::string dir_;
-  AtomicFile steps_, trace_, window_, updates_, blocks_;
-  std::unique_ptr<AtomicFile> memory_;
-  std::unique_ptr<NpzWriter> grads_, weights_;
-  std::string line_;
-};
-
 TrainSummary write_run_into(const TrainConfig& c, const std::string& out_dir,
                             const TrainOptions& o) {
   const std::string d = out_dir + "/";
-  RunFiles files(c, d);
+  detail::RunFiles files(c, d);
   TrainSummary sum = train(c, o, [&](const StepRow& r, const StepTrace* st,
                                      const std::vector<Param>& params,
                                      const std::vector<std::vector<float>>& grads) {
     files.add_step(r, st, params, grads);
   });
   files.finish(sum);
-
-  using nlohmann::json;
-  json m;
-  m["halfway_version"] = sim_version();
-  m["git_revision"] = git_revision();
-  m["seed"] = c.seed;
-  m["config_file"] = c.source_name;
-  // A run stopped by SIGINT/SIGTERM holds the files of its finished steps only.
-  m["complete"] = sum.complete();
-  m["steps_done"] = sum.steps_done;
-  try {
-    m["config"] = json::parse(c.config_json);
-  } catch (const json::exception&) {
-    m["config"] = c.config_json;  // TOML values JSON cannot hold (inf, nan): keep the text
-  }
-  m["policy"] = policy_json(c.precision);
-  m["optimizer_state"] = optimizer_state_json(c.optimizer);
-  m["reference"] = c.reference.empty() ? json(nullptr) : json(c.reference);
-  m["outputs"] = files.outputs();
-  json s;
-  s["steps"] = c.steps;
-  s["final_loss"] = sum.final_loss;
-  s["final_scale"] = sum.final_scale;
-  s["found_inf_steps"] = sum.found_inf;
-  s["skipped_steps"] = sum.skipped;
-  s["memory_bytes"] = total_bytes(sum.memory);
-  if (files.state_values)
-    s["optimizer_state"] = {{"values", files.state_values},
-                            {"flushed", files.state_flushed},
-                            {"overflow", files.state_overflow}};
-  if (sum.window_known && sum.k_low != INT_MIN)
-    s["safe_window"] = {{"k_low", sum.k_low}, {"k_high", sum.k_high}};
-  else
-    s["safe_window"] = nullptr;
-  m["summary"] = s;
   // Until here the folder is as it was; from here it is the old run, or no run (no
   // manifest), or the new run.
-  files.publish(m.dump(2) + "\n");
+  files.publish(detail::run_manifest(c, sum, files));
   return sum;
 }
 

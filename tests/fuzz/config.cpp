@@ -2,8 +2,8 @@
 // memory estimate made from a config before a run allocates anything (estimate_memory,
 // check_memory against 1 GiB). The input is the TOML text of a config.
 #include "fuzz.hpp"
+#include "halfway/sim/config.hpp"
 #include "halfway/sim/memory.hpp"
-#include "halfway/sim/trainer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace halfway;

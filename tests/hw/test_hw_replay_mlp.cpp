@@ -74,7 +74,8 @@ sim::TrainConfig case_config(const std::string& policy, const std::string& scale
 }
 
 /// What the replay needs, from the simulator's own generators (trainer.cpp: the model from
-/// Rng(seed), the synthetic data, the loader) and Adam's scalars as optim.cpp computes them.
+/// Rng(seed); run_data.cpp: the synthetic data; the loader) and Adam's scalars as optim.cpp
+/// computes them.
 ReplayInput make_input(int steps) {
   const sim::TrainConfig c = case_config("torch-cuda-fp16", "dynamic", steps);
   ReplayInput in;

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "halfway/sim/config.hpp"
 #include "halfway/sim/precision.hpp"
-#include "halfway/sim/trainer.hpp"
 
 namespace halfway::sim {
 
