@@ -47,12 +47,18 @@ def expect_bad(halfway, w, text, what, fragment, *extra, config=None):
     return line
 
 
-def estimate(halfway, w, text):
-    """The run's memory estimate in bytes, read from the refusal under a 1-byte limit."""
-    line = expect_bad(halfway, w, text, "estimate", "estimated", "--max-memory", "1")
-    m = re.search(r"\((\d+) bytes: ", line)
+def estimated_bytes(halfway, w, text, what, option, fragment, pattern):
+    """The byte count of the refusal of `text` under a 1-byte `option` (the group of `pattern`)."""
+    line = expect_bad(halfway, w, text, what, fragment, option, "1")
+    m = re.search(pattern, line)
     check(m, f"no byte count in {line!r}")
     return int(m.group(1))
+
+
+def estimate(halfway, w, text):
+    """The run's memory estimate in bytes, read from the refusal under a 1-byte limit."""
+    return estimated_bytes(halfway, w, text, "estimate", "--max-memory", "estimated",
+                           r"\((\d+) bytes: ")
 
 
 # Measures the peak RSS of one command in a small child: a process spawned straight from this
@@ -83,10 +89,8 @@ def peak_rss(halfway, w, text):
 
 def disk_estimate(halfway, w, text):
     """The run's disk estimate in bytes, read from the refusal under a 1-byte --max-disk."""
-    line = expect_bad(halfway, w, text, "disk estimate", "(--max-disk)", "--max-disk", "1")
-    m = re.search(r"\((\d+) bytes: CSV files", line)
-    check(m, f"no byte count in {line!r}")
-    return int(m.group(1))
+    return estimated_bytes(halfway, w, text, "disk estimate", "--max-disk", "(--max-disk)",
+                           r"\((\d+) bytes: CSV files")
 
 
 def folder_bytes(path):

@@ -105,68 +105,65 @@ def main(halfway, w):
                                    int(u["elements"]) for u in up), "updates.csv rows")
     check(all(u["drift"] == "" for u in up), "no drift without a reference")
 
-    # Bad input: one line, exit code 2.
+    # Bad input: one line, exit code 2. Each case: the issue config with one text replaced.
     base = ISSUE_CONFIG
     scaler = base[base.index("[scaler]"):base.index("[run]")]
-    expect_bad(halfway, w, base.replace("torch-cpu-bf16", "torch-cpu-fp15"), "unknown policy",
-               "unknown policy 'torch-cpu-fp15'")
-    expect_bad(halfway, w, base.replace('policy = "torch-cpu-bf16"',
-                                        'policy = "torch-cpu-bf16"\n[precision.ops]\nconv = "lower"'),
-               "unknown op", "unknown op 'conv'")
-    expect_bad(halfway, w, base.replace("lr = 0.01", "lr = 0.01\nlearning_rate = 1"),
-               "unknown option", "unknown option 'optimizer.learning_rate'")
-    expect_bad(halfway, w, base.replace("lr = 0.01", ""), "missing field",
-               "missing field 'optimizer.lr'")
-    expect_bad(halfway, w, base.replace('kind = "mse"', ""), "missing loss kind",
-               "missing field 'loss.kind'")
-    for v in ("0.0", "-1.0", "inf", "nan"):
-        expect_bad(halfway, w, base.replace(scaler, f'[scaler]\nkind = "static"\nscale = {v}\n'),
-                   f"static scale {v}", "scaler.scale must be positive and finite")
-    expect_bad(halfway, w, base.replace("growth_factor = 2.0", "growth_factor = 1.0"), "growth 1",
-               "growth_factor must be > 1")
-    expect_bad(halfway, w, base.replace("growth_factor = 2.0", "growth_factor = 0.5"), "growth<1",
-               "growth_factor must be > 1")
-    expect_bad(halfway, w, base.replace("backoff_factor = 0.5", "backoff_factor = 1.0"),
-               "backoff 1", "backoff_factor must be in (0, 1)")
-    expect_bad(halfway, w, base.replace("backoff_factor = 0.5", "backoff_factor = 2.0"),
-               "backoff 2", "backoff_factor must be in (0, 1)")
-    # Update numerics: Kahan needs weights without an fp32 master copy; unknown roles,
-    # directions, dtypes and references are named.
     prec = 'policy = "torch-cpu-bf16"'
     pure = 'policy = "pure-bf16"'
-    expect_bad(halfway, w, base.replace(prec, prec + '\nupdate = "kahan"\ncompensation = "fp32"'),
-               "kahan with master weights", 'update = "kahan" needs low-precision weights')
-    expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "kahan"'),
-               "kahan without compensation", "needs precision.compensation")
-    expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "kahan"\ncompensation = "fp8"'),
-               "bad compensation", "'precision.compensation' must be")
-    expect_bad(halfway, w, base.replace(prec, pure + '\ncompensation = "fp32"'),
-               "compensation without kahan", "needs precision.update")
-    expect_bad(halfway, w, base.replace(prec, pure + '\nupdate = "compensated"'),
-               "unknown update", "'precision.update' must be")
-    expect_bad(halfway, w, base.replace(prec, pure + '\nsideways_rounding = "sr"'),
-               "unknown role", "unknown option 'precision.sideways_rounding'")
-    expect_bad(halfway, w, base.replace(prec, pure + '\nupdate_rounding = "sideways"'),
-               "unknown direction", "sideways")
-    expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "fp7"'),
-               "unknown state dtype", "fp7")
-    expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nexp_avg_sq_dtype = "e2m1"'),
-               "fp4 state", "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16, pow2:")
+    lr = "lr = 0.01"
+    cases = [  # (old, new, what, fragment)
+        ("torch-cpu-bf16", "torch-cpu-fp15", "unknown policy", "unknown policy 'torch-cpu-fp15'"),
+        (prec, prec + '\n[precision.ops]\nconv = "lower"', "unknown op", "unknown op 'conv'"),
+        (lr, lr + "\nlearning_rate = 1", "unknown option",
+         "unknown option 'optimizer.learning_rate'"),
+        (lr, "", "missing field", "missing field 'optimizer.lr'"),
+        ('kind = "mse"', "", "missing loss kind", "missing field 'loss.kind'"),
+    ]
+    cases += [(scaler, f'[scaler]\nkind = "static"\nscale = {v}\n', f"static scale {v}",
+               "scaler.scale must be positive and finite") for v in ("0.0", "-1.0", "inf", "nan")]
+    cases += [
+        ("growth_factor = 2.0", "growth_factor = 1.0", "growth 1", "growth_factor must be > 1"),
+        ("growth_factor = 2.0", "growth_factor = 0.5", "growth<1", "growth_factor must be > 1"),
+        ("backoff_factor = 0.5", "backoff_factor = 1.0", "backoff 1",
+         "backoff_factor must be in (0, 1)"),
+        ("backoff_factor = 0.5", "backoff_factor = 2.0", "backoff 2",
+         "backoff_factor must be in (0, 1)"),
+        # Update numerics: Kahan needs weights without an fp32 master copy; unknown roles,
+        # directions, dtypes and references are named.
+        (prec, prec + '\nupdate = "kahan"\ncompensation = "fp32"', "kahan with master weights",
+         'update = "kahan" needs low-precision weights'),
+        (prec, pure + '\nupdate = "kahan"', "kahan without compensation",
+         "needs precision.compensation"),
+        (prec, pure + '\nupdate = "kahan"\ncompensation = "fp8"', "bad compensation",
+         "'precision.compensation' must be"),
+        (prec, pure + '\ncompensation = "fp32"', "compensation without kahan",
+         "needs precision.update"),
+        (prec, pure + '\nupdate = "compensated"', "unknown update", "'precision.update' must be"),
+        (prec, pure + '\nsideways_rounding = "sr"', "unknown role",
+         "unknown option 'precision.sideways_rounding'"),
+        (prec, pure + '\nupdate_rounding = "sideways"', "unknown direction", "sideways"),
+        (lr, lr + '\nstate_dtype = "fp7"', "unknown state dtype", "fp7"),
+        (lr, lr + '\nexp_avg_sq_dtype = "e2m1"', "fp4 state",
+         "'optimizer.exp_avg_sq_dtype' must be fp32, bf16, fp16, pow2:"),
+    ]
     # Renamed: a bare 8-bit name was halfway's per-tensor pow2 state; one line says what to
     # write instead (docs/sim.md, "Updates").
-    for key, bare in (("state_dtype", "e4m3"), ("exp_avg_dtype", "e5m2"),
-                      ("exp_avg_sq_dtype", "e4m3fnuz")):
-        expect_bad(halfway, w, base.replace("lr = 0.01", f'lr = 0.01\n{key} = "{bare}"'),
-                   f"bare {bare} state", f"'optimizer.{key}': '{bare}' as an optimizer state "
-                   f"is now written 'pow2:{bare}'")
-    expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "pow2:bf16"'),
-               "pow2 of a 16-bit format", "pow2: takes an 8-bit format")
-    expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nstate_dtype = "pow2:e8m0"'),
-               "pow2 of e8m0", "cannot be e8m0")
-    expect_bad(halfway, w, base.replace("lr = 0.01", 'lr = 0.01\nmomentum_buffer_dtype = "bf16"'),
-               "momentum state for adam", "momentum_buffer_dtype is an SGD option")
-    expect_bad(halfway, w, base.replace("seed = 0", 'seed = 0\nreference = "fp64"'),
-               "unknown reference", "'run.reference' must be \"fp32\"")
+    cases += [(lr, lr + f'\n{key} = "{bare}"', f"bare {bare} state",
+               f"'optimizer.{key}': '{bare}' as an optimizer state is now written 'pow2:{bare}'")
+              for key, bare in (("state_dtype", "e4m3"), ("exp_avg_dtype", "e5m2"),
+                                ("exp_avg_sq_dtype", "e4m3fnuz"))]
+    cases += [
+        (lr, lr + '\nstate_dtype = "pow2:bf16"', "pow2 of a 16-bit format",
+         "pow2: takes an 8-bit format"),
+        (lr, lr + '\nstate_dtype = "pow2:e8m0"', "pow2 of e8m0", "cannot be e8m0"),
+        (lr, lr + '\nmomentum_buffer_dtype = "bf16"', "momentum state for adam",
+         "momentum_buffer_dtype is an SGD option"),
+        ("seed = 0", 'seed = 0\nreference = "fp64"', "unknown reference",
+         "'run.reference' must be \"fp32\""),
+    ]
+    for old, new, what, fragment in cases:
+        check(old in base, f"{what}: the issue config has no {old!r} to replace")
+        expect_bad(halfway, w, base.replace(old, new), what, fragment)
     expect_bad(halfway, w, base, "missing config file", "cannot read", [w.file("nope.toml")])
     expect_bad(halfway, w, base, "unknown CLI option", "frobnicate", [cfg, "--frobnicate"])
     # .npz problems
