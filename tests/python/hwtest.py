@@ -31,6 +31,14 @@ def require(module, purpose):
         sys.exit(SKIP)
 
 
+def require_sim(binding):
+    """Print why and exit with SKIP when this build of the Python module has no simulator
+    (sim/): its extension lacks `binding` (_Emulator, _AnalysisRun, ...)."""
+    if not hasattr(importlib.import_module("halfway")._halfway, binding):
+        print("skipped: this build of the Python module has no simulator (sim/)")
+        sys.exit(SKIP)
+
+
 def tensor_bits(t):
     """A float32 tensor's encodings as a uint32 array on the host (any device)."""
     return t.detach().cpu().contiguous().numpy().view(np.uint32).copy()

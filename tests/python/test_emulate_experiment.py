@@ -16,9 +16,7 @@ from scratch import tree  # noqa: E402
 from checks import check, failures  # noqa: E402
 
 hwtest.require("torch", "the PyTorch model")
-if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
