@@ -4,22 +4,18 @@ A test that needs an optional module (torch, nbclient) exits with SKIP (CTest's
 SKIP_RETURN_CODE) after printing "skipped: ...", so that it never passes silently."""
 
 import importlib
+import os
 import sys
 import unittest
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+# A script-style test's checks: the failed ones printed and kept in `failures`; it ends with
+# sys.exit(status(...)), 1 when there is one.
+from checks import failures, quiet_check as check, status  # noqa: E402,F401
+
 SKIP = 77
-
-# The failed checks of a script-style test (it exits 1 when there is one).
-fails = []
-
-
-def check(cond, what):
-    """Counts and prints a failed check."""
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def require(module, purpose):

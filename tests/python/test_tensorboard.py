@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
-from hwtest import check, fails  # noqa: E402
+from hwtest import check, status  # noqa: E402
 
 import halfway  # noqa: E402
 from halfway import tensorboard as htb  # noqa: E402
@@ -50,7 +50,7 @@ def read(path):
         for v in ev.summary.value:
             key = (v.tag, ev.step)
             if key in got:
-                fails.append(f"{path}: {key} twice")
+                check(False, f"{path}: {key} twice")
             if v.HasField("histo"):
                 got[key] = (list(v.histo.bucket_limit), list(v.histo.bucket))
             else:
@@ -233,7 +233,5 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-if fails:
-    print(f"{len(fails)} failures")
-    sys.exit(1)
-print(f"ok: {compared} exported values of 3 runs equal their CSVs, read back by TensorBoard")
+sys.exit(status(f"ok: {compared} exported values of 3 runs equal their CSVs, read back by "
+                 "TensorBoard"))
