@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import Raw, config, sweep_base  # noqa: E402
 from scratch import tree  # noqa: E402
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_test_")
@@ -216,13 +216,10 @@ while True:
     if not chunk:
         break
     buf += chunk
-_, status = os.waitpid(pid, 0)
+_, wait_status = os.waitpid(pid, 0)
 text = buf.decode(errors="replace")
-check(os.WEXITSTATUS(status) == 0 and "ETA" in text and "\r[" in text and "runs" in text,
+check(os.WEXITSTATUS(wait_status) == 0 and "ETA" in text and "\r[" in text and "runs" in text,
       "terminal: progress bar with ETA")
 
 shutil.rmtree(TMP, ignore_errors=True)
-if failures:
-    print("%d FAILED" % len(failures))
-    sys.exit(1)
-print("all passed")
+sys.exit(status())

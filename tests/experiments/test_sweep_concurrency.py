@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import Raw, config, sweep_base  # noqa: E402
 from scratch import tree  # noqa: E402
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_conc_")
@@ -269,7 +269,4 @@ check(r.returncode != 0 and "File too large" in r.stderr and "\\x" not in r.stde
       "sweep past RLIMIT_FSIZE: says why (%r)" % r.stderr.strip()[-300:])
 
 shutil.rmtree(TMP, ignore_errors=True)
-if failures:
-    print("%d FAILED" % len(failures))
-    sys.exit(1)
-print("all passed")
+sys.exit(status())

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import hwtest  # noqa: E402
 from scratch import tree  # noqa: E402
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
 
 hwtest.require("torch", "the PyTorch model")
 hwtest.require_sim("_AnalysisRun")
@@ -88,11 +88,7 @@ def main():
     one_line(run(script, os.path.join(tmp, "b4"), "--jobs", "0"), "--jobs must be in 1..256",
              "--jobs 0")
     shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("%d FAILED" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return status()
 
 
 if __name__ == "__main__":
