@@ -16,17 +16,10 @@ import tempfile
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import quiet_check as check, status  # noqa: E402
 from configs import Raw, config  # noqa: E402
 
 HALFWAY = sys.argv[1]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
 
 
 def run(args):
@@ -426,11 +419,7 @@ def main():
         resume_and_jobs(tmp)
         budget_runs_out(tmp)
         interrupted(tmp)
-    if failures:
-        print(f"{failures} failure(s)")
-        return 1
-    print("ok")
-    return 0
+    return status("ok")
 
 
 if __name__ == "__main__":
