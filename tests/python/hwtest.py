@@ -27,6 +27,18 @@ def require(module, purpose):
         sys.exit(SKIP)
 
 
+def check_raises(exc, needle, what, f, *args, **kwargs):
+    """A check that f(*args, **kwargs) raises `exc` with `needle` in its message: "WHAT: no
+    error" when it returns, "WHAT: MESSAGE" when the message lacks it (another exception
+    propagates)."""
+    try:
+        f(*args, **kwargs)
+    except exc as e:
+        check(needle in str(e), f"{what}: {e}")
+        return
+    check(False, f"{what}: no error")
+
+
 def require_sim(binding):
     """Print why and exit with SKIP when this build of the Python module has no simulator
     (sim/): its extension lacks `binding` (_Emulator, _AnalysisRun, ...)."""
