@@ -80,6 +80,13 @@ def load(results):
     return df, definition
 
 
+def begin(results):
+    """The start of a sweep's plot script: the figure style (`setup`), then the sweep's index
+    and definition (`load`)."""
+    setup()
+    return load(results)
+
+
 def run_file(results, row, name):
     """A file of one run, given its sweep.csv row."""
     return os.path.join(results, row["dir"], name)

@@ -20,8 +20,7 @@ def run_of(df, case, seed):
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     cases = list(dict.fromkeys(df["case"]))
     seeds = sorted(int(s) for s in df["run.seed"].unique())
     steps = {(c, s): style.read_run_csv(results, run_of(df, c, s), "steps.csv")

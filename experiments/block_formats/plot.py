@@ -124,8 +124,7 @@ def options_figure(results, df, steps, blocks):
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     every = list(dict.fromkeys(df["case"]))
     # The main figure's recipes; the PRESET:VARIANT cases are the options figure's.
     cases = [c for c in every if ":" not in c]

@@ -170,8 +170,7 @@ def window(df, seeds):
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     cases = list(dict.fromkeys(df["case"]))
     seeds = seeds_of(df)
     paths = draw(results, df, cases, seeds)

@@ -14,8 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     fig, axes = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
     for i, (_, row) in enumerate(df.iterrows()):
         s = style.read_run_csv(results, row, "steps.csv")

@@ -91,8 +91,7 @@ def heatmap(ax, cases, layers, share, title):
 
 
 def main(results):
-    style.setup()
-    df, d = style.load(results)
+    df, d = style.begin(results)
     cases = list(dict.fromkeys(df["case"]))
     steps, ops = {}, {}
     for case in cases:

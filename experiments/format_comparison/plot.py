@@ -14,8 +14,7 @@ import pandas as pd  # noqa: E402
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     models = list(dict.fromkeys(df["model"]))
     formats = list(dict.fromkeys(df["format"]))
     fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.8), squeeze=False)

@@ -25,8 +25,7 @@ def validations(results, row):
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     cases = list(dict.fromkeys(df["case"]))
     seeds = sorted(int(s) for s in df["run.seed"].unique())
     val = {(r["case"], int(r["run.seed"])): validations(results, r) for _, r in df.iterrows()}

@@ -74,8 +74,7 @@ def shift_curves(shifts, k_low):
 
 def main(argv):
     results, shifts = parse_args(argv)
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     row = df.iloc[0]
     t = style.read_run_csv(results, row, "trace.csv")
     t = t[t["kind"] == "activation_grad"]

@@ -17,8 +17,7 @@ GRAD_KINDS = ("activation_grad", "weight_grad")
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     df = df.sort_values("scaler.scale")
     ks = [int(round(math.log2(s))) for s in df["scaler.scale"]]
 

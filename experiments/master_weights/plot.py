@@ -15,8 +15,7 @@ LABEL = {"low": "fp16 weights, no master copy", "fp32": "fp32 master weights"}
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     lost = []
     for _, row in df.iterrows():
         t = style.read_run_csv(results, row, "trace.csv")
@@ -32,14 +31,10 @@ def main(results):
         ax[0].plot(g["optimizer.lr"], g["lost"], "o-", color=style.color(i), label=LABEL.get(p, p))
         ax[1].plot(g["optimizer.lr"], g["final_loss"], "o-", color=style.color(i),
                    label=LABEL.get(p, p))
-    for a in ax:
-        a.set_xscale("log")
-        a.set_xlabel("learning rate (SGD)")
-    ax[0].set_ylabel("weight updates lost to rounding (%)")
-    ax[0].set_title("updates that vanish in fp16 weights")
-    ax[1].set_yscale("log")
-    ax[1].set_ylabel("final training loss (mean squared error)")
-    ax[1].set_title("effect on the loss")
+    style.axes(ax[0], "learning rate (SGD)", "weight updates lost to rounding (%)",
+               title="updates that vanish in fp16 weights", xscale="log")
+    style.axes(ax[1], "learning rate (SGD)", "final training loss (mean squared error)",
+               title="effect on the loss", xscale="log", yscale="log")
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=2)
     style.caption(fig, results, "pure-fp16; master copy: the update is applied in fp32; a lost "

@@ -12,8 +12,7 @@ import pandas as pd  # noqa: E402
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     rows = []
     for _, row in df.iterrows():
         m = style.read_run_csv(results, row, "memory.csv")
@@ -28,10 +27,9 @@ def main(results):
         vals = table[dt] / 1024.0
         ax.bar(table.index, vals, bottom=bottom, color=style.color(i), label=dt)
         bottom = vals if bottom is None else bottom + vals
-    ax.set_ylabel("memory (KiB)")
-    ax.set_xlabel("precision policy")
-    ax.set_title("training memory by dtype (weights, copies, activations, gradients, "
-                 "optimizer state)")
+    style.axes(ax, "precision policy", "memory (KiB)",
+               title="training memory by dtype (weights, copies, activations, gradients, "
+                     "optimizer state)")
     style.legend_right(ax, title="dtype")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()

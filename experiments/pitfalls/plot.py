@@ -13,8 +13,7 @@ import numpy as np  # noqa: E402
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
     for i, (_, row) in enumerate(df.iterrows()):
         s = style.read_run_csv(results, row, "steps.csv")

@@ -39,8 +39,7 @@ def rounded_gradients(results, row):
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     steps = {r["case"]: style.read_run_csv(results, r, "steps.csv") for _, r in df.iterrows()}
     fig = plt.figure(figsize=(11, 4.3))
     gs = fig.add_gridspec(2, 2, height_ratios=[5, 1], hspace=0.08)

@@ -26,8 +26,7 @@ def pct(v, n):
 
 
 def main(results):
-    style.setup()
-    df, _ = style.load(results)
+    df, _ = style.begin(results)
     models = list(dict.fromkeys(df["model"]))
     updates = list(dict.fromkeys(df["update"]))
     lrs = sorted(df["optimizer.lr"].unique())

@@ -40,7 +40,9 @@ except ImportError as e:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
 import text_corpus  # noqa: E402
+from checks import check as ok, status  # noqa: E402
 
 SRC = os.path.join(HERE, "..", "..", "experiments")
 
@@ -1246,13 +1248,6 @@ def shorten(path, steps=6):
 
 def main(halfway):
     tmp = tempfile.mkdtemp(prefix="halfway_numbers_test_")
-    failures = []
-
-    def ok(cond, what):
-        print(("ok   " if cond else "FAIL ") + what)
-        if not cond:
-            failures.append(what)
-
     exps, res_root = os.path.join(tmp, "experiments"), os.path.join(tmp, "results")
     shutil.copytree(SRC, exps, ignore=shutil.ignore_patterns("__pycache__"))
     names = sorted(d for d in os.listdir(exps) if os.path.exists(os.path.join(exps, d, "plot.py")))
@@ -1455,11 +1450,7 @@ def main(halfway):
            "negative control: a number no checker knows fails the test")
 
     shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("%d FAILED" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return status()
 
 
 if __name__ == "__main__":

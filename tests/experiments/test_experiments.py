@@ -22,7 +22,7 @@ except ImportError as e:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import text_corpus  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments")
@@ -133,7 +133,4 @@ for args, needle in (([os.path.join(TMP, "nope")], "no experiment folder"),
           "halfway run %s -> exit 2 (%s)" % (" ".join(args), r.stderr.strip()))
 
 shutil.rmtree(TMP, ignore_errors=True)
-if failures:
-    print("%d FAILED" % len(failures))
-    sys.exit(1)
-print("all passed")
+sys.exit(status())

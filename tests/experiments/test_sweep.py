@@ -7,16 +7,15 @@ usage: test_sweep.py PATH/TO/halfway
 import os
 import pty
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import Raw, config, sweep_base  # noqa: E402
 from scratch import tree  # noqa: E402
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
+from interrupt import kill_when  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_test_")
@@ -94,27 +93,22 @@ full = os.path.join(TMP, "full")
 r = run([big, "--out", full, "--jobs", "1"])
 check(r.returncode == 0, "uninterrupted sweep")
 part = os.path.join(TMP, "part")
-killed_mid = False
-for attempt in range(3):
-    shutil.rmtree(part, ignore_errors=True)
-    p = subprocess.Popen([HALFWAY, "sweep", big, "--out", part, "--jobs", "2"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline and p.poll() is None:
-        runs = os.path.join(part, "runs")
-        # Only finished run folders: a run writes its manifest in .tmp-NNNN before the rename.
-        done = [d for d in os.listdir(runs) if d.isdigit()] if os.path.isdir(runs) else []
-        if sum(os.path.exists(os.path.join(runs, d, "manifest.json")) for d in done) >= 2:
-            break
-        time.sleep(0.005)
-    if p.poll() is None:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        killed_mid = True
-        break
-    p.wait()
-check(killed_mid, "the sweep was killed before it finished")
 runs = os.path.join(part, "runs")
+
+
+def two_runs_done():
+    # Only finished run folders: a run writes its manifest in .tmp-NNNN before the rename.
+    done = [d for d in os.listdir(runs) if d.isdigit()] if os.path.isdir(runs) else []
+    return sum(os.path.exists(os.path.join(runs, d, "manifest.json")) for d in done) >= 2
+
+
+def start_big():
+    return subprocess.Popen([HALFWAY, "sweep", big, "--out", part, "--jobs", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+killed_mid = kill_when(start_big, part, two_runs_done, 0.005)
+check(killed_mid, "the sweep was killed before it finished")
 finished = sorted(d for d in os.listdir(runs)
                   if d.isdigit() and os.path.exists(os.path.join(runs, d, "manifest.json")))
 check(2 <= len(finished) < 6, "after the kill: %d of 6 runs done" % len(finished))
@@ -216,13 +210,10 @@ while True:
     if not chunk:
         break
     buf += chunk
-_, status = os.waitpid(pid, 0)
+_, wait_status = os.waitpid(pid, 0)
 text = buf.decode(errors="replace")
-check(os.WEXITSTATUS(status) == 0 and "ETA" in text and "\r[" in text and "runs" in text,
+check(os.WEXITSTATUS(wait_status) == 0 and "ETA" in text and "\r[" in text and "runs" in text,
       "terminal: progress bar with ETA")
 
 shutil.rmtree(TMP, ignore_errors=True)
-if failures:
-    print("%d FAILED" % len(failures))
-    sys.exit(1)
-print("all passed")
+sys.exit(status())

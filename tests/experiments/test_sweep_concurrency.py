@@ -26,7 +26,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import Raw, config, sweep_base  # noqa: E402
 from scratch import tree  # noqa: E402
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
+from interrupt import kill_when  # noqa: E402
 
 HALFWAY = os.path.abspath(sys.argv[1])
 TMP = tempfile.mkdtemp(prefix="halfway_sweep_conc_")
@@ -147,24 +148,11 @@ slow_ref = os.path.join(TMP, "slow_ref")
 r = run(["sweep", slow, "--out", slow_ref, "--quiet", "--jobs", "2"], timeout=600)
 check(r.returncode == 0, "unsharded slow reference (%r)" % r.stderr)
 d = os.path.join(TMP, "killed")
-killed = False
-for attempt in range(3):
-    shutil.rmtree(d, ignore_errors=True)
-    p = start(["sweep", slow, "--out", d, "--shard", "1/4"])
-    deadline = time.time() + 60
-    while time.time() < deadline and p.poll() is None:
-        runs = os.path.join(d, "runs")
-        if os.path.isdir(runs) and any(n.startswith(".tmp-") for n in os.listdir(runs)):
-            break
-        time.sleep(0.002)
-    if p.poll() is None:
-        p.send_signal(signal.SIGKILL)
-        p.communicate()
-        killed = True
-        break
-    p.communicate()
-check(killed, "shard 1/4 killed mid-run")
 runs = os.path.join(d, "runs")
+killed = kill_when(lambda: start(["sweep", slow, "--out", d, "--shard", "1/4"]), d,
+                   lambda: os.path.isdir(runs) and any(n.startswith(".tmp-")
+                                                      for n in os.listdir(runs)), 0.002)
+check(killed, "shard 1/4 killed mid-run")
 check(any(n.startswith(".tmp-") for n in os.listdir(runs)), "the kill left a temporary run folder")
 others = [start(["sweep", slow, "--out", d, "--shard", "%d/4" % i, "--quiet"]) for i in (0, 2, 3)]
 errs = [p.communicate(timeout=600)[1] for p in others]
@@ -269,7 +257,4 @@ check(r.returncode != 0 and "File too large" in r.stderr and "\\x" not in r.stde
       "sweep past RLIMIT_FSIZE: says why (%r)" % r.stderr.strip()[-300:])
 
 shutil.rmtree(TMP, ignore_errors=True)
-if failures:
-    print("%d FAILED" % len(failures))
-    sys.exit(1)
-print("all passed")
+sys.exit(status())

@@ -13,23 +13,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import quiet_check as check, status  # noqa: E402
+from gpu import has_gpu  # noqa: E402
+
 ROOT = os.path.abspath(sys.argv[1])
 PY = sys.executable
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def has_gpu():
-    try:
-        return bool(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                                   timeout=20).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 tmp = tempfile.mkdtemp(prefix="halfway-gpu-tools-")
@@ -154,5 +143,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-print("FAILED" if failures else "ok", f"({len(failures)} failures)")
-sys.exit(1 if failures else 0)
+sys.exit(status("ok"))

@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import quiet_check as check, status  # noqa: E402
+
 HALFWAY = sys.argv[1]
-failures = []
 
 
 def run(args, env_extra=None):
@@ -18,12 +20,6 @@ def run(args, env_extra=None):
     p = subprocess.run([HALFWAY, "hw-report"] + args, capture_output=True, text=True, env=env,
                        timeout=300)
     return p.returncode, p.stdout, p.stderr
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def expect_exit2(args, needle, env_extra=None):
@@ -183,5 +179,4 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_exit2(["--backend", "amx-bf16", "--from-file", good, "--cases", "5"], "no --cases")
     expect_exit2(["--backend", "amx-bf16", "--from-file"], "--from-file: 1 required TEXT missing")
 
-print("FAILED" if failures else "ok", f"({len(failures)} failures)")
-sys.exit(1 if failures else 0)
+sys.exit(status("ok"))

@@ -89,6 +89,31 @@ ReplayLog run(const json& j) {
   return log;
 }
 
+/// What a GPU program reports for one tensor-core variant, for hardware that computes as
+/// `model` on the cases of `seed`: the search (`provisional` sees its first report) and the
+/// report of its one entry, the seed added.
+struct VariantReport {
+  mma::VariantRun run;
+  json report;
+};
+
+VariantReport variant_report(mma::Variant variant, uint64_t seed,
+                             const AccumulationModel& model,
+                             const std::function<void(const std::string&)>& provisional) {
+  using namespace halfway::hw::mma;
+  const CaseSet cs = make_cases(variant, seed);
+  Candidate truth;
+  truth.model = model;
+  std::vector<uint32_t> hw(cs.cases() * kM * kN);
+  for (size_t q = 0; q < cs.cases(); ++q)
+    for (int r = 0; r < kM; ++r)
+      for (int c = 0; c < kN; ++c) hw[output_index(q, r, c)] = candidate_output(truth, cs, q, r, c);
+  VariantRun run = analyze_variant(cs, hw, true, 2, 1e9, provisional);
+  std::string entry = run.json;
+  entry.insert(entry.size() - 1, ", \"seed\": " + std::to_string(seed));
+  return {run, replayable({entry}, "variants")};
+}
+
 }  // namespace
 
 TEST_CASE("elementwise check entries replay, and tampering is caught", "[hw][replay]") {
@@ -161,22 +186,15 @@ TEST_CASE("math entries rebuild the hardware's results", "[hw][replay]") {
 TEST_CASE("tensor-core entries replay the matched model against the fingerprints", "[hw][replay]") {
   using namespace halfway::hw::mma;
   const uint64_t seed = 31;
-  const CaseSet cs = make_cases(Variant::bf16_f32, seed);
-  Candidate truth;
-  truth.model = AccumulationModel{AccumulationModel::Kind::block_fma, formats::fp32, Rounding::minMag, 16, 26, true};
-  std::vector<uint32_t> hw(cs.cases() * kM * kN);
-  for (size_t q = 0; q < cs.cases(); ++q)
-    for (int r = 0; r < kM; ++r)
-      for (int c = 0; c < kN; ++c) hw[output_index(q, r, c)] = candidate_output(truth, cs, q, r, c);
   std::string provisional;
-  VariantRun run_ = analyze_variant(cs, hw, true, 2, 1e9, [&](const std::string& p) { provisional = p; });
+  const auto [run_, good] = variant_report(
+      Variant::bf16_f32, seed,
+      AccumulationModel{AccumulationModel::Kind::block_fma, formats::fp32, Rounding::minMag, 16, 26, true},
+      [&](const std::string& p) { provisional = p; });
   CHECK(run_.layout_ok);
   CHECK(run_.complete);
   CHECK(run_.matched >= 1);
   CHECK(!provisional.empty());
-  std::string entry = run_.json;
-  entry.insert(entry.size() - 1, ", \"seed\": " + std::to_string(seed));
-  const json good = replayable({entry}, "variants");
   const json& v = good["parts"]["p"]["variants"][0];
   CHECK(v["search"]["matched"][0]["model"]["kept_bits"] == 26);
   CHECK(v["search"]["matched"][0]["model"]["floor_alignment"] == true);
@@ -193,20 +211,10 @@ TEST_CASE("tensor-core entries replay the matched model against the fingerprints
 
 TEST_CASE("an interleaved k order survives the report and its replay", "[hw][replay]") {
   using namespace halfway::hw::mma;
-  const uint64_t seed = 17;
-  const CaseSet cs = make_cases(Variant::f16_f32, seed);
-  Candidate truth;
-  truth.model = AccumulationModel{AccumulationModel::Kind::block_fma, formats::fp32, Rounding::minMag, 8, 24};
-  interleave_k(truth.model, 16, 8, 2);
-  std::vector<uint32_t> hw(cs.cases() * kM * kN);
-  for (size_t q = 0; q < cs.cases(); ++q)
-    for (int r = 0; r < kM; ++r)
-      for (int c = 0; c < kN; ++c) hw[output_index(q, r, c)] = candidate_output(truth, cs, q, r, c);
-  VariantRun run_ = analyze_variant(cs, hw, true, 2, 1e9, nullptr);
+  AccumulationModel model{AccumulationModel::Kind::block_fma, formats::fp32, Rounding::minMag, 8, 24};
+  interleave_k(model, 16, 8, 2);
+  const auto [run_, good] = variant_report(Variant::f16_f32, 17, model, nullptr);
   REQUIRE(run_.matched >= 1);
-  std::string entry = run_.json;
-  entry.insert(entry.size() - 1, ", \"seed\": " + std::to_string(seed));
-  const json good = replayable({entry}, "variants");
   const json& m = good["parts"]["p"]["variants"][0]["search"]["matched"][0]["model"];
   CHECK(m["k_interleave"] == 2);
   CHECK(m["block"] == 8);

@@ -12,15 +12,11 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import quiet_check as check, status  # noqa: E402
+
 BIN, INPUT, ROOT = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
 PY = sys.executable
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def run(*args):
@@ -73,5 +69,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-print("FAILED" if failures else "ok", f"({len(failures)} failures)")
-sys.exit(1 if failures else 0)
+sys.exit(status("ok"))

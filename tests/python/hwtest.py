@@ -4,22 +4,18 @@ A test that needs an optional module (torch, nbclient) exits with SKIP (CTest's
 SKIP_RETURN_CODE) after printing "skipped: ...", so that it never passes silently."""
 
 import importlib
+import os
 import sys
 import unittest
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+# A script-style test's checks: the failed ones printed and kept in `failures`; it ends with
+# sys.exit(status(...)), 1 when there is one.
+from checks import failures, quiet_check as check, status  # noqa: E402,F401
+
 SKIP = 77
-
-# The failed checks of a script-style test (it exits 1 when there is one).
-fails = []
-
-
-def check(cond, what):
-    """Counts and prints a failed check."""
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def require(module, purpose):
@@ -28,6 +24,26 @@ def require(module, purpose):
         return importlib.import_module(module)
     except ImportError as e:
         print(f"skipped: {purpose} needs '{module}', which is not importable ({e})")
+        sys.exit(SKIP)
+
+
+def check_raises(exc, needle, what, f, *args, **kwargs):
+    """A check that f(*args, **kwargs) raises `exc` with `needle` in its message: "WHAT: no
+    error" when it returns, "WHAT: MESSAGE" when the message lacks it (another exception
+    propagates)."""
+    try:
+        f(*args, **kwargs)
+    except exc as e:
+        check(needle in str(e), f"{what}: {e}")
+        return
+    check(False, f"{what}: no error")
+
+
+def require_sim(binding):
+    """Print why and exit with SKIP when this build of the Python module has no simulator
+    (sim/): its extension lacks `binding` (_Emulator, _AnalysisRun, ...)."""
+    if not hasattr(importlib.import_module("halfway")._halfway, binding):
+        print("skipped: this build of the Python module has no simulator (sim/)")
         sys.exit(SKIP)
 
 

@@ -16,9 +16,7 @@ pd = hwtest.require("pandas", "halfway.analyze's DataFrames")
 import halfway  # noqa: E402
 from halfway import analysis  # noqa: E402
 
-if not hasattr(halfway._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 
 def check(cond, msg):

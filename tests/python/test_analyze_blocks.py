@@ -25,9 +25,7 @@ import halfway  # noqa: E402
 from test_blocks import (F32, MX, blocks_view, element_value, round_table,  # noqa: E402
                          table, te_fp4_codes)
 
-if not hasattr(halfway._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 SCHEMES = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
            "nvfp4_2d", "fp8_block", "fp8_block_2d", "nvfp4:row_scaled"]

@@ -13,9 +13,7 @@ import hwtest  # noqa: E402
 hwtest.require("pandas", "halfway.analyze's DataFrames")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 LIMIT = 512 << 20
 # e4m3 (smallest subnormal 2^-9, largest finite 448): flushed, exact subnormal, exact, overflow.

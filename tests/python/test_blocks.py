@@ -33,6 +33,7 @@ from fractions import Fraction
 import numpy as np
 
 import halfway
+from hwtest import check, status
 from oracle import sr_bits
 
 F32 = np.float32
@@ -449,15 +450,6 @@ def fp8_ref(x, two_d, axis, pow2, mode="near_even", seed=None, offset=0, bits=32
 
 
 # ---------------------------------------------------------------------------------------------
-
-FAILS = []
-
-
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL:", msg)
-
 
 def same(a, b):
     a, b = np.asarray(a), np.asarray(b)
@@ -881,11 +873,7 @@ def main():
                                       "fp8_rowwise", "fp8_rowwise_e5m2"],
           "scheme names")
 
-    if FAILS:
-        print(f"{len(FAILS)} failures")
-        return 1
-    print("ok: block quantization matches the numpy definitions")
-    return 0
+    return status("ok: block quantization matches the numpy definitions")
 
 
 if __name__ == "__main__":

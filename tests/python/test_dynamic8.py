@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, status  # noqa: E402
 
 import halfway  # noqa: E402
 
@@ -30,13 +31,6 @@ import halfway  # noqa: E402
 os.environ["ATEN_CPU_CAPABILITY"] = "default"
 torch = hwtest.require("torch", "the map's transcription with torch's float32 ops")
 F32 = np.float32
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL", what)
 
 
 def torch_map(signed):
@@ -155,10 +149,7 @@ def main():
                 check(ok, f"ht.optimizer(state_dtype={name!r}) accepted")
             except ValueError as err:
                 check(not ok and "pow2:e5m2" in str(err), f"ht.optimizer({name!r}): {err}")
-    for f in FAILS:
-        print("FAIL:", f)
-    print("ok: dynamic8 state matches its definitions" if not FAILS else f"{len(FAILS)} failures")
-    return 1 if FAILS else 0
+    return status("ok: dynamic8 state matches its definitions")
 
 
 if __name__ == "__main__":

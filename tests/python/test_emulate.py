@@ -28,9 +28,7 @@ torch = hwtest.require("torch", "halfway.torch.emulate")
 pd = hwtest.require("pandas", "halfway.train's result frames")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_Emulator"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_Emulator")
 import halfway.torch as ht  # noqa: E402
 from halfway import emulate as emu_module  # noqa: E402
 

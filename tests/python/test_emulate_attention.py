@@ -27,9 +27,7 @@ torch = hwtest.require("torch", "halfway.torch.emulate")
 pd = hwtest.require("pandas", "the run folder's CSVs")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_Emulator"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_Emulator")
 # torch 1.13 has no scaled_dot_product_attention: its MultiheadAttention always takes the bmm
 # path, and the tests of scaled_dot_product_attention itself are skipped there
 HAS_SDPA = hasattr(torch.nn.functional, "scaled_dot_product_attention")

@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
-from hwtest import check, fails  # noqa: E402
+from hwtest import check, status  # noqa: E402
 
 hwtest.require("torch", "the emulate benchmark")
 import halfway  # noqa: E402
@@ -52,7 +52,4 @@ if p.returncode == 0:
           [(r["model"], r["recipe"], r["contender"], r["goal"]) for r in rows],
           "halfway bench --torch: not the same rows")
 
-if fails:
-    print(f"{len(fails)} failures")
-    sys.exit(1)
-print(f"ok: {len(rows)} emulate benchmark rows with their documented goals")
+sys.exit(status(f"ok: {len(rows)} emulate benchmark rows with their documented goals"))

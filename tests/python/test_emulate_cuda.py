@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
-from hwtest import check, fails  # noqa: E402
+from hwtest import check, status  # noqa: E402
 from hwtest import same_runs as same, tensor_bits as bits  # noqa: E402
 
 torch = hwtest.require("torch", "emulating a model on a CUDA device")
@@ -124,5 +124,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-print("FAILED" if fails else "ok: emulate on CUDA equals emulate on the CPU, bit for bit")
-sys.exit(1 if fails else 0)
+sys.exit(status("ok: emulate on CUDA equals emulate on the CPU, bit for bit"))

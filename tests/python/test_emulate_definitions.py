@@ -19,9 +19,7 @@ np = hwtest.np
 torch = hwtest.require("torch", "halfway.torch.emulate")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_Emulator"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_Emulator")
 import halfway.torch as ht  # noqa: E402
 
 

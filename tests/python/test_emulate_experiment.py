@@ -13,12 +13,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import hwtest  # noqa: E402
 from scratch import tree  # noqa: E402
-from checks import check, failures  # noqa: E402
+from checks import check, status  # noqa: E402
 
 hwtest.require("torch", "the PyTorch model")
-if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -90,11 +88,7 @@ def main():
     one_line(run(script, os.path.join(tmp, "b4"), "--jobs", "0"), "--jobs must be in 1..256",
              "--jobs 0")
     shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("%d FAILED" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return status()
 
 
 if __name__ == "__main__":

@@ -23,18 +23,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, status  # noqa: E402
 
 torch = hwtest.require("torch", "nesting emulate with trace")
 import halfway.torch as ht  # noqa: E402
 
-fails = []
 STEPS = 3
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 def run(recipe, folder, nest):
@@ -121,7 +115,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-if fails:
-    print(f"{len(fails)} failures")
-    sys.exit(1)
-print(f"ok: {cases} nestings of 3 recipes, emulation unchanged and traced bit for bit")
+sys.exit(status(f"ok: {cases} nestings of 3 recipes, emulation unchanged and traced bit for bit"))

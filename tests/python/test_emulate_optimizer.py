@@ -19,9 +19,7 @@ torch = hwtest.require("torch", "halfway.torch.optimizer")
 pd = hwtest.require("pandas", "halfway.train's result frames")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_Optimizer"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_Optimizer")
 import halfway.torch as ht  # noqa: E402
 import test_emulate  # noqa: E402  (the default MLP's weights, data and config)
 

@@ -52,9 +52,7 @@ class RoundRandomBits(hwtest.unittest.TestCase):
 
 torch = hwtest.require("torch", "halfway.torch.emulate")
 pd = hwtest.require("pandas", "halfway.train's result frames")
-if not hasattr(halfway._halfway, "_Emulator"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_Emulator")
 import halfway.torch as ht  # noqa: E402
 from test_emulate import DefaultMlp, AgainstSimulator  # noqa: E402
 

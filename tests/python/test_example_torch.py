@@ -14,9 +14,7 @@ import hwtest  # noqa: E402
 pd = hwtest.require("pandas", "the trace's DataFrames")
 hwtest.require("torch", "the PyTorch example")
 hwtest.require("matplotlib", "the figures")
-if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 

@@ -23,9 +23,7 @@ import halfway  # noqa: E402
 import halfway.figures as hf  # noqa: E402
 from halfway.analysis import read_result  # noqa: E402
 
-if not hasattr(halfway._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 
 FORMATS = ["fp16", "bf16", "e4m3", "e5m2"]
 

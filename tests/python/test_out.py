@@ -10,17 +10,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
+from hwtest import check, status  # noqa: E402
 
 import halfway  # noqa: E402
-
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL", what)
-
 
 def same(a, b):
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
@@ -78,11 +70,7 @@ def main():
         ro.flags.writeable = False
         refused(ValueError, f, *args, out=ro)
     refused(ValueError, halfway.round, 1.5, "fp16", out=np.zeros((), np.float32))
-    for fail in FAILS:
-        print("FAIL:", fail)
-    print("ok: out= writes and returns the caller's array" if not FAILS else
-          f"{len(FAILS)} failures")
-    return 1 if FAILS else 0
+    return status("ok: out= writes and returns the caller's array")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hwtest  # noqa: E402
-from hwtest import check, fails  # noqa: E402
+from hwtest import check, status  # noqa: E402
 
 import halfway  # noqa: E402
 from halfway import peer_bench  # noqa: E402
@@ -116,7 +116,4 @@ p = subprocess.run([cli, "bench", "--peers", "--python", "/nonexistent/python"],
 check(p.returncode == 2 and p.stderr.count("\n") == 1 and "--python" in p.stderr,
       f"halfway bench --peers --python /nonexistent: {p.returncode} {p.stderr!r}")
 
-if fails:
-    print(f"{len(fails)} failures")
-    sys.exit(1)
-print(f"ok: {len(rows)} peer rows, {exact_rows} of them identical to their exact peer")
+sys.exit(status(f"ok: {len(rows)} peer rows, {exact_rows} of them identical to their exact peer"))

@@ -40,9 +40,7 @@ if not torch.__version__.startswith("2."):
 hwtest.require("matplotlib", "bisect.png")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_ddmin"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_ddmin")
 import halfway.torch as ht  # noqa: E402
 from halfway import torch_bisect as tb  # noqa: E402
 

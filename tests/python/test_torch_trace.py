@@ -15,9 +15,7 @@ import hwtest  # noqa: E402
 pd = hwtest.require("pandas", "the trace's DataFrames")
 torch = hwtest.require("torch", "tracing a PyTorch model")
 hwtest.require("matplotlib", "an experiment's plot script on the trace")
-if not hasattr(__import__("halfway")._halfway, "_AnalysisRun"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_AnalysisRun")
 import halfway  # noqa: E402
 import halfway.torch  # noqa: E402
 import json  # noqa: E402

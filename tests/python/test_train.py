@@ -14,9 +14,7 @@ from configs import config  # noqa: E402
 pd = hwtest.require("pandas", "halfway.train's DataFrames")
 import halfway  # noqa: E402
 
-if not hasattr(halfway._halfway, "_train_to_dir"):
-    print("skipped: this build of the Python module has no simulator (sim/)")
-    sys.exit(hwtest.SKIP)
+hwtest.require_sim("_train_to_dir")
 
 TEXT = config("mlp", model={"layers": [6, 16, 1], "activation": "relu"},
               data={"batch_size": 32}, run={"steps": 3, "seed": 7})

@@ -62,6 +62,18 @@ class Workdir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def in_workdir(name, main):
+    """A script test's whole run: main(halfway, w), with the halfway binary of the command line
+    (sys.argv[1]) and w a fresh Workdir(name) removed afterwards, whether main returns or
+    raises (a failed check raises: the test exits 1 with the traceback). The exit status is
+    what main returns (SKIP, say), 0 when it returns nothing."""
+    w = Workdir(name)
+    try:
+        return main(sys.argv[1], w) or 0
+    finally:
+        w.cleanup()
+
+
 def run(halfway, *args):
     return subprocess.run([halfway, *args], capture_output=True, text=True)
 

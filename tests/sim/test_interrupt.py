@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import SKIP, Workdir, check, read_csv, run, strace_env, strace_missing  # noqa: E402
+from simtest import SKIP, check, in_workdir, read_csv, run, strace_env, strace_missing  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import config  # noqa: E402
 
@@ -165,73 +165,68 @@ def interrupted_analyze(halfway, w, sig, np):
     print(f"analyze: stopped by {name}, exit {r.returncode}, folder unchanged")
 
 
-def main(halfway):
-    w = Workdir("interrupt")
+def main(halfway, w):
+    out, _ = interrupted_run(halfway, w, signal.SIGINT, "sigint")
+    interrupted_run(halfway, w, signal.SIGTERM, "sigterm")
+    # A closed terminal or SSH session (SIGHUP) and Ctrl-\ (SIGQUIT) stop a run the same way.
+    interrupted_run(halfway, w, signal.SIGHUP, "sighup")
+    interrupted_run(halfway, w, signal.SIGQUIT, "sigquit")
+    interrupted_sweep(halfway, w)
+
+    # A run into the same folder replaces the incomplete one with a complete one, and
+    # removes what a SIGKILL left: temporary files of processes that no longer exist.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = this_host()
+    stale = [f"steps.csv.tmp.{dead.pid}@{host}", f"manifest.json.tmp.{dead.pid}@{host}",
+             f"grads.npz.tmp.{dead.pid}@{host}.data",
+             f"grads.npz.tmp.{dead.pid}@{host}.Ab12Cd",
+             f"trace.csv.tmp.{dead.pid}", f"grads.npz.tmp.{dead.pid}.data"]  # older names
+    kept = [f"steps.csv.tmp.{os.getpid()}@{host}",  # a live process's file
+            f"steps.csv.tmp.{dead.pid}@other-{host}",  # another host's: its PID is not ours
+            f"notes.txt.tmp.{dead.pid}@{host}", "steps.csv.tmp.x1"]  # not a halfway output
+    for f in stale + kept:
+        open(os.path.join(out, f), "w").write("partial\n")
+    cfg = w.write("short.toml", long_run(3))
+    r = run(halfway, "train", cfg, "--out", out)
+    check(r.returncode == 0, r.stderr)
+    left = tmp_files(out)
+    check(left == sorted(kept), f"after a new run: {left}, expected only {sorted(kept)}")
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    check(m["complete"] is True and m["steps_done"] == 3, f"manifest: {m.get('complete')}")
+    check(len(read_csv(os.path.join(out, "steps.csv"))) == 3, "3 steps")
+
+    # A sweep treats a run whose manifest says "complete": false as not done: a resume
+    # reruns it (and merge does not count it).
+    w.write("base.toml", long_run(2))
+    sweep = w.write("sweep.toml", 'base = "base.toml"\n[axes]\n"run.seed" = [0, 1, 2]\n')
+    res = w.file("sweep_out")
+    r = run(halfway, "sweep", sweep, "--out", res, "--quiet")
+    check(r.returncode == 0, r.stderr)
+    man = os.path.join(res, "runs", "0001", "manifest.json")
+    whole = open(man).read()
+    m = json.loads(whole)
+    m["complete"], m["steps_done"] = False, 1
+    open(man, "w").write(json.dumps(m))
+    r = run(halfway, "merge", res, "--out", w.file("merged.csv"))
+    check(r.returncode == 1 and "1 of 3 runs are not done: 1" in r.stderr,
+          f"merge counted an incomplete run: {r.returncode} {r.stderr!r}")
+    r = run(halfway, "sweep", sweep, "--out", res)
+    check(r.returncode == 0 and "1 run now" in r.stdout,
+          f"resume: {r.returncode} {r.stdout!r} {r.stderr!r}")
+    check(open(man).read() == whole, "the rerun run is the same as the first time")
+
     try:
-        out, _ = interrupted_run(halfway, w, signal.SIGINT, "sigint")
-        interrupted_run(halfway, w, signal.SIGTERM, "sigterm")
-        # A closed terminal or SSH session (SIGHUP) and Ctrl-\ (SIGQUIT) stop a run the same way.
-        interrupted_run(halfway, w, signal.SIGHUP, "sighup")
-        interrupted_run(halfway, w, signal.SIGQUIT, "sigquit")
-        interrupted_sweep(halfway, w)
-
-        # A run into the same folder replaces the incomplete one with a complete one, and
-        # removes what a SIGKILL left: temporary files of processes that no longer exist.
-        dead = subprocess.Popen(["true"])
-        dead.wait()
-        host = this_host()
-        stale = [f"steps.csv.tmp.{dead.pid}@{host}", f"manifest.json.tmp.{dead.pid}@{host}",
-                 f"grads.npz.tmp.{dead.pid}@{host}.data",
-                 f"grads.npz.tmp.{dead.pid}@{host}.Ab12Cd",
-                 f"trace.csv.tmp.{dead.pid}", f"grads.npz.tmp.{dead.pid}.data"]  # older names
-        kept = [f"steps.csv.tmp.{os.getpid()}@{host}",  # a live process's file
-                f"steps.csv.tmp.{dead.pid}@other-{host}",  # another host's: its PID is not ours
-                f"notes.txt.tmp.{dead.pid}@{host}", "steps.csv.tmp.x1"]  # not a halfway output
-        for f in stale + kept:
-            open(os.path.join(out, f), "w").write("partial\n")
-        cfg = w.write("short.toml", long_run(3))
-        r = run(halfway, "train", cfg, "--out", out)
-        check(r.returncode == 0, r.stderr)
-        left = tmp_files(out)
-        check(left == sorted(kept), f"after a new run: {left}, expected only {sorted(kept)}")
-        m = json.load(open(os.path.join(out, "manifest.json")))
-        check(m["complete"] is True and m["steps_done"] == 3, f"manifest: {m.get('complete')}")
-        check(len(read_csv(os.path.join(out, "steps.csv"))) == 3, "3 steps")
-
-        # A sweep treats a run whose manifest says "complete": false as not done: a resume
-        # reruns it (and merge does not count it).
-        w.write("base.toml", long_run(2))
-        sweep = w.write("sweep.toml", 'base = "base.toml"\n[axes]\n"run.seed" = [0, 1, 2]\n')
-        res = w.file("sweep_out")
-        r = run(halfway, "sweep", sweep, "--out", res, "--quiet")
-        check(r.returncode == 0, r.stderr)
-        man = os.path.join(res, "runs", "0001", "manifest.json")
-        whole = open(man).read()
-        m = json.loads(whole)
-        m["complete"], m["steps_done"] = False, 1
-        open(man, "w").write(json.dumps(m))
-        r = run(halfway, "merge", res, "--out", w.file("merged.csv"))
-        check(r.returncode == 1 and "1 of 3 runs are not done: 1" in r.stderr,
-              f"merge counted an incomplete run: {r.returncode} {r.stderr!r}")
-        r = run(halfway, "sweep", sweep, "--out", res)
-        check(r.returncode == 0 and "1 run now" in r.stdout,
-              f"resume: {r.returncode} {r.stdout!r} {r.stderr!r}")
-        check(open(man).read() == whole, "the rerun run is the same as the first time")
-
-        try:
-            import numpy as np
-        except ImportError:
-            np = None
-        if np is None or strace_missing():
-            print("SKIP: the analyze part needs numpy and a working strace")
-            return SKIP
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            interrupted_analyze(halfway, w, sig, np)
-        print("ok")
-        return 0
-    finally:
-        w.cleanup()
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is None or strace_missing():
+        print("SKIP: the analyze part needs numpy and a working strace")
+        return SKIP
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        interrupted_analyze(halfway, w, sig, np)
+    print("ok")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(in_workdir("interrupt", main))

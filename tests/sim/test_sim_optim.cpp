@@ -20,43 +20,34 @@ std::vector<Param> one_param(double v, DType dt = DType::f32()) {
   return {{"p", t}};
 }
 
+// SGD at lr 0.25 on one fp32 parameter at 1, stepped with the gradient 0.5: its value after
+// each of `steps` steps.
+std::vector<double> sgd_values(double momentum, bool nesterov, double weight_decay, int steps) {
+  Runtime rt;
+  auto ps = one_param(1.0);
+  OptimizerConfig c;
+  c.kind = "sgd";
+  c.lr = 0.25;
+  c.momentum = momentum;
+  c.nesterov = nesterov;
+  c.weight_decay = weight_decay;
+  Optimizer o(c, ps);
+  std::vector<double> values;
+  for (int i = 0; i < steps; ++i) {
+    o.step({{0.5f}}, rt);
+    values.push_back(ps[0].t.data()[0]);
+  }
+  return values;
+}
+
 }  // namespace
 
 TEST_CASE("SGD, momentum, Nesterov, weight decay", "[sim][optim]") {
-  Runtime rt;
-  {
-    auto ps = one_param(1.0);
-    OptimizerConfig c;
-    c.kind = "sgd";
-    c.lr = 0.25;
-    Optimizer o(c, ps);
-    o.step({{0.5f}}, rt);
-    CHECK(ps[0].t.data()[0] == 0.875);
-  }
-  {
-    auto ps = one_param(1.0);
-    OptimizerConfig c;
-    c.kind = "sgd";
-    c.lr = 0.25;
-    c.momentum = 0.5;
-    Optimizer o(c, ps);
-    o.step({{0.5f}}, rt);  // buf = g = 0.5
-    CHECK(ps[0].t.data()[0] == 0.875);
-    o.step({{0.5f}}, rt);  // buf = 0.5·0.5 + 0.5 = 0.75
-    CHECK(ps[0].t.data()[0] == 0.6875);
-  }
-  {
-    auto ps = one_param(1.0);
-    OptimizerConfig c;
-    c.kind = "sgd";
-    c.lr = 0.25;
-    c.momentum = 0.5;
-    c.nesterov = true;
-    c.weight_decay = 0.5;
-    Optimizer o(c, ps);
-    o.step({{0.5f}}, rt);  // d = 0.5 + 0.5·1 = 1; buf = 1; d = 1 + 0.5·1 = 1.5; p = 1 - 0.375
-    CHECK(ps[0].t.data()[0] == 0.625);
-  }
+  CHECK(sgd_values(0.0, false, 0.0, 1) == std::vector<double>{0.875});
+  // buf = g = 0.5, then buf = 0.5·0.5 + 0.5 = 0.75
+  CHECK(sgd_values(0.5, false, 0.0, 2) == std::vector<double>{0.875, 0.6875});
+  // d = 0.5 + 0.5·1 = 1; buf = 1; d = 1 + 0.5·1 = 1.5; p = 1 - 0.375
+  CHECK(sgd_values(0.5, true, 0.5, 1) == std::vector<double>{0.625});
 }
 
 TEST_CASE("Adam and AdamW follow torch.optim's formulas", "[sim][optim]") {

@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import ISSUE_CONFIG, Workdir, batches, check, mlp_export, need_torch, train  # noqa: E402
+from simtest import ISSUE_CONFIG, batches, check, in_workdir, mlp_export, need_torch, train  # noqa: E402
 
 need_torch(version="1.13")
 
@@ -38,45 +38,40 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 
-def main(halfway):
+def main(halfway, w):
     torch.set_num_threads(1)
-    w = Workdir("torch_bf16")
     worst = 0.0
     differing = total = 0
-    try:
-        for seed, steps in ((0, 5), (1, 12), (2, 12)):
-            model, x, y = mlp_export(np, torch, [10, 32, 1], 256, seed, w)
-            cfg = w.write("run.toml", ISSUE_CONFIG.replace("steps = 5", f"steps = {steps}") +
-                          "[output]\ngrads = true\n")
-            out = w.file(f"out{seed}")
-            rows = train(halfway, cfg, out)
-            grads = np.load(os.path.join(out, "grads.npz"))
-            opt = torch.optim.Adam(model.parameters(), lr=0.01)
-            for step, (xb, yb) in enumerate(batches(x, y, 64, steps)):
-                opt.zero_grad()
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = torch.nn.functional.mse_loss(model(xb), yb)
-                check(loss.dtype == torch.float32, "mse runs in fp32 under CPU autocast")
-                loss.backward()
-                # Reported, not asserted: bit-identity depends on PyTorch's kernel choice on
-                # this CPU (oneDNN bf16 needs AVX-512), which the torch-cpu model assumes.
-                for pname, p in model.named_parameters():
-                    g = grads[f"step{step}.{pname}"]
-                    differing += int(np.sum(g != p.grad.numpy()))
-                    total += g.size
-                opt.step()
-                ours = float(rows[step]["loss"])
-                diff = abs(ours - loss.item())
-                worst = max(worst, diff)
-                check(diff < 5e-5, f"seed {seed} step {step}: loss {ours:.7f} vs PyTorch "
-                                   f"{loss.item():.7f} (differ at 4 decimals)")
-                check(rows[step]["skipped"] == "0", "no skipped steps in bf16")
-        print(f"ok: worst absolute loss difference {worst:.3g}; "
-              f"{differing} of {total} gradient values differ from PyTorch's")
-        return 0
-    finally:
-        w.cleanup()
+    for seed, steps in ((0, 5), (1, 12), (2, 12)):
+        model, x, y = mlp_export(np, torch, [10, 32, 1], 256, seed, w)
+        cfg = w.write("run.toml", ISSUE_CONFIG.replace("steps = 5", f"steps = {steps}") +
+                      "[output]\ngrads = true\n")
+        out = w.file(f"out{seed}")
+        rows = train(halfway, cfg, out)
+        grads = np.load(os.path.join(out, "grads.npz"))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        for step, (xb, yb) in enumerate(batches(x, y, 64, steps)):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.mse_loss(model(xb), yb)
+            check(loss.dtype == torch.float32, "mse runs in fp32 under CPU autocast")
+            loss.backward()
+            # Reported, not asserted: bit-identity depends on PyTorch's kernel choice on
+            # this CPU (oneDNN bf16 needs AVX-512), which the torch-cpu model assumes.
+            for pname, p in model.named_parameters():
+                g = grads[f"step{step}.{pname}"]
+                differing += int(np.sum(g != p.grad.numpy()))
+                total += g.size
+            opt.step()
+            ours = float(rows[step]["loss"])
+            diff = abs(ours - loss.item())
+            worst = max(worst, diff)
+            check(diff < 5e-5, f"seed {seed} step {step}: loss {ours:.7f} vs PyTorch "
+                               f"{loss.item():.7f} (differ at 4 decimals)")
+            check(rows[step]["skipped"] == "0", "no skipped steps in bf16")
+    print(f"ok: worst absolute loss difference {worst:.3g}; "
+          f"{differing} of {total} gradient values differ from PyTorch's")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(in_workdir("torch_bf16", main))

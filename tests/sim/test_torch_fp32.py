@@ -6,7 +6,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from simtest import Workdir, batches, check, mlp_export, need_torch, train  # noqa: E402
+from simtest import batches, check, in_workdir, mlp_export, need_torch, train  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from configs import config  # noqa: E402
 
@@ -24,45 +24,40 @@ OPTIMIZERS = {
 }
 
 
-def main(halfway):
+def main(halfway, w):
     torch.set_num_threads(1)
     steps = 8
     worst_loss = worst_grad = 0.0
-    w = Workdir("torch_fp32")
-    try:
-        for name, (optimizer, make_opt) in OPTIMIZERS.items():
-            model, x, y = mlp_export(np, torch, [10, 32, 32, 1], 256, 7, w)
-            cfg = w.write("run.toml", config(
-                "mlp", model={"layers": [10, 32, 32, 1], "activation": "relu", "init": "init.npz"},
-                data={"synthetic": None, "n": None, "npz": "data.npz"}, optimizer=optimizer,
-                precision={"policy": "fp32"}, scaler=None, run={"steps": steps},
-                output={"grads": True}))
-            out = w.file("out_" + name)
-            rows = train(halfway, cfg, out)
-            grads = np.load(os.path.join(out, "grads.npz"))
-            opt = make_opt(model.parameters())
-            for step, (xb, yb) in enumerate(batches(x, y, 64, steps)):
-                opt.zero_grad()
-                loss = torch.nn.functional.mse_loss(model(xb), yb)
-                loss.backward()
-                ours = float(rows[step]["loss"])
-                rel = abs(ours - loss.item()) / abs(loss.item())
-                worst_loss = max(worst_loss, rel)
-                check(rel < 1e-6, f"{name} step {step}: loss {ours} vs PyTorch {loss.item()}")
-                if step < 3:
-                    for pname, p in model.named_parameters():
-                        g = grads[f"step{step}.{pname}"]
-                        ref = p.grad.numpy()
-                        err = np.max(np.abs(g - ref)) / np.max(np.abs(ref))
-                        worst_grad = max(worst_grad, err)
-                        check(err < 1e-6, f"{name} step {step} {pname}: gradient error {err:.3g}")
-                opt.step()
-        print(f"ok: worst relative loss difference {worst_loss:.3g}, "
-              f"worst gradient difference {worst_grad:.3g} (of max |g|)")
-        return 0
-    finally:
-        w.cleanup()
+    for name, (optimizer, make_opt) in OPTIMIZERS.items():
+        model, x, y = mlp_export(np, torch, [10, 32, 32, 1], 256, 7, w)
+        cfg = w.write("run.toml", config(
+            "mlp", model={"layers": [10, 32, 32, 1], "activation": "relu", "init": "init.npz"},
+            data={"synthetic": None, "n": None, "npz": "data.npz"}, optimizer=optimizer,
+            precision={"policy": "fp32"}, scaler=None, run={"steps": steps},
+            output={"grads": True}))
+        out = w.file("out_" + name)
+        rows = train(halfway, cfg, out)
+        grads = np.load(os.path.join(out, "grads.npz"))
+        opt = make_opt(model.parameters())
+        for step, (xb, yb) in enumerate(batches(x, y, 64, steps)):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            ours = float(rows[step]["loss"])
+            rel = abs(ours - loss.item()) / abs(loss.item())
+            worst_loss = max(worst_loss, rel)
+            check(rel < 1e-6, f"{name} step {step}: loss {ours} vs PyTorch {loss.item()}")
+            if step < 3:
+                for pname, p in model.named_parameters():
+                    g = grads[f"step{step}.{pname}"]
+                    ref = p.grad.numpy()
+                    err = np.max(np.abs(g - ref)) / np.max(np.abs(ref))
+                    worst_grad = max(worst_grad, err)
+                    check(err < 1e-6, f"{name} step {step} {pname}: gradient error {err:.3g}")
+            opt.step()
+    print(f"ok: worst relative loss difference {worst_loss:.3g}, "
+          f"worst gradient difference {worst_grad:.3g} (of max |g|)")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(in_workdir("torch_fp32", main))

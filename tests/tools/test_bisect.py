@@ -16,22 +16,29 @@ import tempfile
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import quiet_check as check, status  # noqa: E402
 from configs import Raw, config  # noqa: E402
 
 HALFWAY = sys.argv[1]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
 
 
 def run(args):
     p = subprocess.run([HALFWAY, "bisect"] + args, capture_output=True, text=True, timeout=600)
     return p.returncode, p.stdout, p.stderr
+
+
+def run_ok(name, args):
+    """`halfway bisect ARGS`, its output printed: its stdout, or None (a failed check named
+    `name`) when it does not exit 0."""
+    rc, so, se = run(args)
+    print(f"{name}: rc {rc}\n{so}{se}", end="")
+    check(rc == 0, f"{name}: exit {rc}: {se}")
+    return so if rc == 0 else None
+
+
+def bisect_json(out):
+    with open(os.path.join(out, "bisect.json")) as f:
+        return json.load(f)
 
 
 def mlp(optimizer, precision, steps, scaler=None):
@@ -117,8 +124,7 @@ def recompute(rows):
 
 
 def check_outputs(name, out, stdout, want, budget):
-    with open(os.path.join(out, "bisect.json")) as f:
-        j = json.load(f)
+    j = bisect_json(out)
     rows = read_csv(os.path.join(out, "bisect.csv"))
     names = [m["name"] for m in j["culprit"]]
     check(names == want, f"{name}: culprit {names}, planted {want}")
@@ -180,13 +186,11 @@ def planted(tmp):
     for name, (text, want, budget, extra) in PLANTED.items():
         cfg = write_config(tmp, name, text)
         out = os.path.join(tmp, name + ".bisect")
-        rc, so, se = run([cfg, "--budget", str(budget), "--out", out] + extra)
-        print(f"{name}: rc {rc}\n{so}{se}", end="")
-        check(rc == 0, f"{name}: exit {rc}: {se}")
-        if rc == 0:
+        so = run_ok(name, [cfg, "--budget", str(budget), "--out", out] + extra)
+        if so is not None:
             check_outputs(name, out, so, want, budget)
         if name in EVIDENCE:
-            check_evidence(name, tmp, text, EVIDENCE[name], so)
+            check_evidence(name, tmp, text, EVIDENCE[name], so or "")
 
 
 def operands(tmp):
@@ -195,13 +199,10 @@ def operands(tmp):
     linear layer's, so that run's metric is the fp32 reference's, bit for bit."""
     cfg = write_config(tmp, "operands", FP8_OPERANDS)
     out = os.path.join(tmp, "operands.bisect")
-    rc, so, se = run([cfg, "--granularity", "operand", "--budget", "24", "--out", out])
-    print(f"operands: rc {rc}\n{so}{se}", end="")
-    check(rc == 0, f"operands: exit {rc}: {se}")
-    if rc != 0:
+    so = run_ok("operands", [cfg, "--granularity", "operand", "--budget", "24", "--out", out])
+    if so is None:
         return
-    with open(os.path.join(out, "bisect.json")) as f:
-        j = json.load(f)
+    j = bisect_json(out)
     check([p["name"] for p in j["parts"]] == ["operand " + c for c in COPIES],
           f"operands: parts {j['parts']}")
     want = [m["name"] for m in j["culprit"]]
@@ -223,13 +224,11 @@ def against_config(tmp):
     cfg = write_config(tmp, "against_orig", base.replace(
         'exp_avg_sq_dtype = "bf16"', 'exp_avg_sq_dtype = "fp16"\nexp_avg_dtype = "bf16"'))
     out = os.path.join(tmp, "against.bisect")
-    rc, so, se = run([cfg, "--against", ref, "--seeds", "0,1", "--budget", "12", "--out", out])
-    print(f"against: rc {rc}\n{so}{se}", end="")
-    check(rc == 0, f"against: exit {rc}: {se}")
-    if rc != 0:
+    so = run_ok("against", [cfg, "--against", ref, "--seeds", "0,1", "--budget", "12",
+                            "--out", out])
+    if so is None:
         return
-    with open(os.path.join(out, "bisect.json")) as f:
-        j = json.load(f)
+    j = bisect_json(out)
     check(j["parts"] == [
         {"name": "optimizer state exp_avg", "setting": 'optimizer.exp_avg_dtype = "fp32"'},
         {"name": "optimizer state exp_avg_sq", "setting": 'optimizer.exp_avg_sq_dtype = "bf16"'}],
@@ -253,13 +252,11 @@ def demoted(tmp):
     text, _, budget, extra = PLANTED["pair"]
     cfg = write_config(tmp, "demote", text)
     out = os.path.join(tmp, "demote.bisect")
-    rc, so, se = run([cfg, "--budget", str(budget), "--out", out, "--direction", "demote"] + extra)
-    print(f"demote: rc {rc}\n{so}{se}", end="")
-    check(rc == 0, f"demote: exit {rc}: {se}")
-    if rc != 0:
+    so = run_ok("demote",
+                [cfg, "--budget", str(budget), "--out", out, "--direction", "demote"] + extra)
+    if so is None:
         return
-    with open(os.path.join(out, "bisect.json")) as f:
-        j = json.load(f)
+    j = bisect_json(out)
     names = [m["name"] for m in j["culprit"]]
     check(j["direction"] == "demote" and names == ["backward"], f"demote: culprit {names}")
     _, _, _, closed = recompute(read_csv(os.path.join(out, "bisect.csv")))
@@ -323,8 +320,7 @@ def resume_and_jobs(tmp):
     out3 = os.path.join(tmp, "jobs.bisect")
     rc3, so3, _ = run([cfg, "--budget", str(budget), "--out", out3, "--jobs", "2"] + extra)
     check(rc3 == 0, f"jobs: exit {rc3}")
-    with open(os.path.join(out3, "bisect.json")) as f:
-        check([m["name"] for m in json.load(f)["culprit"]] == want, "jobs: another culprit")
+    check([m["name"] for m in bisect_json(out3)["culprit"]] == want, "jobs: another culprit")
     # Runs of the same candidate have the same metric whatever the number of jobs.
     m1 = {(r["role"], r["promoted"]): r["metric"] for r in read_csv(os.path.join(out, "bisect.csv"))}
     m3 = {(r["role"], r["promoted"]): r["metric"] for r in read_csv(os.path.join(out3, "bisect.csv"))}
@@ -375,8 +371,7 @@ def budget_runs_out(tmp):
     out = os.path.join(tmp, "short.bisect")
     rc, so, se = run([cfg, "--budget", "3", "--out", out])
     check(rc == 1, f"budget: exit {rc}: {se}")
-    with open(os.path.join(out, "bisect.json")) as f:
-        j = json.load(f)
+    j = bisect_json(out)
     check(not j["finished"] and j["runs_used"] == 3, f"budget: {j['finished']}, {j['runs_used']}")
     check(len(j["culprit"]) == len(j["parts"]), f"budget: culprit {j['culprit']}")
     check("the budget ran out" in so, f"budget: paragraph does not say so: {so}")
@@ -426,11 +421,7 @@ def main():
         resume_and_jobs(tmp)
         budget_runs_out(tmp)
         interrupted(tmp)
-    if failures:
-        print(f"{failures} failure(s)")
-        return 1
-    print("ok")
-    return 0
+    return status("ok")
 
 
 if __name__ == "__main__":

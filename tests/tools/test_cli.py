@@ -7,20 +7,16 @@ with its own code. Flags are checked against the Boost.Multiprecision oracle in 
 here they are checked only where they follow from the values (overflow to inf, exact results).
 Usage: test_cli.py PATH/TO/halfway
 """
+import os
 import subprocess
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import quiet_check as check, status  # noqa: E402
+
 HALFWAY = sys.argv[1]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
 
 
 def run(args, stdin=None):
@@ -297,8 +293,7 @@ def main():
     test_testfloat_round_to_int_odd()
     test_bad_input()
     test_round_and_info()
-    print(f"cli tests: {failures} failed")
-    return 1 if failures else 0
+    return status("cli tests: ok")
 
 
 if __name__ == "__main__":
