@@ -36,7 +36,7 @@ class RunFiles {
   /// Replace the folder's files with these, manifest last (publish_folder).
   void publish(const std::string& manifest);
 
-  /// Optimizer state rounded into a low-precision dtype: values that underflowed or
+  /// Optimizer state rounded into a low-precision dtype: values flushed to zero or
   /// overflowed, summed over the traced steps (manifest summary).
   uint64_t state_values = 0, state_flushed = 0, state_overflow = 0;
 

@@ -31,7 +31,7 @@ namespace halfway::sim {
 
 struct AnalyzeOptions {
   int k_min = -20, k_max = 40;       ///< the loss scales 2^k of the window
-  double flush_tolerance = 0.0;  ///< a scale is safe when at most this fraction underflows
+  double flush_tolerance = 0.0;  ///< a scale is safe when at most this fraction is flushed
   /// Block schemes: the tensor axis the blocks run along (negative: from the end), the
   /// values of one encode_blocks call (analyze_blocks' chunk), and blocks_detail.csv (one row
   /// per block, refused beyond max_detail_rows rows).

@@ -3,7 +3,7 @@
 /// names like "0.weight", "1.output", "1.grad_input"), with the core's bulk event counts, a
 /// histogram of the pre-rounding magnitudes (one bin per power of two) and the extreme
 /// exponents. From the gradient histograms of a step it predicts, for every loss scale 2^k,
-/// how many gradient values would underflow and whether any would overflow.
+/// how many gradient values would be flushed to zero and whether any would overflow.
 ///
 ///     Tracer tr;
 ///     tr.begin_step(0, 65536.0);
@@ -45,7 +45,7 @@ struct TraceRecord {
   /// hist[e - kMinExp]: pre-rounding values with 2^e <= |v| < 2^(e+1) (finite, non-zero).
   std::array<uint64_t, kBins> hist{};
   /// pow2[e - kMinExp]: those of them that are exactly ±2^e. At a power-of-two scale such a
-  /// value can land exactly on the underflow threshold, a tie that rounds to zero. (Gradients
+  /// value can land exactly on the flush threshold, a tie that rounds to zero. (Gradients
   /// computed from fp16 subnormals, which have few significant bits, often are powers of two.)
   std::array<uint64_t, kBins> pow2{};
   /// The rounding's error (square_sum.hpp), over the finite values within the dtype's range:
@@ -125,19 +125,19 @@ void merge_values(TraceRecord& into, const TraceRecord& part);
 std::vector<WindowRow> empty_window(int k_min, int k_max);
 /// Add one record's prediction to `rows`, whatever its kind (nothing for a record that is not
 /// low precision, or a scale that is not positive and finite): its values, those that would
-/// underflow at each 2^k, and whether any would overflow. See predict_window.
+/// be flushed to zero at each 2^k, and whether any would overflow. See predict_window.
 void add_to_window(std::vector<WindowRow>& rows, const TraceRecord& r, double loss_scale);
 
 /// Predict the scale window from the records of one step taken at `loss_scale`. A gradient
 /// value v at scale s becomes v·2^k/s at scale 2^k (exact for power-of-two ratios while it
-/// stays in the normal range); it underflows when that lands at or below half the smallest
-/// subnormal (RNE), and overflows when the largest one rounds past the largest finite value.
-/// For a power-of-two s the count is exact for the same pre-rounding values; a real run at 2^k
-/// differs through upstream roundings (see docs/sim.md, "Scale window").
+/// stays in the normal range); it is flushed to zero when that lands at or below half the
+/// smallest subnormal (RNE), and overflows when the largest one rounds past the largest finite
+/// value. For a power-of-two s the count is exact for the same pre-rounding values; a real run
+/// at 2^k differs through upstream roundings (see docs/sim.md, "Scale window").
 std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, double loss_scale,
                                       int k_min, int k_max);
-/// The safe window [k_low, k_high]: the smallest and largest k with no overflow and an
-/// underflow fraction at most `tolerance` (INT_MIN, INT_MIN when none).
+/// The safe window [k_low, k_high]: the smallest and largest k with no overflow and a
+/// flushed fraction at most `tolerance` (INT_MIN, INT_MIN when none).
 std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double tolerance);
 
 /// trace.csv and scale_window.csv, the tracer's files (docs/sim.md): their header lines and
@@ -152,7 +152,7 @@ void append_number(std::string& line, double v);
 /// Append the columns of kTraceCsvHeader for `r` at `step`, without the line end.
 void append_trace_columns(std::string& line, int step, const TraceRecord& r);
 /// Append the columns of kWindowCsvHeader for `w`, without the line end: safe when it does
-/// not overflow and its underflow fraction is at most `tolerance`.
+/// not overflow and its flushed fraction is at most `tolerance`.
 void append_window_columns(std::string& line, int step, double loss_scale, const WindowRow& w,
                            double tolerance);
 /// Append the columns of kBlocksCsvHeader for `r` at `step`, without the line end.

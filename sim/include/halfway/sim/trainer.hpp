@@ -7,7 +7,7 @@
 ///   steps.csv         one row per step (loss before the update, scale, found_inf, skipped, ...,
 ///                     the validation loss of text runs)
 ///   trace.csv         the tracer's records, one row per (step, tensor)
-///   scale_window.csv  predicted gradient underflow / overflow for loss scales 2^k
+///   scale_window.csv  predicted flushed and overflowing gradient values for loss scales 2^k
 ///   memory.csv        bytes per category and dtype
 ///   updates.csv       per traced step and parameter: non-zero and vanished updates, drift
 ///   blocks.csv        block-scaled GEMM operand copies: events, SNR, block-scale histogram
