@@ -1,7 +1,8 @@
-"""The main job's figure and summary: loss curves of every configuration and seed, gradient
-underflow per step, and the dynamic loss scale against the safe window of its own steps (with,
-dashed, the window the unscaled fp16 run's steps predict, a different trajectory); on the console, a table per configuration and seed, the effect in two ratios,
-and how often each seed's scale left its own safe window.
+"""The main job's figure and summary: loss curves of every configuration and seed, the share
+of gradient values flushed to zero per step, and the dynamic loss scale against the safe window
+of its own steps (with, dashed, the window the unscaled fp16 run's steps predict, a different
+trajectory); on the console, a table per configuration and seed, the effect in two ratios, and
+how often each seed's scale left its own safe window.
 
 usage: plot.py RESULTS_DIR   (reads only the results of `halfway sweep experiments/demo/sweep.toml`)
 """
@@ -51,7 +52,7 @@ def draw(results, df, cases, seeds):
     style.axes(ax[0], "step", "training loss (mean squared error)", title="loss, every seed",
                yscale="log")
     style.axes(ax[1], "step", "gradient values flushed to zero (%)",
-               title="underflow in fp16/bf16 gradients (seed %d)" % seeds[0])
+               title="fp16/bf16 gradients flushed to zero (seed %d)" % seeds[0])
 
     if SCALED in cases:
         scale_panel(ax[2], results, df, cases, seeds[0], colors[SCALED])
@@ -59,8 +60,8 @@ def draw(results, df, cases, seeds):
     style.legend_below(fig, ax, ncol=4)
     style.caption(fig, results, "right: band: the safe window of %s's own steps; dashed: the "
                                 "window predicted from %s's steps, another trajectory (seed %d "
-                                "each) | fp16 underflow below 2^-25, subnormal below 2^-14; bf16 "
-                                "normal down to 2^-126" % (SCALED, REF, seeds[0]))
+                                "each) | fp16 flushed to zero below 2^-25, subnormal below "
+                                "2^-14; bf16 normal down to 2^-126" % (SCALED, REF, seeds[0]))
     return style.save(fig, results, "demo")
 
 
@@ -132,7 +133,7 @@ def scaled_window(results, df, seeds):
 def table(results, df, cases, seeds):
     print()
     print("%-14s %4s %12s %14s %22s %9s %12s %18s" % (
-        "configuration", "seed", "final loss", "grad values", "lost to underflow", "skipped",
+        "configuration", "seed", "final loss", "grad values", "flushed to zero", "skipped",
         "final scale", "first-layer zeros"))
     for c in cases:
         for seed in seeds:
@@ -162,11 +163,11 @@ def window(df, seeds):
     r = run_of(df, REF, seeds[0])
     if r["k_low"] == r["k_low"]:
         print("safe loss-scale window predicted from the single %s run (seed %d): 2^%d .. 2^%d "
-              "(every step: underflow within the tolerance, no overflow)"
+              "(every step: flushed values within the tolerance, no overflow)"
               % (REF, seeds[0], int(r["k_low"]), int(r["k_high"])))
     else:
-        print("no loss scale keeps every step of %s (seed %d) free of underflow and overflow"
-              % (REF, seeds[0]))
+        print("no loss scale keeps every step of %s (seed %d) within the flush tolerance and "
+              "free of overflow" % (REF, seeds[0]))
 
 
 def main(results):

@@ -342,17 +342,18 @@ def check_demo(res, figs, con):
     for c in cases:
         doc.expect(c + " ({I} seeds)", len(seeds), full=True)
     doc.text("loss, every seed")
-    doc.expect("underflow in fp16/bf16 gradients (seed {I})", seeds[0], full=True)
+    doc.expect("fp16/bf16 gradients flushed to zero (seed {I})", seeds[0], full=True)
     doc.expect("no scaling ({P})", 0, full=True)
     doc.expect("right: band: the safe window of fp16-dynamic's own steps; dashed: the window "
                "predicted from fp16-noscale's steps, another trajectory (seed {I} each) | ",
                seeds[0])
-    doc.expect("fp16 underflow below {P}, subnormal below {P}; bf16 normal down to {P}",
+    doc.expect("fp16 flushed to zero below {P}, subnormal below {P}; bf16 normal down to "
+               "{P}",
                LOG2_F16_FLUSH, LOG2_F16_MIN_NORMAL, LOG2_BF16_MIN_NORMAL)
     provenance(doc, res)
     check_demo_scale(res, df, doc, con, seeds)
-    con.header("configuration", ["seed", "final", "loss", "grad", "values", "lost", "to",
-                                 "underflow", "skipped", "final", "scale", "first-layer", "zeros"])
+    con.header("configuration", ["seed", "final", "loss", "grad", "values", "flushed", "to",
+                                 "zero", "skipped", "final", "scale", "first-layer", "zeros"])
     final = {}
     for c in cases:
         for seed in seeds:
@@ -374,10 +375,11 @@ def check_demo(res, figs, con):
     w = window(res, df[(df["case"] == ref) & (df["run.seed"] == seeds[0])].iloc[0])
     if w:
         con.expect("safe loss-scale window predicted from the single %s run (seed {I}): {P} .. {P} "
-                   "(every step: underflow within the tolerance, no overflow)" % ref, seeds[0], *w)
+                   "(every step: flushed values within the tolerance, no overflow)" % ref,
+                   seeds[0], *w)
     else:
-        con.expect("no loss scale keeps every step of %s (seed {I}) free of underflow and "
-                   "overflow" % ref, seeds[0])
+        con.expect("no loss scale keeps every step of %s (seed {I}) within the flush tolerance "
+                   "and free of overflow" % ref, seeds[0])
 
 
 def figure_data(res, name):
@@ -1372,7 +1374,7 @@ def main(halfway):
             s.loc[0, "grad_flushed"] = str(int(s.loc[0, "grad_flushed"]) + 7)
         errors, _ = corrupted("demo", case("fp16-noscale"), "steps.csv", more_flushed)
         ok(any("fp16-noscale" in e for e in errors),
-           "negative control: 7 more underflows in one step of fp16-noscale's steps.csv are "
+           "negative control: 7 more flushed values in one step of fp16-noscale's steps.csv are "
            "caught (%s)" % (errors[:1],))
 
         def lower_window(s):
