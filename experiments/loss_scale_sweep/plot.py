@@ -1,6 +1,7 @@
-"""Experiment 2: static loss scales 2^0..2^24 under torch-cuda-fp16. Heatmap of gradient
-underflow per tensor per scale, final loss against scale, and the safe window that the single
-run at 2^0 predicted, overlaid on both; predicted against measured underflow and overflow.
+"""Experiment 2: static loss scales 2^0..2^24 under torch-cuda-fp16. Heatmap of the gradient
+values flushed to zero per tensor per scale, final loss against scale, and the safe window that
+the single run at 2^0 predicted, overlaid on both; predicted against measured flushed values
+and overflow.
 
 usage: plot.py RESULTS_DIR
 """
@@ -21,7 +22,7 @@ def main(results):
     df = df.sort_values("scaler.scale")
     ks = [int(round(math.log2(s))) for s in df["scaler.scale"]]
 
-    # Underflow per gradient tensor and scale, summed over steps.
+    # Values flushed to zero per gradient tensor and scale, summed over steps.
     names, cols = [], []
     for _, row in df.iterrows():
         t = style.read_run_csv(results, row, "trace.csv")
@@ -55,7 +56,7 @@ def main(results):
     ax.set_xlabel("loss scale (log2)")
     ax.set_title("gradient values flushed to zero (%)")
     ax.grid(False)
-    fig.colorbar(im, ax=ax, label="underflow (% of the tensor's values)")
+    fig.colorbar(im, ax=ax, label="flushed (% of the tensor's values)")
 
     ax2 = fig.add_subplot(gs[1])
     ax2.plot(ks, df["final_loss"], "o-", color=style.color(0), ms=3,
@@ -66,13 +67,13 @@ def main(results):
     ax3 = fig.add_subplot(gs[2])
     floor = 1e-5  # zero is drawn on the axis floor of the log scale
     ax3.plot(ks, np.maximum(100.0 * df["grad_flushed_fraction"], floor), "o",
-             color=style.color(0), ms=4, label="right: underflow measured in each run")
+             color=style.color(0), ms=4, label="right: flushed, measured in each run")
     ax3.plot(pred_frac.index, np.maximum(pred_frac.values, floor), "-", color=style.color(1),
-             label="right: underflow predicted from the run at 2^%d" % ks[0])
+             label="right: flushed, predicted from the run at 2^%d" % ks[0])
     ax3.set_xlim(ks[0] - 0.5, ks[-1] + 0.5)
     ax3.set_yscale("log")
     ax3.set_ylim(floor / 2, 100)
-    style.axes(ax3, "loss scale (log2)", "gradient values lost to underflow (%; 0 at the floor)",
+    style.axes(ax3, "loss scale (log2)", "gradient values flushed to zero (%; 0 at the floor)",
                title="one traced run predicts the sweep")
     over = df[df["found_inf_steps"] > 0]
     if len(over):
@@ -91,29 +92,30 @@ def main(results):
                       label="all panels: predicted safe window 2^%d..2^%d" % (k_lo, k_hi))
     fig.tight_layout()
     style.legend_below(fig, [ax, ax2, ax3], ncol=3)
-    style.caption(fig, results, "torch-cuda-fp16, static scales; window: no underflow and no "
-                                "overflow on any step")
+    style.caption(fig, results, "torch-cuda-fp16, static scales; window: no values flushed and "
+                                "no overflow on any step")
     style.save(fig, results, "loss_scale_sweep")
     if k_lo == k_lo:
         print("loss_scale_sweep: predicted safe window 2^%d..2^%d; measured: %d of %d scales "
-              "without underflow or overflow" % (k_lo, k_hi,
+              "without flushed values or overflow" % (k_lo, k_hi,
                                                   int(((df["grad_flushed"] == 0) &
                                                        (df["found_inf_steps"] == 0)).sum()),
                                                   len(df)))
     else:
         print("loss_scale_sweep: the run at 2^%d predicts no safe window; measured: %d of %d "
-              "scales without underflow or overflow"
+              "scales without flushed values or overflow"
               % (ks[0], int(((df["grad_flushed"] == 0) & (df["found_inf_steps"] == 0)).sum()),
                  len(df)))
     # Above the reference scale the prediction is low: values that are exact zeros there,
-    # computed from an upstream gradient that underflowed, may still underflow at a larger scale
-    # (docs/sim.md, "Scale window"). Each scale with at least 100 measured underflows:
+    # computed from an upstream gradient that was flushed to zero, may still be flushed at a
+    # larger scale (docs/sim.md, "Scale window"). Each scale with at least 100 measured flushed
+    # values:
     rows = [(k, int(m), int(pred["flushed"].get(k, 0))) for k, m in zip(ks, df["grad_flushed"])]
     rows = [r for r in rows if r[0] > ks[0] and r[1] >= 100 and r[2] > 0]
     if rows:
-        print("loss_scale_sweep: underflow above 2^%d, measured and predicted from the run at "
-              "2^%d, which misses the values that are zero there because an upstream gradient "
-              "underflowed:" % (ks[0], ks[0]))
+        print("loss_scale_sweep: flushed values above 2^%d, measured and predicted from the run "
+              "at 2^%d, which misses the values that are zero there because an upstream "
+              "gradient was flushed:" % (ks[0], ks[0]))
         for k, m, p in rows:
             print("  2^%d: measured %d, predicted %d, measured/predicted %.2f" % (k, m, p, m / p))
 

@@ -655,7 +655,7 @@ def check_loss_scale_sweep(res, figs, con):
     sw = run_csv(res, ref, "scale_window.csv")
     if w:
         doc.expect("all panels: predicted safe window {P}..{P}", *w, full=True)
-    doc.expect("right: underflow predicted from the run at {P}", ks[0], full=True)
+    doc.expect("right: flushed, predicted from the run at {P}", ks[0], full=True)
     measured = [k for k, s in zip(ks, ss) if s["found_inf"] > 0]
     if measured:
         doc.expect("right: first scale with overflow, measured: {P}", min(measured), full=True)
@@ -668,19 +668,20 @@ def check_loss_scale_sweep(res, figs, con):
     clean = sum(1 for s in ss if s["grad_flushed"] == 0 and s["found_inf"] == 0)
     if w:
         con.expect("loss_scale_sweep: predicted safe window {P}..{P}; measured: {I} of {I} "
-                   "scales without underflow or overflow", *w, clean, len(df), full=True)
+                   "scales without flushed values or overflow", *w, clean, len(df), full=True)
     else:
         con.expect("loss_scale_sweep: the run at {P} predicts no safe window; measured: {I} of "
-                   "{I} scales without underflow or overflow", ks[0], clean, len(df), full=True)
-    # Above the reference scale, each scale with at least 100 measured underflows (steps.csv)
+                   "{I} scales without flushed values or overflow", ks[0], clean, len(df),
+                   full=True)
+    # Above the reference scale, each scale with at least 100 measured flushed values (steps.csv)
     # against the reference's prediction summed over its steps.
     pred = sw.groupby("k")["flushed"].sum()
     rows = [(k, s["grad_flushed"], int(pred.get(k, 0))) for k, s in zip(ks, ss)]
     rows = [r for r in rows if r[0] > ks[0] and r[1] >= 100 and r[2] > 0]
     if rows:
-        con.expect("loss_scale_sweep: underflow above {P}, measured and predicted from the run at "
-                   "{P}, which misses the values that are zero there because an upstream gradient "
-                   "underflowed:", ks[0], ks[0], full=True)
+        con.expect("loss_scale_sweep: flushed values above {P}, measured and predicted from the "
+                   "run at {P}, which misses the values that are zero there because an upstream "
+                   "gradient was flushed:", ks[0], ks[0], full=True)
     for k, m, p in rows:
         con.expect("  {P}: measured {I}, predicted {I}, measured/predicted {N}", k, m, p, m / p,
                    full=True)
