@@ -266,7 +266,7 @@ def figure_texts(fig):
 
 
 def shade_fp16(ax, axis="x", log2=True, bf16=True, labels=True):
-    """Shade fp16's underflow, subnormal and normal ranges on a magnitude axis (log2 units when
+    """Shade fp16's flush-to-zero, subnormal and normal ranges on a magnitude axis (log2 units when
     `log2`, else the values), mark its largest finite value, and bf16's smallest normal for
     comparison. Every shade and line has a legend label (with `labels`)."""
     import math
@@ -279,7 +279,7 @@ def shade_fp16(ax, axis="x", log2=True, bf16=True, labels=True):
     lo, hi = (ax.get_xlim() if axis == "x" else ax.get_ylim())
     span(min(lo, t(FP16_MIN_SUB) - 1), t(FP16_MIN_SUB) - 1, color="#D55E00", alpha=0.10, lw=0,
          zorder=0,
-         label="fp16 underflow: |x| ≤ 2^-25 rounds to 0" if labels else None)
+         label="fp16 flushed to zero: |x| ≤ 2^-25" if labels else None)
     span(t(FP16_MIN_SUB) - 1, t(FP16_MIN_NORMAL), color="#E69F00", alpha=0.15, lw=0, zorder=0,
          label="fp16 subnormal: 2^-25 < |x| < 2^-14" if labels else None)
     span(t(FP16_MIN_NORMAL), t(FP16_MAX), color="#009E73", alpha=0.08, lw=0, zorder=0,

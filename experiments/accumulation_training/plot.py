@@ -1,7 +1,7 @@
 """Does the tensor core's truncation matter for training? Loss curves of fp16 training with
 sequential fp32 accumulation and with the A100 and H100 block-FMA models, every seed; the
 relative difference of each block model's loss from fp32 accumulation's, step by step; and a
-table of final losses, their ratio to fp32 accumulation's, and gradient underflow.
+table of final losses, their ratio to fp32 accumulation's, and gradient values flushed to zero.
 
 usage: plot.py RESULTS_DIR
 """
@@ -45,7 +45,7 @@ def main(results):
     paths = style.save(fig, results, "accumulation_training")
 
     print("%-6s %4s %12s %14s %14s %18s" % ("model", "seed", "final loss", "/ fp32's",
-                                             "grad values", "lost to underflow"))
+                                             "grad values", "flushed to zero"))
     for c in cases:
         for s in seeds:
             r = run_of(df, c, s)

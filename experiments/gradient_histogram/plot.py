@@ -1,10 +1,10 @@
 """Experiment 1: histogram of activation-gradient magnitudes over training, one bin per power
-of two, with fp16's normal, subnormal and underflow ranges shaded, bf16's smallest normal
+of two, with fp16's normal, subnormal and flush-to-zero ranges shaded, bf16's smallest normal
 marked, exact zeros in a bar of their own, and the histogram shifted by loss scales (Micikevicius
 et al. 2018, Fig. 3 style). Right: the same histogram per step.
 
 Counting (trace.csv, docs/sim.md): `hist` holds the magnitudes before rounding of the finite
-non-zero values, including those that then underflowed; `zeros` counts the results that are
+non-zero values, including those then flushed to zero; `zeros` counts the results that are
 zero, which are the exact zeros and the values flushed to zero (`flushed`); `nonfinite_in` the inf/NaN
 inputs. So the exact zeros are `zeros - flushed`, and every value is counted once:
 `total = sum(hist) + (zeros - flushed) + nonfinite_in`. Percentages are of `total`.

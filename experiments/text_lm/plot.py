@@ -1,7 +1,7 @@
 """Transformers on real text: validation loss curves of a byte-level GPT-style model trained on
 the English fortune-cookie database under five precision recipes, and the share of gradient
-values lost to underflow over training; a table of each recipe's validation losses, gradient
-values and underflows.
+values flushed to zero over training; a table of each recipe's validation losses, gradient
+values and flushed values.
 
 usage: plot.py RESULTS_DIR
 """
@@ -13,7 +13,7 @@ import style  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def underflow_rows(ax, zero_ax, s, color, case, row):
+def flushed_rows(ax, zero_ax, s, color, case, row):
     """One recipe's flushed share of the traced steps on the log axis `ax`, the line broken at
     steps that flushed nothing (a log axis has no zero), which `zero_ax` marks on the recipe's
     own row instead."""
@@ -51,12 +51,12 @@ def main(results):
         ax[0].plot(v["step"], v["val_loss"], "o-", color=style.color(i), lw=1.2, ms=2.5,
                    label=case)
         if case in lowered:
-            underflow_rows(ax[1], zero_ax, s, style.color(i), case, lowered.index(case))
+            flushed_rows(ax[1], zero_ax, s, style.color(i), case, lowered.index(case))
     style.axes(ax[0], "step", "validation loss (nats per byte)",
                title=style.transformer_title(style.run_config(results, df.iloc[0])))
     ax[1].set_yscale("log")
     ax[1].set_ylabel("gradient values flushed to zero (%)")
-    ax[1].set_title("gradient underflow of the traced steps")
+    ax[1].set_title("gradient values flushed on the traced steps")
     ax[1].tick_params(labelbottom=False)
     zero_ax.set_yticks(range(len(lowered)))
     zero_ax.set_yticklabels([""] * len(lowered))
@@ -66,7 +66,7 @@ def main(results):
     zero_ax.grid(False)
     fig.tight_layout()
     style.legend_below(fig, ax, ncol=5)
-    style.caption(fig, results, "English fortune-cookie database, byte-level; underflow: lines "
+    style.caption(fig, results, "English fortune-cookie database, byte-level; flushed: lines "
                                 "join traced steps that flushed values, the row below marks those "
                                 "that flushed none")
     paths = style.save(fig, results, "text_lm")

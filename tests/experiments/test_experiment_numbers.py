@@ -206,7 +206,7 @@ def steps_summary(s):
 
 
 def safe_ks(sw, tol):
-    """The k (log2 of the loss scale) that no step's prediction flags: underflow fraction at most
+    """The k (log2 of the loss scale) that no step's prediction flags: flushed fraction at most
     `tol` and no overflow on every step."""
     if not len(sw):
         return []
@@ -320,8 +320,8 @@ def check_accumulation_training(res, figs, con):
     doc.expect("torch-cuda-fp16, dynamic loss scaling; block-FMA parameters are published "
                "hypotheses")
     provenance(doc, res)
-    con.header("model", ["seed", "final", "loss", "/", "fp32's", "grad", "values", "lost", "to",
-                         "underflow"])
+    con.header("model", ["seed", "final", "loss", "/", "fp32's", "grad", "values", "flushed",
+                         "to", "zero"])
     final = {}
     for c in cases:
         for seed in seeds:
@@ -592,8 +592,8 @@ def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
     zeros, underflow = int(t["zeros"].sum()), int(t["flushed"].sum())
     nonfinite = int(t["nonfinite_in"].sum())
     exact = zeros - underflow
-    # docs/sim.md: hist holds the finite non-zero values before rounding (those that underflow
-    # included), zeros every zero result (exact zeros and underflows), so each value is counted
+    # docs/sim.md: hist holds the finite non-zero values before rounding (those flushed to zero
+    # included), zeros every zero result (exact zeros and flushed values), so each value is counted
     # once here.
     if in_hist + exact + nonfinite != n:
         doc.errors.append("gradient_histogram: hist %d + exact zeros %d + inf/NaN %d != total %d"
@@ -626,7 +626,7 @@ def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
         doc.expect("shifted by {P}: " + ", ".join(why), *vals, full=True)
     if note:
         doc.text("no loss scale is safe on every step of this run")
-    doc.expect("fp16 underflow: |x| ≤ {P} rounds to {I}", LOG2_F16_FLUSH, 0, full=True)
+    doc.expect("fp16 flushed to zero: |x| ≤ {P}", LOG2_F16_FLUSH, full=True)
     doc.expect("fp16 subnormal: {P} < |x| < {P}", LOG2_F16_FLUSH, LOG2_F16_MIN_NORMAL, full=True)
     doc.expect("fp16 normal: {P} ≤ |x| ≤ {N}", LOG2_F16_MIN_NORMAL, F16_MAX, full=True)
     doc.expect("fp16 largest finite value {N}", F16_MAX, full=True)
@@ -852,10 +852,10 @@ def check_text_lm(res, figs, con):
     doc = figs["text_lm"]
     cfg = expect_transformer_title(doc, manifest(res, df.iloc[0])["config"])
     for t in ("step", "step", "validation loss (nats per byte)",
-              "gradient values flushed to zero (%)", "gradient underflow of the traced steps"):
+              "gradient values flushed to zero (%)", "gradient values flushed on the traced steps"):
         doc.text(t)
     doc.text("0 flushed")
-    doc.expect("English fortune-cookie database, byte-level; underflow: lines join traced steps "
+    doc.expect("English fortune-cookie database, byte-level; flushed: lines join traced steps "
                "that flushed values, the row below marks those that flushed none | ")
     provenance(doc, res)
     con.header("recipe", ["final_val_loss", "at_step", "best_val_loss", "grad_values",
@@ -1401,7 +1401,7 @@ def main(halfway):
         ok(planted("text_lm", 't = s[s["grad_values"] > 0]\n',
                    't = s[(s["grad_values"] > 0) & (s["grad_flushed"] > 0)]\n', "draws"),
            "negative control: a text_lm plot.py that leaves out the traced steps without "
-           "underflow (its line spans them on the log axis) is caught")
+           "flushed values (its line spans them on the log axis) is caught")
     if "fp8_accumulation" in seen:
         errors, row = corrupted("fp8_accumulation", case("h100"), "steps.csv", higher_val_loss)
         ok(any("h100" in e for e in errors),
@@ -1437,7 +1437,7 @@ def main(halfway):
         t = t[t["kind"] == "activation_grad"]
         zeros = int(t["zeros"].sum())
         in_hist = sum(sum(parse_hist(h).values()) for h in t["hist"])
-        old = 100.0 * zeros / (in_hist + zeros)   # zeros counted with the underflows, twice
+        old = 100.0 * zeros / (in_hist + zeros)   # zeros counted with the flushed values, twice
         rx = re.compile(r"(over \d+ steps: )(" + NUM + r")(% exact zeros)")
         doctored = {k: [rx.sub(lambda m: m.group(1) + "%.2f" % old + m.group(3), x) for x in v]
                     for k, v in texts.items()}
