@@ -2,7 +2,8 @@
 
 Round float32/float64 arrays into fp16, bf16, fp8, MX and custom formats, convert to and from
 their encodings, do correctly rounded arithmetic on encodings, and count what happened
-(underflows, overflows, subnormals, inexact results) -- all bit-identical to the C++ library.
+(values flushed to zero, overflows, subnormals, inexact results, IEEE flags) -- all
+bit-identical to the C++ library.
 
     >>> import numpy as np, halfway
     >>> halfway.round(np.float32([0.1, 1e-8, 70000.0]), "fp16")
@@ -441,7 +442,7 @@ class TrainResult:
         next_scale, grad_values, grad_flushed, grad_overflow, k_low, k_high, val_loss: the
         validation loss of [data] text runs on the steps that measure it, else NaN).
     trace: the tracer's records, one row per (step, tensor): event counts of every rounding.
-    scale_window: predicted gradient underflow/overflow per step for loss scales 2^k.
+    scale_window: per step, the gradient values predicted flushed or overflowing at scales 2^k.
     memory: bytes per category and dtype.
     blocks: the block-scaled GEMM operand copies, one row per (step, tensor, copy): event
         counts, SNR and block-scale histogram (no rows unless the policy is block-scaled).

@@ -170,7 +170,7 @@ def analyze(arrays, formats=DEFAULT_FORMATS, scales=DEFAULT_SCALES, *, out_dir=N
         halfway knows or a block scheme ('mxfp8_e4m3', 'mxfp4', 'nvfp4', 'fp8_block', ...).
     scales: (k_min, k_max), the loss scales 2^k of the safe window (or 'K_MIN..K_MAX').
     out_dir: also keep the files (trace.csv, scale_window.csv, manifest.json) there.
-    flush_tolerance: a scale is safe when at most this fraction of the values underflow.
+    flush_tolerance: a scale is safe when at most this fraction of the values is flushed to zero.
     axis: block schemes: the axis the blocks run along, as a GEMM reduces it (-1: the last).
     per_block: block schemes: also write blocks_detail.csv, one row per block, refused beyond
         max_rows rows.

@@ -27,7 +27,7 @@ from halfway import _args
 def _datasets(n, seed=2024):
     rng = np.random.default_rng(seed)
     normal = rng.standard_normal(n).astype(np.float32)
-    # Magnitudes from 2^-30 to 2^20 and both signs: fp16 subnormals, underflow and overflow.
+    # Magnitudes from 2^-30 to 2^20 and both signs: fp16 subnormals, flushes to zero, overflow.
     wide = (np.exp2(rng.uniform(-30, 20, n)) * rng.choice([-1.0, 1.0], n)).astype(np.float32)
     return {"normal(0,1)": normal, "wide 2^-30..2^20": wide}
 
