@@ -589,9 +589,9 @@ def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
             hist[e] = hist.get(e, 0) + c
     n = int(t["total"].sum())
     in_hist = sum(hist.values())
-    zeros, underflow = int(t["zeros"].sum()), int(t["flushed"].sum())
+    zeros, flushed = int(t["zeros"].sum()), int(t["flushed"].sum())
     nonfinite = int(t["nonfinite_in"].sum())
-    exact = zeros - underflow
+    exact = zeros - flushed
     # docs/sim.md: hist holds the finite non-zero values before rounding (those flushed to zero
     # included), zeros every zero result (exact zeros and flushed values), so each value is counted
     # once here.
@@ -604,7 +604,7 @@ def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
         doc.errors.append("gradient_histogram: steps.csv has %d steps, the config %d"
                           % (steps, manifest(res, row)["config"]["run"]["steps"]))
     title = "activation gradients over {I} steps: {N}% exact zeros, {N}% flushed to 0 by fp16"
-    vals = [steps, 100.0 * exact / n, 100.0 * underflow / n]
+    vals = [steps, 100.0 * exact / n, 100.0 * flushed / n]
     if nonfinite:
         title += ", {N}% inf/NaN"
         vals.append(100.0 * nonfinite / n)
@@ -637,7 +637,7 @@ def check_gradient_histogram(res, figs, con, shifts=("safe", PAPER_SHIFT)):
     provenance(doc, res)
     con.expect("gradient_histogram: {I} activation-gradient values: {N}% exact zeros, {N}% "
                "flushed to zero by fp16 ({N}% below {P} before rounding); ",
-               n, 100.0 * exact / n, 100.0 * underflow / n, 100.0 * below / n, LOG2_F16_FLUSH)
+               n, 100.0 * exact / n, 100.0 * flushed / n, 100.0 * below / n, LOG2_F16_FLUSH)
     if w:
         con.expect("lowest safe scale {P}", w[0])
     else:
