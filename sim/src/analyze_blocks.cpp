@@ -1,6 +1,7 @@
 #include "halfway/sim/analyze_blocks.hpp"
 
 #include "halfway/names.hpp"
+#include "halfway/sim/csv.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -13,22 +14,6 @@ namespace halfway::sim {
 namespace {
 
 uint64_t round_up(uint64_t n, uint64_t k) { return (n + k - 1) / k * k; }
-
-template <class T>
-void put_num(std::string& line, T v) {
-  char b[64];
-  line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-}
-
-/// A double as a CSV field: empty for NaN, inf and -inf as words.
-void put_real(std::string& line, double v) {
-  if (std::isnan(v)) return;
-  if (std::isinf(v)) {
-    line += v > 0 ? "inf" : "-inf";
-    return;
-  }
-  put_num(line, v);
-}
 
 /// The largest finite |x| of the tensor, and whether it holds a NaN or an infinity.
 std::pair<float, bool> tensor_amax(const ValueReader& read, uint64_t n, size_t chunk) {
@@ -205,9 +190,9 @@ const char* const kAnalyzeBlockColumns =
 
 void append_analyze_block_columns(std::string& line, const BlockAnalysis& a, const BlockView& v) {
   for (uint64_t n : {a.values, uint64_t(v.tensor_axis), a.clipped_blocks})
-    line += ',', put_num(line, n);
+    line += ',', append_value(line, n);
   for (double d : {a.clipped_fraction(), a.scale_exp_mean(), a.scale_exp_std()})
-    line += ',', put_real(line, d);
+    line += ',', append_number(line, d);
 }
 
 const char* const kBlocksDetailCsvHeader =
@@ -216,24 +201,24 @@ const char* const kBlocksDetailCsvHeader =
 
 void append_block_detail_columns(std::string& line, int step, const std::string& name,
                                  const std::string& scheme, const BlockDetail& b) {
-  put_num(line, step);
+  append_value(line, step);
   line += ',' + name + ',' + scheme;
-  for (uint64_t n : {b.matrix, b.row, b.col}) line += ',', put_num(line, n);
+  for (uint64_t n : {b.matrix, b.row, b.col}) line += ',', append_value(line, n);
   for (float f : {b.stat.amax, b.stat.scale}) {
     line += ',';
     if (std::isnan(f)) line += "nan";
-    else put_real(line, double(f));
+    else append_number(line, double(f));
   }
   const bool clamped = b.events.scales_clamped > 0;
   for (uint64_t n : {b.events.flushed, b.events.saturated, uint64_t(clamped && b.clamped_harmless),
                      uint64_t(clamped && !b.clamped_harmless), b.events.nan_scales})
-    line += ',', put_num(line, n);
+    line += ',', append_value(line, n);
   BlockRecord one;
   one.signal = b.stat.signal;
   one.noise = b.stat.noise;
-  line += ',', put_real(line, one.signal);
-  line += ',', put_real(line, one.noise);
-  line += ',', put_real(line, one.snr_db());
+  line += ',', append_number(line, one.signal);
+  line += ',', append_number(line, one.noise);
+  line += ',', append_number(line, one.snr_db());
 }
 
 }  // namespace halfway::sim

@@ -38,8 +38,7 @@ const std::vector<std::string>& run_file_names() {
 
 template <class T>
 void RunFiles::num(T v) {
-  char b[64];
-  line_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+  append_value(line_, v);
 }
 
 RunFiles::RunFiles(const TrainConfig& c, const std::string& d)

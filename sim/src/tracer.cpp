@@ -286,32 +286,22 @@ const char* const kBlocksCsvHeader =
 
 std::string k_str(int k) { return k == INT_MIN ? "" : std::to_string(k); }
 
-namespace {
-
-template <class T>
-void put_num(std::string& line, T v) {
-  char b[64];
-  line.append(b, std::to_chars(b, b + sizeof b, v).ptr);
-}
-
-}  // namespace
-
 void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
   const EventCounts& e = t.events;
-  put_num(line, step);
+  append_value(line, step);
   line += ',' + t.name + ',' + t.op + ',' + kind_name(t.kind) + ',' + t.dtype.name() + ',';
   for (uint64_t v : {e.total, e.zero, e.flushed, e.subnormal, e.overflow, e.nan, e.inexact,
                      t.nonfinite_in, t.vanished, t.small_update})
-    put_num(line, v), line += ',';
+    append_value(line, v), line += ',';
   line += k_str(t.min_exp()) + ',' + k_str(t.max_exp()) + ',';
-  put_num(line, float(t.max_abs));
+  append_value(line, float(t.max_abs));
   line += ',';
   bool first = true;
   for (int i = 0; i < TraceRecord::kBins; ++i)
     if (t.hist[size_t(i)]) {
       if (!first) line += ';';
       first = false;
-      put_num(line, i + TraceRecord::kMinExp), line += ':', put_num(line, t.hist[size_t(i)]);
+      append_value(line, i + TraceRecord::kMinExp), line += ':', append_value(line, t.hist[size_t(i)]);
     }
   line += ',';
   append_number(line, t.signal.value());
@@ -323,31 +313,22 @@ void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
   append_number(line, t.flushed_l2_fraction());
 }
 
-void append_number(std::string& line, double v) {
-  if (std::isnan(v)) return;  // empty: not defined (no values)
-  if (std::isinf(v)) {
-    line += v > 0 ? "inf" : "-inf";
-    return;
-  }
-  put_num(line, v);
-}
-
 void append_block_columns(std::string& line, int step, const BlockRecord& r) {
   const BlockEvents& e = r.events;
-  put_num(line, step);
+  append_value(line, step);
   line += ',' + r.name + ',' + r.gemm + ',' + r.op + ',' + kind_name(r.kind) + ',' + r.scheme;
   line += r.axis == BlockAxis::first ? ",0," : ",-1,";
-  put_num(line, int(r.sr)), line += ',', put_num(line, int(r.rht)), line += ',';
+  append_value(line, int(r.sr)), line += ',', append_value(line, int(r.rht)), line += ',';
   for (uint64_t v : {e.elements, e.blocks, e.flushed, e.saturated, e.scales_clamped,
                      e.scales_clamped_harmless, e.scales_clamped - e.scales_clamped_harmless,
                      e.nan_scales, r.zero_scales})
-    put_num(line, v), line += ',';
-  put_num(line, r.signal), line += ',', put_num(line, r.noise), line += ',';
+    append_value(line, v), line += ',';
+  append_value(line, r.signal), line += ',', append_value(line, r.noise), line += ',';
   append_number(line, r.snr_db());
   line += ',';
   if (!r.scale_hist.empty()) {
-    put_num(line, r.scale_hist.begin()->first), line += ',';
-    put_num(line, r.scale_hist.rbegin()->first);
+    append_value(line, r.scale_hist.begin()->first), line += ',';
+    append_value(line, r.scale_hist.rbegin()->first);
   } else {
     line += ',';
   }
@@ -356,17 +337,17 @@ void append_block_columns(std::string& line, int step, const BlockRecord& r) {
   for (const auto& [k, n] : r.scale_hist) {
     if (!first) line += ';';
     first = false;
-    put_num(line, k), line += ':', put_num(line, n);
+    append_value(line, k), line += ':', append_value(line, n);
   }
 }
 
 void append_window_columns(std::string& line, int step, double loss_scale, const WindowRow& w,
                            double tolerance) {
   const bool safe = !w.overflow && w.fraction() <= tolerance;
-  put_num(line, step), line += ',', put_num(line, float(loss_scale)), line += ',';
-  put_num(line, w.k), line += ',', put_num(line, w.values), line += ',';
-  put_num(line, w.flushed), line += ',', put_num(line, w.fraction()), line += ',';
-  put_num(line, int(w.overflow)), line += ',', put_num(line, int(safe));
+  append_value(line, step), line += ',', append_value(line, float(loss_scale)), line += ',';
+  append_value(line, w.k), line += ',', append_value(line, w.values), line += ',';
+  append_value(line, w.flushed), line += ',', append_value(line, w.fraction()), line += ',';
+  append_value(line, int(w.overflow)), line += ',', append_value(line, int(safe));
 }
 
 }  // namespace halfway::sim

@@ -33,6 +33,7 @@
 #include "format_util.hpp"
 #include "halfway/names.hpp"
 #include "halfway/sim/io.hpp"
+#include "halfway/sim/csv.hpp"
 #include "halfway/sim/memory.hpp"
 #include "size_option.hpp"
 #include "halfway/sim/trainer.hpp"
@@ -51,17 +52,11 @@ std::string one_line(std::string s) {
   return s;
 }
 
-std::string fmt_double(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 /// The text of a scalar TOML value as it appears in sweep.csv.
 std::string value_text(const toml::node& n) {
   if (auto s = n.as_string()) return s->get();
   if (auto i = n.as_integer()) return std::to_string(i->get());
-  if (auto f = n.as_floating_point()) return fmt_double(f->get());
+  if (auto f = n.as_floating_point()) return sim::number_text(f->get());
   if (auto b = n.as_boolean()) return b->get() ? "true" : "false";
   std::ostringstream o;
   if (auto a = n.as_array()) o << toml::json_formatter{*a};
@@ -159,7 +154,7 @@ std::string csv_field(const std::string& s) {
 
 std::string json_number(const nlohmann::json& j) {
   if (j.is_null()) return "";
-  if (j.is_number_float()) return fmt_double(j.get<double>());
+  if (j.is_number_float()) return sim::number_text(j.get<double>());
   return j.dump();
 }
 
@@ -271,7 +266,7 @@ std::string index_row_of(const nlohmann::json& def, const nlohmann::json& run,
   else
     r += ",";
   r += "," + std::to_string(gv) + "," + std::to_string(gu) + "," + std::to_string(go) + ",";
-  if (gv > 0) r += fmt_double(double(gu) / double(gv));
+  if (gv > 0) r += sim::number_text(double(gu) / double(gv));
   return r + "\n";
 }
 

@@ -24,6 +24,7 @@
 #include "halfway/sim/dtype.hpp"
 #include "halfway/sim/square_sum.hpp"
 #include "halfway/sim/tensor.hpp"
+#include "halfway/sim/csv.hpp"
 
 namespace halfway::sim {
 
@@ -146,9 +147,6 @@ std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double toler
 extern const char* const kTraceCsvHeader;   ///< "step,name,...,hist\n"
 extern const char* const kWindowCsvHeader;  ///< "step,loss_scale,k,...,safe\n"
 extern const char* const kBlocksCsvHeader;  ///< blocks.csv: "step,name,gemm,...,scale_hist\n"
-/// Append a binary64 as trace.csv writes numbers: the shortest text that reads back to it,
-/// "inf" or "-inf", and nothing for NaN (an empty cell: not defined).
-void append_number(std::string& line, double v);
 /// Append the columns of kTraceCsvHeader for `r` at `step`, without the line end.
 void append_trace_columns(std::string& line, int step, const TraceRecord& r);
 /// Append the columns of kWindowCsvHeader for `w`, without the line end: safe when it does
