@@ -16,7 +16,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
-#include "halfway/sim/trainer.hpp"
+#include "halfway/sim/version.hpp"
 
 #include <nlohmann/json.hpp>
 

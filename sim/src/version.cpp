@@ -1,4 +1,4 @@
-#include "halfway/sim/trainer.hpp"
+#include "halfway/sim/version.hpp"
 
 namespace halfway::sim {
 const char* sim_version() { return HALFWAY_SIM_VERSION; }

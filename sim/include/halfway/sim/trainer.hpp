@@ -30,6 +30,7 @@
 #include "halfway/sim/memory.hpp"
 #include "halfway/sim/model.hpp"
 #include "halfway/sim/tracer.hpp"
+#include "halfway/sim/version.hpp"
 
 namespace halfway::sim {
 
@@ -112,9 +113,5 @@ TrainSummary write_run(const TrainConfig& c, const std::string& out_dir, const T
 /// Whether `dir` holds a finished run: a manifest.json that does not say "complete": false
 /// (as a run stopped by SIGINT/SIGTERM does). Sweeps resume every run that is not.
 bool run_complete(const std::string& dir);
-
-/// The build's version and git revision.
-const char* sim_version();
-const char* git_revision();
 
 }  // namespace halfway::sim
