@@ -23,6 +23,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "gpu_common.cuh"
 #include "halfway/hw/describe.hpp"
@@ -381,22 +382,15 @@ void math_check(Ctx& ctx) {
               (unsigned long long)s.special_mismatch);
 }
 
+template <bool BF16, int... F>
+void math_each(Ctx& ctx, std::integer_sequence<int, F...>) {
+  (math_check<F, BF16>(ctx), ...);
+}
+/// Every one of the kMathFnCount functions, in order.
 template <bool BF16>
 void math_all(Ctx& ctx) {
-  math_check<0, BF16>(ctx);
-  math_check<1, BF16>(ctx);
-  math_check<2, BF16>(ctx);
-  math_check<3, BF16>(ctx);
-  math_check<4, BF16>(ctx);
-  math_check<5, BF16>(ctx);
-  math_check<6, BF16>(ctx);
-  math_check<7, BF16>(ctx);
-  math_check<8, BF16>(ctx);
-  math_check<9, BF16>(ctx);
-  math_check<10, BF16>(ctx);
-  math_check<11, BF16>(ctx);
+  math_each<BF16>(ctx, std::make_integer_sequence<int, kMathFnCount>{});
 }
-static_assert(kMathFnCount == 12, "math_all lists every function");
 
 }  // namespace
 

@@ -59,44 +59,35 @@ namespace halfway::replay {
 
 // ---- arithmetic: IEEE round-to-nearest, one rounding per operation ---------------------------
 
-// One operation rounded to nearest even: the CUDA intrinsic on the device, the C++ operator or
-// function (IEEE round to nearest under the default mode) on the host.
+// Returns `device` when compiled for the GPU, `host` otherwise. For the operations below: the
+// CUDA round-to-nearest intrinsic on the device, the C++ operator or function (IEEE round to
+// nearest under the default mode) on the host.
 #ifdef __CUDA_ARCH__
-#define HALFWAY_RN(device, host) return device
+#define HALFWAY_DEV_OR_HOST(device, host) return device
 #else
-#define HALFWAY_RN(device, host) return host
+#define HALFWAY_DEV_OR_HOST(device, host) return host
 #endif
-HALFWAY_HD inline float f_add(float a, float b) { HALFWAY_RN(__fadd_rn(a, b), a + b); }
-HALFWAY_HD inline float f_mul(float a, float b) { HALFWAY_RN(__fmul_rn(a, b), a * b); }
-HALFWAY_HD inline float f_div(float a, float b) { HALFWAY_RN(__fdiv_rn(a, b), a / b); }
-HALFWAY_HD inline float f_sqrt(float a) { HALFWAY_RN(__fsqrt_rn(a), std::sqrt(a)); }
+HALFWAY_HD inline float f_add(float a, float b) { HALFWAY_DEV_OR_HOST(__fadd_rn(a, b), a + b); }
+HALFWAY_HD inline float f_mul(float a, float b) { HALFWAY_DEV_OR_HOST(__fmul_rn(a, b), a * b); }
+HALFWAY_HD inline float f_div(float a, float b) { HALFWAY_DEV_OR_HOST(__fdiv_rn(a, b), a / b); }
+HALFWAY_HD inline float f_sqrt(float a) { HALFWAY_DEV_OR_HOST(__fsqrt_rn(a), std::sqrt(a)); }
 HALFWAY_HD inline float f_fma(float a, float b, float c) {
-  HALFWAY_RN(__fmaf_rn(a, b, c), std::fma(a, b, c));
+  HALFWAY_DEV_OR_HOST(__fmaf_rn(a, b, c), std::fma(a, b, c));
 }
-HALFWAY_HD inline double d_add(double a, double b) { HALFWAY_RN(__dadd_rn(a, b), a + b); }
-HALFWAY_HD inline double d_sub(double a, double b) { HALFWAY_RN(__dsub_rn(a, b), a - b); }
-HALFWAY_HD inline double d_mul(double a, double b) { HALFWAY_RN(__dmul_rn(a, b), a * b); }
-HALFWAY_HD inline double d_div(double a, double b) { HALFWAY_RN(__ddiv_rn(a, b), a / b); }
+HALFWAY_HD inline double d_add(double a, double b) { HALFWAY_DEV_OR_HOST(__dadd_rn(a, b), a + b); }
+HALFWAY_HD inline double d_sub(double a, double b) { HALFWAY_DEV_OR_HOST(__dsub_rn(a, b), a - b); }
+HALFWAY_HD inline double d_mul(double a, double b) { HALFWAY_DEV_OR_HOST(__dmul_rn(a, b), a * b); }
+HALFWAY_HD inline double d_div(double a, double b) { HALFWAY_DEV_OR_HOST(__ddiv_rn(a, b), a / b); }
 /// binary64 -> binary32, round to nearest even.
-HALFWAY_HD inline float d2f(double a) { HALFWAY_RN(__double2float_rn(a), static_cast<float>(a)); }
+HALFWAY_HD inline float d2f(double a) {
+  HALFWAY_DEV_OR_HOST(__double2float_rn(a), static_cast<float>(a));
+}
 // The two binary64 library functions of GELU. Not correctly rounded on either side (CUDA's
 // erf: 2 ulp, exp: 1 ulp; glibc: about 1 ulp), so the GPU can differ from the host in the last
 // bits of the binary64 value; a differing fp16/bf16 result needs that value within a few
 // binary64 ulps of a rounding boundary of binary32 (about one element in 2^28).
-HALFWAY_HD inline double d_erf(double a) {
-#ifdef __CUDA_ARCH__
-  return ::erf(a);
-#else
-  return std::erf(a);
-#endif
-}
-HALFWAY_HD inline double d_exp(double a) {
-#ifdef __CUDA_ARCH__
-  return ::exp(a);
-#else
-  return std::exp(a);
-#endif
-}
+HALFWAY_HD inline double d_erf(double a) { HALFWAY_DEV_OR_HOST(::erf(a), std::erf(a)); }
+HALFWAY_HD inline double d_exp(double a) { HALFWAY_DEV_OR_HOST(::exp(a), std::exp(a)); }
 HALFWAY_HD inline uint32_t f_bits(float a) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(a);
