@@ -24,7 +24,7 @@ TEST_CASE("counts and histogram of one rounding into fp16", "[sim][tracer]") {
   tr.begin_step(3, 1.0);
   std::vector<double> v{
       0.0,
-      std::ldexp(1.5, -27),  // bin -27: below half the smallest subnormal (2^-25): underflows
+      std::ldexp(1.5, -27),  // bin -27: below half the smallest subnormal (2^-25): flushed
       std::ldexp(1.5, -25),  // bin -25: rounds up to 2^-24, a subnormal
       std::ldexp(1.0, -16),  // bin -16: exact subnormal
       1.0,                   // bin 0
@@ -161,7 +161,7 @@ TEST_CASE("records are per name, in first-seen order, and only while a step is o
 
 TEST_CASE("scale window from a histogram, worked by hand", "[sim][tracer]") {
   // Gradient values 2^-30, 2^-20, 2^-10, 2^10 rounded into fp16 at scale 1. At scale 2^k a
-  // value 2^e underflows when e + k + 1 <= -25, i.e. e + k <= -26; the largest, 2^(10+k),
+  // value 2^e is flushed when e + k + 1 <= -25, i.e. e + k <= -26; the largest, 2^(10+k),
   // overflows from k = 6 (2^16 > 65504).
   TraceRecord r;
   r.kind = TraceKind::weight_grad;
@@ -172,8 +172,8 @@ TEST_CASE("scale window from a histogram, worked by hand", "[sim][tracer]") {
   r.min_abs = std::ldexp(1.0, -30);
   const auto rows = predict_window({r}, 1.0, -20, 40);
   auto at = [&](int k) { return rows[size_t(k + 20)]; };
-  CHECK(at(-20).flushed == 3);   // 2^-50, 2^-40, 2^-30 underflow
-  CHECK(at(-16).flushed == 3);   // 2^-26 underflows
+  CHECK(at(-20).flushed == 3);   // 2^-50, 2^-40, 2^-30 flushed
+  CHECK(at(-16).flushed == 3);   // 2^-26 flushed
   // At k = -15 the value 2^-25 lands exactly on the threshold: a tie that RNE sends to zero.
   // The rest of its bin, (2^-25, 2^-24), rounds up to 2^-24; the count of exact powers of two
   // tells the tie apart.
@@ -258,14 +258,14 @@ TEST_CASE("same values: the prediction is exact at every power-of-two scale", "[
         const EventCounts e = trace_rounding(v, std::ldexp(1.0, k), dt).records[0].events;
         const WindowRow& p = ref.window[size_t(k + 20)];
         INFO(dt.name() << ", reference 2^" << j << ", k = " << k << ": predicted "
-                       << p.flushed << " underflows, real " << e.flushed);
+                       << p.flushed << " flushed, real " << e.flushed);
         CHECK(p.values == e.total);
         CHECK(p.flushed == e.flushed);
         CHECK(p.overflow == (e.overflow > 0));
         differ_no_ties += rows_no_ties[size_t(k + 20)].flushed != e.flushed;
         overflows += p.overflow;
         // Negative control: the prediction for the neighbouring scale is told apart wherever
-        // between 1% and 99% of the non-zero values underflow.
+        // between 1% and 99% of the non-zero values are flushed.
         const double frac = double(e.flushed) / double(nonzero);
         if (frac > 0.01 && frac < 0.99 && k > -20 && k < 40) {
           ++middle;
@@ -296,7 +296,7 @@ const std::string kConfig = halfway_test::config(
 struct Observed {
   uint64_t flushed = 0, zeros = 0, values = 0;
   bool overflow = false;
-  std::vector<WindowRow> window;  // underflow and values summed over steps, overflow or-ed
+  std::vector<WindowRow> window;  // flushed and values summed over steps, overflow or-ed
   const WindowRow& at(int k) const { return window[size_t(k + 20)]; }
 };
 
@@ -335,11 +335,11 @@ Observed run_static(int k, bool whole_run) {
 }
 
 // Compare the prediction of a reference run with real static-scale runs. From a reference
-// without underflow (downward): predicted underflows against the real run's lost values (its
-// zeros beyond the reference's exact zeros: underflows plus the exact zeros computed from an
-// underflowed upstream gradient), within rel·lost + 10 values; a prediction shifted by one k
-// must fall outside that at every k in `shift_ks`. From a reference with underflow (upward):
-// real underflows / predicted within [lo, hi].
+// with nothing flushed (downward): predicted flushed values against the real run's lost values
+// (its zeros beyond the reference's exact zeros: flushed values plus the exact zeros computed
+// from a flushed upstream gradient), within rel·lost + 10 values; a prediction shifted by one k
+// must fall outside that at every k in `shift_ks`. From a reference with flushed values (upward):
+// real flushed values / predicted within [lo, hi].
 struct Tolerances {
   double rel;
   double up_lo, up_hi;
@@ -359,7 +359,7 @@ void compare(bool whole_run, const Tolerances& tol) {
     auto off = [&](int kp) { return std::fabs(double(clean.at(kp).flushed) - double(lost)); };
     INFO((whole_run ? "whole run" : "first step") << ", k = " << k << ": predicted from 2^"
          << k_clean << " " << clean.at(k).flushed << " of " << clean.at(k).values
-         << ", real " << lost << " lost (" << real.flushed << " underflows)");
+         << ", real " << lost << " lost (" << real.flushed << " flushed)");
     CHECK(clean.at(k).values == real.values);
     CHECK(off(k) <= slack);
     if (std::find(shift.begin(), shift.end(), k) != shift.end()) {
@@ -372,7 +372,7 @@ void compare(bool whole_run, const Tolerances& tol) {
     const double ratio = double(real.flushed) / double(low.at(k).flushed);
     INFO((whole_run ? "whole run" : "first step") << ", k = " << k << ": predicted from 2^"
          << k_low << " " << low.at(k).flushed << ", real " << real.flushed
-         << " underflows, ratio " << ratio);
+         << " flushed, ratio " << ratio);
     CHECK(ratio >= tol.up_lo);
     CHECK(ratio <= tol.up_hi);
   }
@@ -389,7 +389,7 @@ void compare(bool whole_run, const Tolerances& tol) {
 
 }  // namespace
 
-TEST_CASE("first step: predicted underflow against real static-scale runs", "[sim][tracer]") {
+TEST_CASE("first step: predicted flushed values against real static-scale runs", "[sim][tracer]") {
   // The forward pass does not depend on the scale, so at step 0 a real run differs from the
   // reference only through the upstream roundings of its own backward pass. Measured: within
   // 6.5% of the lost values (k = -12: 46107 predicted, 43294 lost of 72068), 1% near the
@@ -398,9 +398,10 @@ TEST_CASE("first step: predicted underflow against real static-scale runs", "[si
   compare(false, {0.08, 1.0, 2.5});
 }
 
-TEST_CASE("whole run: predicted underflow against real static-scale runs", "[sim][tracer]") {
+TEST_CASE("whole run: predicted flushed values against real static-scale runs", "[sim][tracer]") {
   // Sums over 100 steps: the reference's trajectory is not the real run's (different weights
-  // where underflow differed), on top of the first-step differences. Measured: within 5.5% of
-  // the lost values (k = -12); from 2^-8 upward, real/predicted 1.15 (k = -7) to 1.87 (k = -2).
+  // where the flushed values differed), on top of the first-step differences. Measured: within
+  // 5.5% of the lost values (k = -12); from 2^-8 upward, real/predicted 1.15 (k = -7) to 1.87
+  // (k = -2).
   compare(true, {0.08, 1.0, 2.5});
 }
