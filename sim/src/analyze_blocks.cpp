@@ -4,7 +4,6 @@
 #include "halfway/sim/csv.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <tuple>

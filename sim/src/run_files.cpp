@@ -1,10 +1,9 @@
-// The result files of a run (run_files.hpp): each CSV row assembled with std::to_chars and
+// The result files of a run (run_files.hpp): each CSV row assembled with csv.hpp's writer and
 // written with one call per step and file, the archives built at the end, and the folder
 // replaced in one step (publish_folder), manifest last.
 #include "run_files.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <functional>
 

@@ -16,8 +16,8 @@ namespace halfway::sim::detail {
 
 /// The files of a run: steps.csv, trace.csv, scale_window.csv, updates.csv, blocks.csv and
 /// grads.npz's gradients, written as the run goes, and memory.csv and weights.npz, written
-/// at its end; all under temporary names until publish(). Rows are assembled with
-/// std::to_chars (locale-free, shortest round-trip text) and written with one call per step
+/// at its end; all under temporary names until publish(). Rows are assembled with csv.hpp
+/// (std::to_chars: locale-free, shortest round-trip text) and written with one call per step
 /// and file.
 class RunFiles {
  public:

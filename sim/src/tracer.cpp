@@ -1,7 +1,6 @@
 #include "halfway/sim/tracer.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -301,7 +300,8 @@ void append_trace_columns(std::string& line, int step, const TraceRecord& t) {
     if (t.hist[size_t(i)]) {
       if (!first) line += ';';
       first = false;
-      append_value(line, i + TraceRecord::kMinExp), line += ':', append_value(line, t.hist[size_t(i)]);
+      append_value(line, i + TraceRecord::kMinExp), line += ':';
+      append_value(line, t.hist[size_t(i)]);
     }
   line += ',';
   append_number(line, t.signal.value());

@@ -142,8 +142,8 @@ std::vector<WindowRow> predict_window(const std::vector<TraceRecord>& records, d
 std::pair<int, int> safe_window(const std::vector<WindowRow>& rows, double tolerance);
 
 /// trace.csv and scale_window.csv, the tracer's files (docs/sim.md): their header lines and
-/// rows, written the same way by `halfway train` and `halfway analyze`. Numbers are written with
-/// std::to_chars (locale-free, shortest round-trip text); rows end in '\n'.
+/// rows, written the same way by `halfway train` and `halfway analyze`. Numbers are written by
+/// csv.hpp (std::to_chars: locale-free, shortest round-trip text); rows end in '\n'.
 extern const char* const kTraceCsvHeader;   ///< "step,name,...,hist\n"
 extern const char* const kWindowCsvHeader;  ///< "step,loss_scale,k,...,safe\n"
 extern const char* const kBlocksCsvHeader;  ///< blocks.csv: "step,name,gemm,...,scale_hist\n"
