@@ -20,6 +20,7 @@
 #include "halfway/thread_pool.hpp"
 
 #include "gemm_f32.hpp"
+#include "tabulated.hpp"
 
 namespace halfway::sim {
 
@@ -403,7 +404,51 @@ Values computed(int threads, bool wide, size_t n, F f) {
   return v;
 }
 
-/// f(x) forward; bw(g, x, y) the input gradient.
+/// A gradient g·d(x) through a derivative of the input alone: unary() looks d up by encoding
+/// (tabulated.hpp) where the input's dtype has at most 16 bits. `D` is stateless.
+template <class D>
+struct TimesDerivative {
+  D d;
+  double operator()(double g, double x, double) const { return g * d(x); }
+};
+template <class T>
+inline constexpr bool kIsTimesDerivative = false;
+template <class D>
+inline constexpr bool kIsTimesDerivative<TimesDerivative<D>> = true;
+
+/// n values fl32(f(x[i])) as computed() gives them, looked up by x[i]'s encoding in `fmt`
+/// where x[i] is one of its values; f is stateless.
+template <class F>
+Values looked_up(int threads, const Format& fmt, const float* x, size_t n, F f) {
+  const std::vector<float>& table = detail::tabulated<float>(fmt, f);
+  Values v = Values::uninitialized(n, false);
+  float* out = v.f32();
+  parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) {
+    detail::for_each_encoding(fmt, x + lo, hi - lo, [&](size_t i, int32_t key) {
+      out[lo + i] = key >= 0 ? table[size_t(key)] : static_cast<float>(f(double(x[lo + i])));
+    });
+  });
+  return v;
+}
+
+/// Gradients fl32(g[i]·d(x[i])) as computed() gives them, d looked up by x[i]'s encoding.
+template <class D>
+Values looked_up_grad(int threads, const Format& fmt, const float* g, const float* x, size_t n,
+                      D d) {
+  const std::vector<double>& table = detail::tabulated<double>(fmt, d);
+  Values v = Values::uninitialized(n, false);
+  float* out = v.f32();
+  parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) {
+    detail::for_each_encoding(fmt, x + lo, hi - lo, [&](size_t i, int32_t key) {
+      const double dx = key >= 0 ? table[size_t(key)] : d(double(x[lo + i]));
+      out[lo + i] = static_cast<float>(double(g[lo + i]) * dx);
+    });
+  });
+  return v;
+}
+
+/// f(x) forward; bw(g, x, y) the input gradient. A stateless f on an input of at most 16 bits
+/// is looked up by encoding, as is the derivative of a TimesDerivative bw (bit-identical).
 template <class F, class BW>
 Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   std::vector<Tensor> in{x0};
@@ -412,6 +457,11 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   Runtime& rt = runtime();
   const char* op = op_name(kind);
   Values y = x.data().visit([&](const auto* xv) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(xv)>>;
+    if constexpr (std::is_same_v<T, float> && std::is_empty_v<F>) {
+      if (!dt.is_f64() && detail::tabulable(x.dtype()))
+        return looked_up(rt.threads, x.dtype().fmt, xv, x.data().size(), f);
+    }
     return computed(rt.threads, dt.is_f64(), x.data().size(),
                     [&](size_t i) { return f(double(xv[i])); });
   });
@@ -429,6 +479,10 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
       Values g = o->grad.visit([&](const auto* gv) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(gv)>>;
         const T *xv = xp->data.as<T>(), *yv = o->data.as<T>();
+        if constexpr (std::is_same_v<T, float> && kIsTimesDerivative<BW>) {
+          if (!xp->dtype.is_f64() && detail::tabulable(xp->dtype))
+            return looked_up_grad(r->threads, xp->dtype.fmt, gv, xv, o->grad.size(), bw.d);
+        }
         return computed(r->threads, xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
           return bw(double(gv[i]), double(xv[i]), double(yv[i]));
         });
@@ -1126,22 +1180,24 @@ Tensor relu(const Tensor& x) {
 
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   if (approx == GeluApprox::tanh) {
+    const auto d = [](double v) {
+      const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
+      const double dt = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+      return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dt;
+    };
     return unary(
         OpKind::gelu, x, false,
         [](double v) {
           return 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
         },
-        [](double g, double v, double) {
-          const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
-          const double dt = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
-          return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dt);
-        });
+        TimesDerivative<decltype(d)>{d});
   }
+  const auto d = [](double v) {
+    return 0.5 * (1.0 + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+  };
   return unary(
       OpKind::gelu, x, false, [](double v) { return 0.5 * v * (1.0 + std::erf(v / kSqrt2)); },
-      [](double g, double v, double) {
-        return g * (0.5 * (1.0 + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v));
-      });
+      TimesDerivative<decltype(d)>{d});
 }
 
 Tensor tanh(const Tensor& x) {

@@ -3,10 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
+#include "halfway/bulk.hpp"
+#include "halfway/names.hpp"
 #include "halfway/sim/ops.hpp"
+#include "halfway/softfloat.hpp"
 
 using namespace halfway::sim;
 
@@ -162,4 +166,50 @@ TEST_CASE("the finite-difference check catches a wrong backward", "[sim][autogra
     return mul(v[0], c);
   };
   CHECK(check(wrong, {leaf({4}, g)}) > 0.1);
+}
+
+namespace {
+
+/// Bits of v's values, each rounded into `fmt` where `low` (as a low-precision tensor holds
+/// them), else as stored.
+std::vector<uint32_t> stored_bits(const Values& v, const halfway::Format& fmt, bool low) {
+  std::vector<float> f(v.f32(), v.f32() + v.size());
+  if (low) halfway::quantize_f32(fmt, f.data(), f.data(), f.size());
+  std::vector<uint32_t> b(f.size());
+  std::memcpy(b.data(), f.data(), f.size() * sizeof(float));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("GELU of a dtype of at most 16 bits: looked up by encoding, bit-identical",
+          "[sim][autograd]") {
+  // ops.cpp looks GELU and its derivative up by the input's encoding (tabulated.hpp). Every
+  // encoding of each format (NaNs and infinities included), forward and backward, against the
+  // same values as an fp32 tensor, which computes every element, then rounded as the
+  // low-precision tensor rounds them.
+  using halfway::Format;
+  namespace fmts = halfway::formats;
+  for (const Format& fmt : {fmts::fp16, fmts::bf16, fmts::e4m3, fmts::e5m2, fmts::e2m1}) {
+    for (const GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
+      const size_t count = size_t(1) << fmt.nbits();
+      std::vector<double> x(count), w(count);
+      for (size_t k = 0; k < count; ++k) {
+        halfway::Env env;
+        x[k] = halfway::to_f64(fmt, uint32_t(k), env);
+        w[k] = k % 3 == 0 ? 1.0 : k % 3 == 1 ? -0.5 : 2.0;
+      }
+      const auto run = [&](DType dt) {
+        const Tensor xt = Tensor::from({int64_t(count)}, x, dt, true);
+        const Tensor y = gelu(xt, approx);
+        sum(mul(y, Tensor::from({int64_t(count)}, w, dt))).backward();
+        return std::pair{y.data(), xt.grad()};
+      };
+      const auto [y_low, g_low] = run(DType::low(fmt));
+      const auto [y_32, g_32] = run(DType::f32());
+      INFO(halfway::format_name(fmt) << (approx == GeluApprox::tanh ? " tanh" : " erf"));
+      CHECK(stored_bits(y_low, fmt, false) == stored_bits(y_32, fmt, true));
+      CHECK(stored_bits(g_low, fmt, false) == stored_bits(g_32, fmt, true));
+    }
+  }
 }
