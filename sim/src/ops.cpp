@@ -404,13 +404,27 @@ Values computed(int threads, bool wide, size_t n, F f) {
   return v;
 }
 
-/// A gradient g·d(x) through a derivative of the input alone: unary() looks d up by encoding
-/// (tabulated.hpp) where the input's dtype has at most 16 bits. `D` is stateless.
+/// A costly function of one value (a transcendental) that unary() looks up by encoding
+/// (tabulated.hpp) where the input's dtype has at most 16 bits. `F` is stateless.
+template <class F>
+struct Tabulated {
+  F f;
+  double operator()(double x) const { return f(x); }
+};
+/// A gradient g·d(x) through a costly derivative of the input alone, d looked up as Tabulated.
 template <class D>
 struct TimesDerivative {
   D d;
   double operator()(double g, double x, double) const { return g * d(x); }
 };
+template <class F>
+Tabulated<F> tabulated(F f) {
+  return {f};
+}
+template <class T>
+inline constexpr bool kIsTabulated = false;
+template <class F>
+inline constexpr bool kIsTabulated<Tabulated<F>> = true;
 template <class T>
 inline constexpr bool kIsTimesDerivative = false;
 template <class D>
@@ -447,8 +461,8 @@ Values looked_up_grad(int threads, const Format& fmt, const float* g, const floa
   return v;
 }
 
-/// f(x) forward; bw(g, x, y) the input gradient. A stateless f on an input of at most 16 bits
-/// is looked up by encoding, as is the derivative of a TimesDerivative bw (bit-identical).
+/// f(x) forward; bw(g, x, y) the input gradient. On an input of at most 16 bits, a Tabulated f
+/// and the derivative of a TimesDerivative bw are looked up by encoding (bit-identical).
 template <class F, class BW>
 Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   std::vector<Tensor> in{x0};
@@ -458,9 +472,9 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
   const char* op = op_name(kind);
   Values y = x.data().visit([&](const auto* xv) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(xv)>>;
-    if constexpr (std::is_same_v<T, float> && std::is_empty_v<F>) {
+    if constexpr (std::is_same_v<T, float> && kIsTabulated<F>) {
       if (!dt.is_f64() && detail::tabulable(x.dtype()))
-        return looked_up(rt.threads, x.dtype().fmt, xv, x.data().size(), f);
+        return looked_up(rt.threads, x.dtype().fmt, xv, x.data().size(), f.f);
     }
     return computed(rt.threads, dt.is_f64(), x.data().size(),
                     [&](size_t i) { return f(double(xv[i])); });
@@ -1186,41 +1200,41 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
       return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dt;
     };
     return unary(
-        OpKind::gelu, x, false,
-        [](double v) {
+        OpKind::gelu, x, false, tabulated([](double v) {
           return 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
-        },
+        }),
         TimesDerivative<decltype(d)>{d});
   }
   const auto d = [](double v) {
     return 0.5 * (1.0 + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
   };
   return unary(
-      OpKind::gelu, x, false, [](double v) { return 0.5 * v * (1.0 + std::erf(v / kSqrt2)); },
+      OpKind::gelu, x, false,
+      tabulated([](double v) { return 0.5 * v * (1.0 + std::erf(v / kSqrt2)); }),
       TimesDerivative<decltype(d)>{d});
 }
 
 Tensor tanh(const Tensor& x) {
   return unary(
-      OpKind::tanh, x, true, [](double v) { return std::tanh(v); },
+      OpKind::tanh, x, true, tabulated([](double v) { return std::tanh(v); }),
       [](double g, double, double y) { return g * (1.0 - y * y); });
 }
 
 Tensor sigmoid(const Tensor& x) {
   return unary(
-      OpKind::sigmoid, x, true, [](double v) { return 1.0 / (1.0 + std::exp(-v)); },
+      OpKind::sigmoid, x, true, tabulated([](double v) { return 1.0 / (1.0 + std::exp(-v)); }),
       [](double g, double, double y) { return g * y * (1.0 - y); });
 }
 
 Tensor exp(const Tensor& x) {
   return unary(
-      OpKind::exp, x, true, [](double v) { return std::exp(v); },
+      OpKind::exp, x, true, tabulated([](double v) { return std::exp(v); }),
       [](double g, double, double y) { return g * y; });
 }
 
 Tensor log(const Tensor& x) {
   return unary(
-      OpKind::log, x, false, [](double v) { return std::log(v); },
+      OpKind::log, x, false, tabulated([](double v) { return std::log(v); }),
       [](double g, double v, double) { return g / v; });
 }
 
