@@ -74,27 +74,46 @@ BlockRecord nonfinite_record(const BlockCopy& c, const TraceTag& tag, const Bloc
 
 }  // namespace
 
+namespace {
+
+/// One block's elements into the running sums (signal, noise), in add_block_errors' order;
+/// with `PerBlock` also into b (its own sums and amax), which only a caller's `each` reads.
+template <bool PerBlock>
+void add_block(const BlockEncoding& e, const float* x, const float* q, size_t br, size_t bc,
+               double& signal, double& noise, BlockStat& b) {
+  for (size_t i = br * e.tile_rows; i < (br + 1) * e.tile_rows; ++i)
+    for (size_t j = bc * e.tile_cols; j < (bc + 1) * e.tile_cols; ++j) {
+      const size_t at = i * e.cols + j;
+      const double v = x[at], d = v - double(q[at]);
+      signal += v * v;
+      noise += d * d;
+      if constexpr (PerBlock) {
+        b.signal += v * v;
+        b.noise += d * d;
+        const float a = std::fabs(x[at]);
+        if (std::isnan(a) || a > b.amax) b.amax = a;  // a NaN sticks
+      }
+    }
+}
+
+}  // namespace
+
 void add_block_errors(BlockRecord& r, const BlockEncoding& e, const float* x, const float* q,
                       size_t block_rows, const std::function<void(const BlockStat&)>& each) {
   const size_t sc = e.scale_cols();
+  double signal = r.signal, noise = r.noise;
   for (size_t br = 0; br < block_rows; ++br)
     for (size_t bc = 0; bc < sc; ++bc) {
       BlockStat b{br, bc, e.scales[br * sc + bc], 0.0f, 0.0, 0.0};
-      for (size_t i = br * e.tile_rows; i < (br + 1) * e.tile_rows; ++i)
-        for (size_t j = bc * e.tile_cols; j < (bc + 1) * e.tile_cols; ++j) {
-          const size_t at = i * e.cols + j;
-          const double v = x[at], d = v - double(q[at]);
-          r.signal += v * v;
-          r.noise += d * d;
-          b.signal += v * v;
-          b.noise += d * d;
-          const float a = std::fabs(x[at]);
-          if (std::isnan(a) || a > b.amax) b.amax = a;  // a NaN sticks
-        }
+      if (each)
+        add_block<true>(e, x, q, br, bc, signal, noise, b);
+      else  // the training step's copies: the record's sums only
+        add_block<false>(e, x, q, br, bc, signal, noise, b);
       if (b.scale == 0.0f) ++r.zero_scales;
       else if (std::isfinite(b.scale)) ++r.scale_hist[std::ilogb(b.scale)];
       if (each) each(b);
     }
+  r.signal = signal, r.noise = noise;
 }
 
 void mark_nonfinite(BlockRecord& r, uint64_t elements, uint64_t blocks) {
