@@ -168,11 +168,10 @@ void block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const floa
   copy_into(rt, c, tag, x, rows, cols, prows, pcols, out);
 }
 
-std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
-                              const Values& x, size_t rows, size_t cols, size_t prows,
-                              size_t pcols) {
-  std::vector<float> q(prows * pcols);
-  x.visit([&](const auto* v) { copy_into(rt, c, tag, v, rows, cols, prows, pcols, q.data()); });
+Values block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const Values& x,
+                  size_t rows, size_t cols, size_t prows, size_t pcols) {
+  Values q = Values::uninitialized(prows * pcols, false);  // copy_into writes every value
+  x.visit([&](const auto* v) { copy_into(rt, c, tag, v, rows, cols, prows, pcols, q.f32()); });
   return q;
 }
 

@@ -1032,10 +1032,9 @@ size_t padded(size_t n, size_t a, size_t b = 1) {
 /// C = A·B of two padded block-scaled copies (pm×pk and pk×pn as `layout` reads them): fp32
 /// accumulation, then the leading m×n of the result, plus the bias in fp32.
 Values gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk,
-                   const std::vector<float>& A, const std::vector<float>& B, const Values* bias,
-                   Layout layout) {
+                   const Values& A, const Values& B, const Values* bias, Layout layout) {
   std::vector<float> c(pm * pn);
-  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.data(), B.data(), Src(),
+  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.f32(), B.f32(), Src(),
           c.data(), layout);
   Values y = gemm_out(DType::f32(), int64_t(m), int64_t(n));
   float* yv = y.f32();
@@ -1065,23 +1064,24 @@ struct LinearCopies {
 /// copy `c`, or, where `halfway bisect` promoted this copy (Policy::promoted_copies), x's own
 /// values zero-padded the same way. The copy is made and traced either way, so the runtime's
 /// rounding calls, and with them every stochastic-rounding stream, stay those of the run.
-std::vector<float> block_read(Runtime& rt, const BlockCopy& c, bool promote, const TraceTag& tag,
-                              const Values& x, size_t rows, size_t cols, size_t prows,
-                              size_t pcols) {
-  std::vector<float> q = block_copy(rt, c, tag, x, rows, cols, prows, pcols);
+Values block_read(Runtime& rt, const BlockCopy& c, bool promote, const TraceTag& tag,
+                  const Values& x, size_t rows, size_t cols, size_t prows, size_t pcols) {
+  Values q = block_copy(rt, c, tag, x, rows, cols, prows, pcols);
   if (!promote) return q;
-  std::fill(q.begin(), q.end(), 0.0f);
+  float* qv = q.f32();
+  std::fill(qv, qv + q.size(), 0.0f);
   x.visit([&](const auto* p) {
     for (size_t i = 0; i < rows; ++i)
-      for (size_t j = 0; j < cols; ++j) q[i * pcols + j] = static_cast<float>(p[i * cols + j]);
+      for (size_t j = 0; j < cols; ++j) qv[i * pcols + j] = static_cast<float>(p[i * cols + j]);
   });
   return q;
 }
 
-/// A copy saved for the backward (memory accounting: the element format's bits).
-std::shared_ptr<const TensorImpl> block_saved(const std::vector<float>& q, size_t rows,
-                                              size_t cols, const BlockCopy& c, bool weight) {
-  return fp8_copy(Values(q), Shape{int64_t(rows), int64_t(cols)},
+/// A copy saved for the backward (memory accounting: the element format's bits), which the
+/// backward's GEMM reads.
+std::shared_ptr<const TensorImpl> block_saved(Values q, size_t rows, size_t cols,
+                                              const BlockCopy& c, bool weight) {
+  return fp8_copy(std::move(q), Shape{int64_t(rows), int64_t(cols)},
                   parse_block_scheme(c.scheme).element, weight);
 }
 
@@ -1117,13 +1117,19 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
   const auto [gwr, gwc] = copy_tile(cp.g_wgrad);
   const auto [xwr, xwc] = copy_tile(cp.x_wgrad);
   const size_t Mw = padded(M, gwr, xwr), Nw = padded(N, gwc), Kw = padded(K, xwc);
-  std::vector<float> wd, xw;
+  // Made in this order (each advances the rounding calls), saved (moved, not copied) for the
+  // backward, whose GEMMs read them there.
+  std::shared_ptr<const TensorImpl> wd, xw;
   if (xp->requires_grad)
-    wd = block_read(rt, cp.w_dgrad, promoted(pc, GemmCopy::w_dgrad), tw, w.data(), N, K, Nd, Kd);
+    wd = block_saved(
+        block_read(rt, cp.w_dgrad, promoted(pc, GemmCopy::w_dgrad), tw, w.data(), N, K, Nd, Kd),
+        Nd, Kd, cp.w_dgrad, true);
   if (wp->requires_grad)
-    xw = block_read(rt, cp.x_wgrad, promoted(pc, GemmCopy::x_wgrad), tx, x.data(), M, K, Mw, Kw);
-  if (!xw.empty()) out->saved.push_back(block_saved(xw, Mw, Kw, cp.x_wgrad, false));
-  if (!wd.empty()) out->saved.push_back(block_saved(wd, Nd, Kd, cp.w_dgrad, true));
+    xw = block_saved(
+        block_read(rt, cp.x_wgrad, promoted(pc, GemmCopy::x_wgrad), tx, x.data(), M, K, Mw, Kw),
+        Mw, Kw, cp.x_wgrad, false);
+  if (xw) out->saved.push_back(xw);
+  if (wd) out->saved.push_back(wd);
   TensorImpl* o = out.get();
   Runtime* r = &rt;
   const TraceTag tgx{scoped("grad_input"), "linear", grad_kind(*xp)};
@@ -1134,12 +1140,14 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
     if (xp->requires_grad) {
       const auto gq =
           block_read(*r, cp.g_dgrad, promoted(pc, GemmCopy::dy_dgrad), tg, G, M, N, Md, Nd);
-      send_grad(*r, *xp, gemm_blocks(*r, M, K, Md, Kd, Nd, gq, wd, nullptr, Layout::nn), &tgx);
+      send_grad(*r, *xp, gemm_blocks(*r, M, K, Md, Kd, Nd, gq, wd->data, nullptr, Layout::nn),
+                &tgx);
     }
     if (wp->requires_grad) {
       const auto gq =
           block_read(*r, cp.g_wgrad, promoted(pc, GemmCopy::dy_wgrad), tg, G, M, N, Mw, Nw);
-      send_grad(*r, *wp, gemm_blocks(*r, N, K, Nw, Kw, Mw, gq, xw, nullptr, Layout::tn), &tgw);
+      send_grad(*r, *wp, gemm_blocks(*r, N, K, Nw, Kw, Mw, gq, xw->data, nullptr, Layout::tn),
+                &tgw);
     }
     if (bp && bp->requires_grad)
       send_grad(*r, *bp, bias_grad(o->grad, int64_t(M), int64_t(N)), &tgb);

@@ -4,7 +4,7 @@
 /// the operand zero-padded to whole blocks, traced as a BlockRecord (blocks.csv).
 ///
 ///     const BlockCopy c{"mxfp8_e4m3:rceil", BlockAxis::last, "fprop"};
-///     std::vector<float> xq = block_copy(rt, c, tag, x.data(), M, K, M, pad(K, 32));
+///     Values xq = block_copy(rt, c, tag, x.data(), M, K, M, pad(K, 32));
 #pragma once
 
 #include <cstddef>
@@ -37,9 +37,8 @@ std::pair<size_t, size_t> copy_tile(const BlockCopy& c);
 /// runtime's next rounding call (next_rounding: the run's seed, subsequence step·2^32 +
 /// call), which every copy advances, stochastic or not. When the runtime's tracer is active
 /// the copy is recorded under tag's name and op.
-std::vector<float> block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag,
-                              const Values& x, size_t rows, size_t cols, size_t prows,
-                              size_t pcols);
+Values block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const Values& x,
+                  size_t rows, size_t cols, size_t prows, size_t pcols);
 /// The same copy of fp32 x written into `out` (prows×pcols floats).
 void block_copy(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const float* x,
                 size_t rows, size_t cols, size_t prows, size_t pcols, float* out);
