@@ -220,25 +220,53 @@ bool finite_nonzero_f64(uint64_t b) {
 // round / encode / decode
 
 /// The result array of `fn`: a new one of `shape`, or the caller's `out` (numpy's convention:
-/// a C-contiguous, writeable float32 ndarray of that shape, written in place and returned;
-/// it may be the input itself). TypeError or ValueError naming `out` otherwise.
-py::array_t<float> output_array(py::handle out, const std::vector<py::ssize_t>& shape,
-                                const char* fn) {
-  if (out.is_none()) return py::array_t<float>(shape);
+/// a C-contiguous, writeable ndarray of exactly T's dtype and that shape, written in place and
+/// returned; it may share memory with the input). TypeError or ValueError naming `out`
+/// otherwise, and for a scalar input (`scalar`), whose result is a scalar.
+template <class T>
+py::array_t<T> output_array(py::handle out, const std::vector<py::ssize_t>& shape, const char* fn,
+                            bool scalar = false) {
+  if (out.is_none()) return py::array_t<T>(shape);
   const std::string what = std::string("halfway.") + fn + ": out";
+  if (scalar) throw py::value_error(what + " needs an array input, not a scalar");
   if (!py::isinstance<py::array>(out))
     throw py::type_error(what + " must be a numpy.ndarray, not " +
-                         std::string(py::str(out.get_type().attr("__name__"))));
+                         std::string(py::str(py::type::handle_of(out).attr("__name__"))));
   const py::array a = py::reinterpret_borrow<py::array>(out);
-  if (!a.dtype().is(py::dtype::of<float>()))
-    throw py::type_error(what + " must have dtype float32, not " + std::string(py::str(a.dtype())));
-  if (std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()) != shape)
+  const py::dtype want = py::dtype::of<T>();
+  if (!a.dtype().is(want))
+    throw py::type_error(what + " must have dtype " + std::string(py::str(want)) + ", not " +
+                         std::string(py::str(a.dtype())));
+  if (shape_of(a) != shape)
     throw py::value_error(what + " has shape " + std::string(py::str(a.attr("shape"))) +
                           "; the result's is " + std::string(py::str(py::tuple(py::cast(shape)))));
-  if (!(a.flags() & py::array::c_style))
-    throw py::value_error(what + " must be C-contiguous");
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(what + " must be C-contiguous");
   if (!a.writeable()) throw py::value_error(what + " is read-only");
-  return py::reinterpret_borrow<py::array_t<float>>(out);
+  return py::reinterpret_borrow<py::array_t<T>>(out);
+}
+
+/// Whether the memory of two C-contiguous arrays meets.
+bool overlaps(const py::array& a, const py::array& b) {
+  const char* pa = static_cast<const char*>(a.data());
+  const char* pb = static_cast<const char*>(b.data());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+/// Runs `kernel(dst)`, which reads `in` and writes the result at dst, without the GIL. dst is
+/// `out` itself unless `out` shares memory with `in` other than element for element in place
+/// (the same address and dtype): then a new array, copied into `out` after, so that a result
+/// never depends on how the caller's arrays overlap (numpy's ufuncs do the same).
+template <class T, class Kernel>
+void write_result(const py::array& in, py::array_t<T>& out, Kernel&& kernel) {
+  const bool in_place = in.data() == out.data() && in.dtype().is(out.dtype());
+  std::optional<py::array_t<T>> tmp;
+  if (!in_place && overlaps(in, out)) tmp.emplace(shape_of(out));
+  T* po = out.mutable_data();
+  T* dst = tmp ? tmp->mutable_data() : po;
+  const size_t n = static_cast<size_t>(out.size());
+  py::gil_scoped_release release;
+  kernel(dst);
+  if (tmp) std::copy_n(dst, n, po);
 }
 
 /// Values → encodings (Out = encoding type) or → float32 values exactly representable
@@ -252,26 +280,16 @@ py::object convert(const char* fn, py::handle a, py::handle fmt, const std::stri
                            random_bits);
   const FloatInput in = float_input(a, fn);
   const auto shape = shape_of(in.arr);
-  py::array_t<Out> out;
-  if constexpr (std::is_same_v<Out, float>) {
-    if (!out_arg.is_none() && in.scalar)
-      throw py::value_error(std::string("halfway.") + fn + ": out needs an array input, not a "
-                            "scalar");
-    out = output_array(out_arg, shape, fn);
-  } else {
-    out = py::array_t<Out>(shape);
-  }
+  py::array_t<Out> out = output_array<Out>(out_arg, shape, fn, in.scalar);
   std::optional<py::array> flags;
   if (want_flags) flags = py::array_t<uint8_t>(shape);
   EventCounts counts;
   const size_t n = static_cast<size_t>(in.arr.size());
-  Out* po = out.mutable_data();
   uint8_t* pf = flags ? static_cast<uint8_t*>(flags->mutable_data()) : nullptr;
   EventCounts* pc = want_counts ? &counts : nullptr;
   const Format& f = s.f;
   const void* pin = in.arr.data();
-  {
-    py::gil_scoped_release release;
+  write_result(in.arr, out, [&](Out* po) {
     if (!in.f64 && !pf) {
       const float* pi = static_cast<const float*>(pin);
       if constexpr (std::is_same_v<Out, float>)
@@ -304,7 +322,7 @@ py::object convert(const char* fn, py::handle a, py::handle fmt, const std::stri
         if (pc) count_event(f, r, exact_nonzero, e.flags, *pc);
       }
     }
-  }
+  });
   return finish(out, flags, want_counts ? std::optional<EventCounts>(counts) : std::nullopt,
                 in.scalar);
 }
@@ -319,15 +337,15 @@ py::object round_values(py::handle a, py::handle fmt, const std::string& roundin
 
 py::object encode(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
                   bool subnormals, py::handle seed, py::handle offset, const std::string& tininess,
-                  bool flags, bool counts) {
+                  bool flags, bool counts, py::handle out) {
   const Format f = to_format(fmt);
   return with_enc_type(f, [&](auto t) {
     return convert<decltype(t)>("encode", a, fmt, rounding, saturate, subnormals, seed, offset,
-                                tininess, flags, counts);
+                                tininess, flags, counts, kSrRandomBits, out);
   });
 }
 
-py::object decode(py::handle bits, py::handle fmt, bool subnormals) {
+py::object decode(py::handle bits, py::handle fmt, bool subnormals, py::handle out_arg) {
   Format f = to_format(fmt);
   if (!subnormals) f.daz = f.ftz = true;
   validate(f);
@@ -335,14 +353,10 @@ py::object decode(py::handle bits, py::handle fmt, bool subnormals) {
     using T = decltype(t);
     bool scalar = false;
     const py::array_t<T> in = enc_input<T>(bits, f, "decode", "bits", scalar);
-    py::array_t<float> out(shape_of(in));
+    py::array_t<float> out = output_array<float>(out_arg, shape_of(in), "decode", scalar);
     const T* pi = in.data();
-    float* po = out.mutable_data();
     const size_t n = static_cast<size_t>(in.size());
-    {
-      py::gil_scoped_release release;
-      decode_f32(f, pi, po, n);
-    }
+    write_result(in, out, [&](float* po) { decode_f32(f, pi, po, n); });
     return scalar_or_array(out, scalar);
   });
 }
@@ -570,7 +584,7 @@ py::object encode_blocks_py(py::handle x, const std::string& scheme, int axis,
 }
 
 py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle global,
-                            const std::string& scheme, py::handle axis_arg) {
+                            const std::string& scheme, py::handle axis_arg, py::handle out_arg) {
   const BlockScheme s = parse_block_scheme(scheme);
   const py::array_t<uint8_t> c = matrix_input<uint8_t>(codes, "decode_blocks", "codes", "uint8");
   BlockEncoding e;
@@ -627,7 +641,9 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
   } else if (s.has_global_scale() || s.has_line_scales()) {
     throw py::value_error("halfway.decode_blocks: " + s.name + " needs its global scale");
   }
-  py::array_t<float> out({py::ssize_t(e.rows), py::ssize_t(e.cols)});
+  // e holds copies of the codes and scales: out may share memory with them.
+  py::array_t<float> out =
+      output_array<float>(out_arg, {py::ssize_t(e.rows), py::ssize_t(e.cols)}, "decode_blocks");
   float* po = out.mutable_data();
   {
     py::gil_scoped_release release;
@@ -648,7 +664,7 @@ py::object quantize_blocks_py(py::handle x, const std::string& scheme, int axis,
   const py::array in = py::reinterpret_borrow<py::array>(x);
   const size_t rows = size_t(in.shape(0)), cols = size_t(in.shape(1));
   py::array_t<float> out =
-      output_array(out_arg, {py::ssize_t(rows), py::ssize_t(cols)}, "quantize_blocks");
+      output_array<float>(out_arg, {py::ssize_t(rows), py::ssize_t(cols)}, "quantize_blocks");
   float* po = out.mutable_data();
   {
     py::gil_scoped_release release;
@@ -1792,9 +1808,9 @@ void bind_rounding(py::module_& m) {
   m.def("encode", &encode, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
-        py::arg("flags") = false, py::arg("counts") = false);
+        py::arg("flags") = false, py::arg("counts") = false, py::arg("out") = py::none());
   m.def("decode", &decode, py::arg("bits"), py::arg("fmt"), py::kw_only(),
-        py::arg("subnormals") = true);
+        py::arg("subnormals") = true, py::arg("out") = py::none());
 }
 
 /// add, sub, mul, div, fma and sqrt, rounded once into a format.
@@ -1852,7 +1868,8 @@ void bind_blocks(py::module_& m) {
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
         py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false);
   m.def("decode_blocks", &decode_blocks_py, py::arg("codes"), py::arg("scales"),
-        py::arg("global_scale"), py::arg("scheme"), py::kw_only(), py::arg("axis") = py::none());
+        py::arg("global_scale"), py::arg("scheme"), py::kw_only(), py::arg("axis") = py::none(),
+        py::arg("out") = py::none());
   m.def("quantize_blocks", &quantize_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
         py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,

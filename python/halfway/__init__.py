@@ -81,11 +81,14 @@ def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed
 
 
 def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
-           offset=0, tininess="after", flags=False, counts=False):
+           offset=0, tininess="after", flags=False, counts=False, out=None):
     """Round values into `fmt` and return their encodings: uint8 for formats of up to 8 bits,
     uint16 up to 16 bits, uint32 beyond (the encoding is in the low bits).
 
     a: float32 or float64 values, as for halfway.round.
+    out: a C-contiguous, writeable array of a's shape and exactly the encodings' dtype
+        (halfway.finfo(fmt).encoding_dtype) to write them into, as numpy's out=; it is
+        returned. Saves the new array's page faults.
     """
     _args.values("encode", "a", a)
     _args.name("encode", "fmt", fmt, allow=Format)
@@ -93,20 +96,22 @@ def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, see
                            flags, counts)
     return _halfway.encode(a, fmt, rounding, saturate=saturate, subnormals=subnormals,
                            seed=seed, offset=offset, tininess=tininess, flags=flags,
-                           counts=counts)
+                           counts=counts, out=out)
 
 
-def decode(bits, fmt, *, subnormals=True):
+def decode(bits, fmt, *, subnormals=True, out=None):
     """Encodings of `fmt` -> float32 values (exact: every format value is a float32).
 
     bits: unsigned (or non-negative signed) integers below 2**fmt.nbits; anything else is a
         ValueError, a non-integer dtype a TypeError.
     subnormals: False reads subnormal encodings as zero (daz).
+    out: a C-contiguous, writeable float32 array of bits' shape to write the values into, as
+        numpy's out=; it is returned. Saves the new array's page faults.
     """
     _args.encodings("decode", "bits", bits)
     _args.name("decode", "fmt", fmt, allow=Format)
     _args.flag("decode", "subnormals", subnormals)
-    return _halfway.decode(bits, fmt, subnormals=subnormals)
+    return _halfway.decode(bits, fmt, subnormals=subnormals, out=out)
 
 
 def _arith(op, operands, fmt, rounding, saturate, subnormals, seed, offset, tininess, flags,
@@ -224,18 +229,22 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, s
     return r[:3] + (BlockCounts(r[3]),) if counts else r
 
 
-def decode_blocks(codes, scales, global_scale, scheme, *, axis=None):
+def decode_blocks(codes, scales, global_scale, scheme, *, axis=None, out=None):
     """The float32 values of block-scaled codes: element x scale, rounded once in fp32
     (NVFP4: element x fp32(e4m3 scale x fp32(1 / global_scale)), row-scaled with each row's
     or column's global_scale). The blocks' axis is read from the scales' shape unless given.
-    Shapes that do not match raise ValueError."""
+    Shapes that do not match raise ValueError.
+
+    out: a C-contiguous, writeable float32 array of codes' shape to write the values into, as
+        numpy's out=; it is returned. Saves the new array's page faults.
+    """
     _args.values("decode_blocks", "codes", codes)
     _args.values("decode_blocks", "scales", scales)
     if global_scale is not None:
         _args.values("decode_blocks", "global_scale", global_scale)
     _args.name("decode_blocks", "scheme", scheme)
     _args.integer("decode_blocks", "axis", axis, -2, 1, none=True)
-    return _halfway.decode_blocks(codes, scales, global_scale, scheme, axis=axis)
+    return _halfway.decode_blocks(codes, scales, global_scale, scheme, axis=axis, out=out)
 
 
 def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, seed=None,

@@ -38,6 +38,7 @@ SEED = ["bool", "object", "nan", "inf", "huge", "negative", "fraction", "str", "
 VALUES = ["None", "bool", "object", "str", "bool array"]
 ENCODINGS = ["None", "bool", "object", "nan", "inf", "huge", "fraction", "str", "bool array"]
 PATH = ["bool", "object", "huge", "empty str", "empty list", "surrogate"]
+OUT = ["bool", "object", "nan", "huge", "str", "empty list", "complex", "2-d"]
 ROUNDING = {"rounding": NAME, "saturate": FLAG, "subnormals": FLAG, "seed": SEED,
             "offset": SEED + ["None"], "tininess": NAME, "flags": FLAG, "counts": FLAG}
 
@@ -47,14 +48,15 @@ def cases():
     def rnd(f, data, fmt="fp16"):
         return lambda **k: f(**{**data, "fmt": fmt, **k})
     yield "round", rnd(halfway.round, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING,
-                                                  "random_bits": SEED + ["None"]}
-    yield "encode", rnd(halfway.encode, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING}
+                                                  "random_bits": SEED + ["None"], "out": OUT}
+    yield "encode", rnd(halfway.encode, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING,
+                                                    "out": OUT}
     for op, n in (("add", 2), ("sub", 2), ("mul", 2), ("div", 2), ("fma", 3), ("sqrt", 1)):
         data = dict(zip("abc", [BITS] * n))
         yield op, rnd(getattr(halfway, op), data), {
             **{k: ENCODINGS for k in data}, "fmt": NAME, **ROUNDING}
     yield "decode", rnd(halfway.decode, {"bits": BITS}), {
-        "bits": ENCODINGS, "fmt": NAME, "subnormals": FLAG}
+        "bits": ENCODINGS, "fmt": NAME, "subnormals": FLAG, "out": OUT}
     yield "finfo", lambda **k: halfway.finfo(**{"fmt": "fp16", **k}), {"fmt": NAME}
     yield "format", lambda **k: halfway.format(**{"fmt": "fp16", **k}), {"fmt": NAME}
     yield "Format", lambda **k: halfway.Format(**{"name": "fp16", **k}), {"name": NAME}
@@ -67,11 +69,11 @@ def cases():
     for fn in ("encode_blocks", "quantize_blocks"):
         f = getattr(halfway, fn)
         yield fn, (lambda f: lambda **k: f(**{"x": BLOCK, "scheme": "mxfp8_e4m3", **k}))(f), \
-            blocks
+            {**blocks, "out": OUT} if fn == "quantize_blocks" else blocks
     codes, scales, g = halfway.encode_blocks(BLOCK, "mxfp8_e4m3")
     yield "decode_blocks", lambda **k: halfway.decode_blocks(
         **{"codes": codes, "scales": scales, "global_scale": g, "scheme": "mxfp8_e4m3", **k}), {
-        "codes": VALUES, "scales": VALUES, "scheme": NAME, "axis": axis}
+        "codes": VALUES, "scales": VALUES, "scheme": NAME, "axis": axis, "out": OUT}
     yield "bench", lambda **k: halfway.bench(**{"n": 16, "repeats": 1, **k}), {
         "n": SEED + ["None"], "repeats": SEED + ["None"], "threads": SEED + ["None"]}
     if hasattr(halfway._halfway, "gemm"):
