@@ -85,7 +85,7 @@ struct Spec {
 
 Spec make_spec(py::handle fmt, const std::string& rounding, bool saturate, bool subnormals,
                py::handle seed, py::handle offset, const std::string& tininess,
-               int random_bits = kSrRandomBits) {
+               int random_bits = kSrRandomBits, bool pack_random_bits = false) {
   Spec s;
   s.f = to_format(fmt);
   if (saturate) s.f.overflow = Overflow::saturate;
@@ -109,6 +109,7 @@ Spec make_spec(py::handle fmt, const std::string& rounding, bool saturate, bool 
   if (random_bits < 1 || random_bits > 32)
     throw InputError("random_bits must be in 1..32, not " + std::to_string(random_bits));
   s.o.random_bits = random_bits;
+  s.o.pack_random_bits = pack_random_bits;
   return s;
 }
 
@@ -275,9 +276,10 @@ template <class Out>
 py::object convert(const char* fn, py::handle a, py::handle fmt, const std::string& rounding,
                    bool saturate, bool subnormals, py::handle seed, py::handle offset,
                    const std::string& tininess, bool want_flags, bool want_counts,
-                   int random_bits = kSrRandomBits, py::handle out_arg = py::none()) {
+                   int random_bits = kSrRandomBits, py::handle out_arg = py::none(),
+                   bool pack_random_bits = false) {
   const Spec s = make_spec(fmt, rounding, saturate, subnormals, seed, offset, tininess,
-                           random_bits);
+                           random_bits, pack_random_bits);
   const FloatInput in = float_input(a, fn);
   const auto shape = shape_of(in.arr);
   py::array_t<Out> out = output_array<Out>(out_arg, shape, fn, in.scalar);
@@ -330,9 +332,9 @@ py::object convert(const char* fn, py::handle a, py::handle fmt, const std::stri
 py::object round_values(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
                         bool subnormals, py::handle seed, py::handle offset,
                         const std::string& tininess, bool flags, bool counts, int random_bits,
-                        py::handle out) {
+                        bool pack_random_bits, py::handle out) {
   return convert<float>("round", a, fmt, rounding, saturate, subnormals, seed, offset, tininess,
-                        flags, counts, random_bits, out);
+                        flags, counts, random_bits, out, pack_random_bits);
 }
 
 py::object encode(py::handle a, py::handle fmt, const std::string& rounding, bool saturate,
@@ -470,8 +472,8 @@ BlockAxis to_axis(int axis, const char* fn) {
 }
 
 BlockOptions block_options(const BlockScheme& s, int axis, const std::string& rounding,
-                           int random_bits, py::handle seed, py::handle offset, bool rht,
-                           bool pow2_scales, const char* fn) {
+                           int random_bits, bool pack_random_bits, py::handle seed,
+                           py::handle offset, bool rht, bool pow2_scales, const char* fn) {
   BlockOptions o;
   o.axis = to_axis(axis, fn);
   o.rounding = parse_rounding(rounding);
@@ -479,6 +481,7 @@ BlockOptions block_options(const BlockScheme& s, int axis, const std::string& ro
     throw py::value_error(std::string("halfway.") + fn + ": random_bits must be in 1..32, not " +
                           std::to_string(random_bits));
   o.random_bits = random_bits;
+  o.pack_random_bits = pack_random_bits;
   if (o.rounding == Rounding::stochastic) {
     if (seed.is_none())
       throw InputError("stochastic rounding needs seed=<int>, so that results can be reproduced");
@@ -551,12 +554,12 @@ BlockEncoding encode_matrix(const BlockScheme& s, py::handle x, const BlockOptio
 }
 
 py::object encode_blocks_py(py::handle x, const std::string& scheme, int axis,
-                            const std::string& rounding, int random_bits, py::handle seed,
-                            py::handle offset, bool rht, bool pow2_scales, bool pad,
-                            bool counts) {
+                            const std::string& rounding, int random_bits,
+                            bool pack_random_bits, py::handle seed, py::handle offset, bool rht,
+                            bool pow2_scales, bool pad, bool counts) {
   const BlockScheme s = parse_block_scheme(scheme);
-  const BlockOptions o = block_options(s, axis, rounding, random_bits, seed, offset, rht,
-                                       pow2_scales, "encode_blocks");
+  const BlockOptions o = block_options(s, axis, rounding, random_bits, pack_random_bits, seed,
+                                       offset, rht, pow2_scales, "encode_blocks");
   const BlockEncoding e = encode_matrix(s, x, o, pad, "encode_blocks");
   py::array_t<uint8_t> codes({py::ssize_t(e.rows), py::ssize_t(e.cols)});
   std::copy(e.codes.begin(), e.codes.end(), codes.mutable_data());
@@ -653,12 +656,12 @@ py::object decode_blocks_py(py::handle codes, py::handle scales, py::handle glob
 }
 
 py::object quantize_blocks_py(py::handle x, const std::string& scheme, int axis,
-                              const std::string& rounding, int random_bits, py::handle seed,
-                              py::handle offset, bool rht, bool pow2_scales, bool pad,
-                              bool counts, py::handle out_arg) {
+                              const std::string& rounding, int random_bits,
+                              bool pack_random_bits, py::handle seed, py::handle offset, bool rht,
+                              bool pow2_scales, bool pad, bool counts, py::handle out_arg) {
   const BlockScheme s = parse_block_scheme(scheme);
-  const BlockOptions o = block_options(s, axis, rounding, random_bits, seed, offset, rht,
-                                       pow2_scales, "quantize_blocks");
+  const BlockOptions o = block_options(s, axis, rounding, random_bits, pack_random_bits, seed,
+                                       offset, rht, pow2_scales, "quantize_blocks");
   const BlockEncoding e = encode_matrix(s, x, o, pad, "quantize_blocks");
   // x's shape: with pad, the padding's values are left out.
   const py::array in = py::reinterpret_borrow<py::array>(x);
@@ -1093,6 +1096,7 @@ py::dict recipe_dict(const std::string& name) {
   d["rounding"] = roles;
   d["run_rounding"] = rounding_name(pr.rounding);
   d["sr_random_bits"] = pr.sr_random_bits;
+  d["sr_pack_random_bits"] = pr.sr_pack_random_bits;
   return d;
 }
 
@@ -1233,12 +1237,14 @@ class SimOp {
 /// as `halfway train` writes them.
 class Emulator {
  public:
-  Emulator(uint64_t seed, int threads, const std::string& dir, int random_bits) {
+  Emulator(uint64_t seed, int threads, const std::string& dir, int random_bits,
+           bool pack_random_bits) {
     if (threads < 1) throw py::value_error("halfway.torch.emulate: threads must be at least 1");
     if (random_bits < 1 || random_bits > 32)
       throw py::value_error("halfway.torch.emulate: random_bits must be in 1..32");
     rt_.rounding.seed = seed;
     rt_.rounding.random_bits = random_bits;
+    rt_.rounding.pack_random_bits = pack_random_bits;  // the recipe's sr_pack_random_bits
     rt_.threads = threads;
     if (!dir.empty()) {
       trace_ = std::make_unique<sim::AtomicFile>(dir + "/trace.csv");
@@ -1598,8 +1604,9 @@ void bind_emulation(py::module_& m) {
   });
   m.def("_accumulation_names", &sim::accumulation_names);
   py::class_<Emulator>(m, "_Emulator")
-      .def(py::init<uint64_t, int, const std::string&, int>(), py::arg("seed"),
-           py::arg("threads"), py::arg("dir"), py::arg("random_bits") = kSrRandomBits)
+      .def(py::init<uint64_t, int, const std::string&, int, bool>(), py::arg("seed"),
+           py::arg("threads"), py::arg("dir"), py::arg("random_bits") = kSrRandomBits,
+           py::arg("pack_random_bits") = false)
       .def("begin_step", &Emulator::begin_step, py::arg("step"), py::arg("traced"),
            py::arg("loss_scale") = 1.0)
       .def("end_step", &Emulator::end_step)
@@ -1804,7 +1811,8 @@ void bind_rounding(py::module_& m) {
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
         py::arg("flags") = false, py::arg("counts") = false,
-        py::arg("random_bits") = kSrRandomBits, py::arg("out") = py::none());
+        py::arg("random_bits") = kSrRandomBits, py::arg("pack_random_bits") = false,
+        py::arg("out") = py::none());
   m.def("encode", &encode, py::arg("a"), py::arg("fmt"), py::arg("rounding") = "near_even",
         py::kw_only(), py::arg("saturate") = false, py::arg("subnormals") = true,
         py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("tininess") = "after",
@@ -1865,14 +1873,14 @@ void bind_blocks(py::module_& m) {
   m.def("_finfo_fields", &finfo_fields, py::arg("fmt"));
   m.def("encode_blocks", &encode_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
         py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
-        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
+        py::arg("pack_random_bits") = false, py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
         py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false);
   m.def("decode_blocks", &decode_blocks_py, py::arg("codes"), py::arg("scales"),
         py::arg("global_scale"), py::arg("scheme"), py::kw_only(), py::arg("axis") = py::none(),
         py::arg("out") = py::none());
   m.def("quantize_blocks", &quantize_blocks_py, py::arg("x"), py::arg("scheme"), py::kw_only(),
         py::arg("axis") = -1, py::arg("rounding") = "near_even", py::arg("random_bits") = 32,
-        py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
+        py::arg("pack_random_bits") = false, py::arg("seed") = py::none(), py::arg("offset") = 0, py::arg("rht") = false,
         py::arg("pow2_scales") = false, py::arg("pad") = false, py::arg("counts") = false,
         py::arg("out") = py::none());
   m.def("block_schemes", &block_scheme_names, "Names of the block quantization schemes.");

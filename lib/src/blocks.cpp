@@ -1151,6 +1151,7 @@ void encode_elements_bulk(const Job& j, BlockEncoding& e, std::vector<uint32_t>&
   bo.seed = j.o.seed;
   bo.subsequence = j.o.subsequence;
   bo.random_bits = j.o.random_bits;
+  bo.pack_random_bits = j.o.pack_random_bits;
   for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
     const size_t r1 = std::min(j.rows, r0 + chunk_rows);
     for (size_t r = r0; r < r1; ++r)

@@ -186,8 +186,8 @@ HALFWAY_BULK_ENTRY_POINTS(uint32_t)
 
 void sr_bits(const BulkOptions& o, uint32_t* out, size_t n) {
   if (detail::fast_sr_bits(o, out, n)) return;
-  const uint32_t mask = sr_mask(o.random_bits);
-  for (size_t i = 0; i < n; ++i) out[i] = sr_bits(o.seed, o.subsequence, o.offset + i) & mask;
+  for (size_t i = 0; i < n; ++i)
+    out[i] = sr_random(o.seed, o.subsequence, o.offset + i, o.random_bits, o.pack_random_bits);
 }
 
 void quantize_f32(const Format& f, const float* in, float* out, size_t n, const BulkOptions& o,

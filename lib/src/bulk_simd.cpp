@@ -761,8 +761,55 @@ RoundFn<Out> round_fn(BulkPath p, Rounding r) {
 
 constexpr size_t kSrBlock = 2048;  // stochastic rounding: random bits drawn per block
 
+void sr_fill(BulkPath path, const BulkOptions& o, uint32_t* out, size_t n);
+
+/// out[j·k + t] = field t of draws[j], moved to the top (sr_random), for nd whole draws.
+/// Four fields (7 or 8 random bits, the hardware's e2m1 case) in a loop that vectorises.
+void expand_fields(const uint32_t* __restrict draws, size_t nd, uint32_t k, uint32_t bits,
+                   uint32_t mask, uint32_t* __restrict out) {
+  if (k == 4) {
+    for (size_t j = 0; j < nd; ++j)
+      for (uint32_t t = 0; t < 4; ++t) out[4 * j + t] = (draws[j] << (bits * t)) & mask;
+    return;
+  }
+  for (size_t j = 0; j < nd; ++j)
+    for (uint32_t t = 0; t < k; ++t) out[j * k + t] = (draws[j] << (bits * t)) & mask;
+}
+
+/// sr_fill with packed draws (k = sr_fields > 1 elements per draw): the draws the elements
+/// read, then each draw's fields: a partial first draw (an offset inside a draw), whole draws,
+/// and a partial last one.
+void sr_fill_packed(BulkPath path, const BulkOptions& o, uint32_t k, uint32_t* out, size_t n) {
+  constexpr size_t kDraws = 512;
+  uint32_t draws[kDraws];
+  const uint32_t bits = uint32_t(o.random_bits), mask = sr_mask(o.random_bits);
+  BulkOptions od = o;  // the draws: 32 bits each, unpacked
+  od.offset = o.offset / k;
+  od.random_bits = 32;
+  od.pack_random_bits = false;
+  uint32_t t = uint32_t(o.offset % k);  // the field of out[i]
+  for (size_t i = 0; i < n;) {
+    const size_t m = std::min<size_t>(kDraws, (n - i + t + k - 1) / k);
+    sr_fill(path, od, draws, m);
+    od.offset += m;
+    size_t j = 0;
+    if (t != 0) {
+      for (; t < k && i < n; ++t) out[i++] = (draws[0] << (bits * t)) & mask;
+      t = 0;
+      j = 1;
+    }
+    const size_t whole = std::min(m - j, (n - i) / k);
+    expand_fields(draws + j, whole, k, bits, mask, out + i);
+    i += whole * k;
+    j += whole;
+    for (; j < m && i < n; ++t) out[i++] = (draws[j] << (bits * t)) & mask;  // the last ends here
+  }
+}
+
 /// out[i] = element i's random bits, as bulk.hpp's sr_bits(o, out, n).
 void sr_fill(BulkPath path, const BulkOptions& o, uint32_t* out, size_t n) {
+  if (const uint32_t k = sr_fields(o.random_bits, o.pack_random_bits); k > 1)
+    return sr_fill_packed(path, o, k, out, n);
   const uint32_t mask = sr_mask(o.random_bits);
   // The draws before the first whole counter (offset mod 4 ≠ 0) one by one.
   size_t head = static_cast<size_t>((4 - (o.offset & 3)) & 3);

@@ -60,13 +60,17 @@ _COMMON = """
 
 
 def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
-          offset=0, tininess="after", flags=False, counts=False, random_bits=32, out=None):
+          offset=0, tininess="after", flags=False, counts=False, random_bits=32,
+          pack_random_bits=False, out=None):
     """Round values into `fmt`; return them as float32 values exactly representable in it.
 
     a: float32 or float64 values (array, scalar or sequence of numbers). float64 values are
         rounded in one step from binary64, never through float32 (no double rounding).
     random_bits: the random bits of each stochastic rounding (1-32), the top ones of each
         draw, as `precision.sr_random_bits` of `halfway train` (docs/semantics.md).
+    pack_random_bits: one 32-bit draw serves floor(32 / random_bits) consecutive elements
+        (random_bits 1-16), field by field from its top; opt-in, since it changes which bits
+        an element reads (docs/semantics.md, "Packed draws").
     out: a C-contiguous, writeable float32 array of a's shape to write the result into (a
         itself included), as numpy's out=; it is returned. Saves the new array's page faults.
     """
@@ -75,9 +79,10 @@ def round(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed
     _args.rounding_options("round", rounding, saturate, subnormals, seed, offset, tininess,
                            flags, counts)
     _args.integer("round", "random_bits", random_bits, 1, 32)
+    _args.flag("round", "pack_random_bits", pack_random_bits)
     return _halfway.round(a, fmt, rounding, saturate=saturate, subnormals=subnormals, seed=seed,
                           offset=offset, tininess=tininess, flags=flags, counts=counts,
-                          random_bits=random_bits, out=out)
+                          random_bits=random_bits, pack_random_bits=pack_random_bits, out=out)
 
 
 def encode(a, fmt, rounding="near_even", *, saturate=False, subnormals=True, seed=None,
@@ -211,8 +216,9 @@ _BLOCK_OPTIONS = """
 """
 
 
-def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, seed=None,
-                  offset=0, rht=False, pow2_scales=False, pad=False, counts=False):
+def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32,
+                  pack_random_bits=False, seed=None, offset=0, rht=False, pow2_scales=False,
+                  pad=False, counts=False):
     """Quantize a 2-D float32 array into block-scaled codes.
 
     Returns (codes, scales, global_scale): codes is uint8 with x's shape (element encodings);
@@ -220,12 +226,14 @@ def encode_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, s
     e4m3 for NVFP4) or float32 values (fp8_block*); global_scale is NVFP4's fp32 global encode
     scale (a numpy float32; row-scaled nvfp4: a float32 array, one per row, or per column
     with axis=0) and None otherwise. With counts=True a dict is appended.
+    random_bits, pack_random_bits: as for halfway.round (stochastic rounding of the elements).
     """
-    _block_args("encode_blocks", x, scheme, axis, rounding, random_bits, seed, offset, rht,
-                pow2_scales, pad, counts)
+    _block_args("encode_blocks", x, scheme, axis, rounding, random_bits, pack_random_bits, seed,
+                offset, rht, pow2_scales, pad, counts)
     r = _halfway.encode_blocks(x, scheme, axis=axis, rounding=rounding,
-                               random_bits=random_bits, seed=seed, offset=offset, rht=rht,
-                               pow2_scales=pow2_scales, pad=pad, counts=counts)
+                               random_bits=random_bits, pack_random_bits=pack_random_bits,
+                               seed=seed, offset=offset, rht=rht, pow2_scales=pow2_scales,
+                               pad=pad, counts=counts)
     return r[:3] + (BlockCounts(r[3]),) if counts else r
 
 
@@ -247,18 +255,20 @@ def decode_blocks(codes, scales, global_scale, scheme, *, axis=None, out=None):
     return _halfway.decode_blocks(codes, scales, global_scale, scheme, axis=axis, out=out)
 
 
-def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32, seed=None,
-                    offset=0, rht=False, pow2_scales=False, pad=False, counts=False, out=None):
+def quantize_blocks(x, scheme, *, axis=-1, rounding="near_even", random_bits=32,
+                    pack_random_bits=False, seed=None, offset=0, rht=False, pow2_scales=False,
+                    pad=False, counts=False, out=None):
     """encode_blocks then decode_blocks: x's values after block quantization, float32.
 
     out: a C-contiguous, writeable float32 array of x's shape to write the result into (x
         itself included), as numpy's out=; it is returned. Saves the new array's page faults.
     """
-    _block_args("quantize_blocks", x, scheme, axis, rounding, random_bits, seed, offset, rht,
-                pow2_scales, pad, counts)
+    _block_args("quantize_blocks", x, scheme, axis, rounding, random_bits, pack_random_bits,
+                seed, offset, rht, pow2_scales, pad, counts)
     r = _halfway.quantize_blocks(x, scheme, axis=axis, rounding=rounding,
-                                 random_bits=random_bits, seed=seed, offset=offset, rht=rht,
-                                 pow2_scales=pow2_scales, pad=pad, counts=counts, out=out)
+                                 random_bits=random_bits, pack_random_bits=pack_random_bits,
+                                 seed=seed, offset=offset, rht=rht, pow2_scales=pow2_scales,
+                                 pad=pad, counts=counts, out=out)
     return (r[0], BlockCounts(r[1])) if counts else r
 
 
@@ -287,8 +297,8 @@ class BlockCounts(dict):
     __str__ = __repr__
 
 
-def _block_args(fn, x, scheme, axis, rounding, random_bits, seed, offset, rht, pow2_scales, pad,
-                counts):
+def _block_args(fn, x, scheme, axis, rounding, random_bits, pack_random_bits, seed, offset, rht,
+                pow2_scales, pad, counts):
     _args.values(fn, "x", x)
     _args.name(fn, "scheme", scheme)
     _args.integer(fn, "axis", axis, -2, 1)
@@ -296,7 +306,8 @@ def _block_args(fn, x, scheme, axis, rounding, random_bits, seed, offset, rht, p
     _args.integer(fn, "random_bits", random_bits, 1, 32)
     _args.integer(fn, "seed", seed, 0, _args.U64, none=True)
     _args.integer(fn, "offset", offset, 0, _args.U64)
-    for arg, v in (("rht", rht), ("pow2_scales", pow2_scales), ("pad", pad), ("counts", counts)):
+    for arg, v in (("pack_random_bits", pack_random_bits), ("rht", rht),
+                   ("pow2_scales", pow2_scales), ("pad", pad), ("counts", counts)):
         _args.flag(fn, arg, v)
 
 

@@ -595,7 +595,9 @@ class emulate:
         self.tensorboard = _args.tensorboard_dir("torch.emulate", tensorboard, self.out)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)  # OSError names the folder
-        self.core = _halfway._Emulator(seed, threads, self.out or "", random_bits)
+        self.core = _halfway._Emulator(
+            seed, threads, self.out or "", random_bits,
+            pack_random_bits=_halfway._recipe(self.recipe)["sr_pack_random_bits"])
         self._recipes = {}
         self._stochastic = None  # any recipe of the emulation stochastic (_items_at_once)
         self._handles = []

@@ -262,7 +262,8 @@ bool same_treatment(const Policy& a, const Policy& b, OpKind k) {
 bool same_rounding(const Precision& a, const Precision& b) {
   for (int r = 0; r < kRoleCount; ++r)
     if (a.rounding_of(Role(r)) != b.rounding_of(Role(r))) return false;
-  return a.sr_random_bits == b.sr_random_bits;
+  return a.sr_random_bits == b.sr_random_bits &&
+         a.sr_pack_random_bits == b.sr_pack_random_bits;
 }
 
 /// `part` against the reference `ref` instead of fp32: what `c` already shares with `ref` is
@@ -346,7 +347,10 @@ TrainConfig promote(const TrainConfig& c, const std::vector<PrecisionPart>& part
     if (q.rounding) {
       pr.rounding = q.reference ? q.reference->rounding : Rounding::near_even;
       p.role_rounding = q.reference ? q.reference->policy.role_rounding : decltype(p.role_rounding){};
-      if (q.reference) pr.sr_random_bits = q.reference->sr_random_bits;
+      if (q.reference) {
+        pr.sr_random_bits = q.reference->sr_random_bits;
+        pr.sr_pack_random_bits = q.reference->sr_pack_random_bits;
+      }
     }
     if (q.accumulation) pr.accumulation = q.reference ? q.reference->accumulation : &default_accumulation();
     for (Role role : q.roles) p.promoted_roles[size_t(role)] = true;

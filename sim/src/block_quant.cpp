@@ -21,6 +21,7 @@ BlockOptions block_options(Runtime& rt, const BlockCopy& c) {
   if (c.sr) {
     o.rounding = Rounding::stochastic;
     o.random_bits = b.random_bits;  // precision.sr_random_bits
+    o.pack_random_bits = b.pack_random_bits;  // precision.sr_pack_random_bits
     o.seed = b.seed;
     o.subsequence = b.subsequence;
     o.offset = b.offset;

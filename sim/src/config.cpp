@@ -489,7 +489,8 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
   check_keys(t, w, {"policy", "low", "params", "accumulation", "rounding", "ops",
                     "amax_history_len", "margin", "fp8_forward", "fp8_backward", "scaling",
                     "amax_compute_algo", "forward_rounding", "backward_rounding",
-                    "update_rounding", "update", "compensation", "sr_random_bits", "blocks"});
+                    "update_rounding", "update", "compensation", "sr_random_bits",
+                    "sr_pack_random_bits", "blocks"});
   const std::string name = *get_str(t, w, "policy", true);
   Precision& pr = c.precision;
   if (name == "custom") {
@@ -527,6 +528,7 @@ void parse_precision_section(const toml::table& root, TrainConfig& c) {
     if (*b < 1 || *b > 32) throw InputError("'precision.sr_random_bits' must be in 1..32");
     pr.sr_random_bits = int(*b);
   }
+  if (auto pk = get_bool(t, w, "sr_pack_random_bits")) pr.sr_pack_random_bits = *pk;
   if (const toml::node* ops = t.get("ops")) {
     if (!ops->is_table()) throw InputError("'precision.ops' must be a table");
     for (auto&& [k, v] : *ops->as_table()) {

@@ -57,8 +57,10 @@ nlohmann::json policy_json(const Precision& pr) {
     pol["compensation"] = p.update.compensation.name();
   bool block_sr = p.blocks && p.blocks->stochastic();
   for (const BlockLayer& l : p.block_layers) block_sr = block_sr || (l.recipe && l.recipe->stochastic());
-  if (pr.rounding == Rounding::stochastic || block_sr)
+  if (pr.rounding == Rounding::stochastic || block_sr) {
     pol["sr_random_bits"] = pr.sr_random_bits;
+    if (pr.sr_pack_random_bits) pol["sr_pack_random_bits"] = true;
+  }
   if (p.fp8) {
     pol["fp8_forward"] = format_name(p.fp8_config.fwd);
     pol["fp8_backward"] = format_name(p.fp8_config.bwd);

@@ -15,6 +15,7 @@ void apply_precision(Runtime& rt, const Precision& p, uint64_t seed) {
   rt.rounding.rounding = p.rounding;
   rt.rounding.seed = seed;
   rt.rounding.random_bits = p.sr_random_bits;
+  rt.rounding.pack_random_bits = p.sr_pack_random_bits;
   rt.accumulator = p.accumulation;
 }
 

@@ -627,10 +627,13 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
   struct Mode {
     Rounding r;
     int bits;
+    bool packed = false;  // packed draws (BlockOptions::pack_random_bits)
   };
-  const Mode modes[] = {{Rounding::near_maxMag, 32}, {Rounding::minMag, 32}, {Rounding::min, 32},
-                        {Rounding::max, 32},         {Rounding::odd, 32},    {Rounding::stochastic, 1},
-                        {Rounding::stochastic, 3},   {Rounding::stochastic, 32}};
+  const Mode modes[] = {{Rounding::near_maxMag, 32},     {Rounding::minMag, 32},
+                        {Rounding::min, 32},             {Rounding::max, 32},
+                        {Rounding::odd, 32},             {Rounding::stochastic, 1},
+                        {Rounding::stochastic, 3},       {Rounding::stochastic, 32},
+                        {Rounding::stochastic, 8, true}};
   for (const std::string& name : block_scheme_names()) {
     const BlockScheme s = parse_block_scheme(name);
     if (s.family == BlockFamily::nvfp4_4over6) continue;  // near_even only (refused below)
@@ -640,9 +643,10 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
         o.axis = axis;
         o.rounding = m.r;
         o.random_bits = m.bits;
+        o.pack_random_bits = m.packed;
         o.seed = 5;
         o.offset = 77;
-        INFO("random_bits " << m.bits);
+        INFO("random_bits " << m.bits << (m.packed ? " packed" : ""));
         check_against_oracle(s, s.family == BlockFamily::mx ? x : narrow, rows, cols, o);
         if (has_pow2(s)) {
           o.pow2_scales = true;
@@ -673,6 +677,7 @@ TEST_CASE("element rounding in every direction, round-to-odd and stochastic, eve
       BlockOptions o;
       o.rounding = m.r;
       o.random_bits = m.bits;
+      o.pack_random_bits = m.packed;
       INFO(name << " " << rounding_name(m.r) << " random_bits " << m.bits);
       CHECK(block_oracle::encode(s, v, rows, cols, o).codes != rne.codes);
     }

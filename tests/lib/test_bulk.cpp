@@ -284,6 +284,9 @@ void check_round_format(const NamedFormat& nf) {
     if (o.rounding == Rounding::stochastic) {  // few-bit stochastic rounding
       o.random_bits = 5;
       check_round<uint32_t>(nf, half, o, false);
+      o.random_bits = 8;  // packed draws: four elements per draw
+      o.pack_random_bits = true;
+      check_round<uint32_t>(nf, half, o, false);
     }
   }
 }

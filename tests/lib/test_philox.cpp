@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <unordered_set>
 #include <vector>
 
@@ -141,6 +142,59 @@ TEST_CASE("bulk sr_bits equals the scalar draws on every path", "[philox][bulk]"
   }
 }
 
+TEST_CASE("packed draws: each draw's fields serve consecutive elements, on every path",
+          "[philox][bulk]") {
+  // With pack_random_bits, k = floor(32/r) elements share a draw: element e reads field e mod
+  // k of draw floor(e/k), field 0 the draw's top r bits. Checked by putting each draw back
+  // together from its k elements' bits (the fields, shifted back down, fill the draw's top k·r
+  // bits), for offsets inside a draw and across Philox counters, and r where k·r < 32.
+  const uint64_t seed = 0x9E3779B97F4A7C15ull, sub = 11;
+  for (detail::BulkPath p : all_paths()) {
+    PathScope scope(p);
+    for (int r : {1, 3, 5, 8, 11, 16})
+      for (uint64_t offset : {uint64_t(0), uint64_t(1), uint64_t(7), (uint64_t(1) << 34) - 5})
+        for (size_t n : {size_t(1), size_t(5), size_t(200), size_t(5000)}) {
+          const uint32_t k = 32 / uint32_t(r);
+          BulkOptions o;
+          o.seed = seed, o.subsequence = sub, o.offset = offset, o.random_bits = r;
+          o.pack_random_bits = true;
+          std::vector<uint32_t> got(n + 1, 0xABCDEF01u);
+          halfway::sr_bits(o, got.data(), n);
+          INFO("path " << detail::bulk_path_name(p) << " r " << r << " offset " << offset
+                       << " n " << n);
+          std::map<uint64_t, uint32_t> rebuilt, fields;  // draw -> its bits, fields seen
+          bool in_mask = true, scalar_same = true;
+          for (size_t i = 0; i < n; ++i) {
+            const uint64_t e = offset + i;
+            in_mask &= (got[i] & ~sr_mask(r)) == 0;
+            rebuilt[e / k] |= got[i] >> (uint32_t(r) * uint32_t(e % k));
+            ++fields[e / k];
+            Env env;
+            env.sr_seed = seed, env.sr_subsequence = sub, env.sr_counter = e;
+            env.sr_random_bits = r, env.sr_pack = true;
+            scalar_same &= env.next_random() == got[i];
+          }
+          CHECK(in_mask);
+          CHECK(scalar_same);
+          const uint32_t top = sr_mask(int(k) * r);  // the bits the k fields cover
+          bool whole = true;
+          for (const auto& [d, bits] : rebuilt)
+            if (fields[d] == k) whole &= bits == (halfway::sr_bits(seed, sub, d) & top);
+          CHECK(whole);
+          CHECK(got[n] == 0xABCDEF01u);
+        }
+    // More than 16 bits: one draw per element, packed or not.
+    BulkOptions o;
+    o.seed = seed, o.random_bits = 17, o.pack_random_bits = true;
+    std::vector<uint32_t> got(100);
+    halfway::sr_bits(o, got.data(), got.size());
+    bool same = true;
+    for (size_t i = 0; i < got.size(); ++i)
+      same &= got[i] == (halfway::sr_bits(seed, 0, i) & sr_mask(17));
+    CHECK(same);
+  }
+}
+
 // The old generator made seeds shifted windows of one sequence (seed 0 and seed 52,777 agreed
 // 28,657 elements apart; seeds 2^32 and 0x85EBCA6B were identical). Here no two consecutive
 // draws (64 bits) of one stream appear consecutively anywhere in another: a shared window of
@@ -250,10 +304,12 @@ TEST_CASE("stochastic rounding frequencies match their probabilities", "[philox]
   struct Case {
     double f;  // fraction of the fp16 spacing above 1.0 (exact in 10 + 13 bits)
     int bits;
+    bool packed = false;  // packed draws: floor(32/bits) consecutive roundings per draw
   };
-  const Case cases[] = {{0.5, 32},  {0.1, 32},   {0.9, 32}, {1.0 / 3, 32}, {0.1, 3},
-                        {0.3, 3},   {0.99, 3},   {0.7, 1},  {0.2, 8},      {0x1p-13, 32},
-                        {0x1p-13, 12}, {0x1p-13, 13}};
+  const Case cases[] = {{0.5, 32},     {0.1, 32},     {0.9, 32},       {1.0 / 3, 32},
+                        {0.1, 3},      {0.3, 3},      {0.99, 3},       {0.7, 1},
+                        {0.2, 8},      {0x1p-13, 32}, {0x1p-13, 12},   {0x1p-13, 13},
+                        {0.2, 8, true}, {0.7, 1, true}, {0.3, 3, true}, {0.6, 12, true}};
   for (detail::BulkPath path : all_paths()) {
     PathScope scope(path);
     for (const Case& c : cases) {
@@ -267,6 +323,7 @@ TEST_CASE("stochastic rounding frequencies match their probabilities", "[philox]
       o.seed = 20240601;
       o.subsequence = 9;
       o.random_bits = c.bits;
+      o.pack_random_bits = c.packed;
       quantize_f32(formats::fp16, in.data(), out.data(), N, o);
       size_t up = 0, other = 0;
       for (float v : out) {
@@ -278,7 +335,7 @@ TEST_CASE("stochastic rounding frequencies match their probabilities", "[philox]
       }
       const double bound = 5 * std::sqrt(N * p * (1 - p));
       INFO("path " << detail::bulk_path_name(path) << " f=" << c.f << " bits " << c.bits
-                   << " p=" << p << " up " << up << " of " << N);
+                   << (c.packed ? " packed" : "") << " p=" << p << " up " << up << " of " << N);
       CHECK(other == 0);
       CHECK(std::fabs(double(up) - N * p) <= bound);
     }

@@ -48,7 +48,8 @@ def cases():
     def rnd(f, data, fmt="fp16"):
         return lambda **k: f(**{**data, "fmt": fmt, **k})
     yield "round", rnd(halfway.round, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING,
-                                                  "random_bits": SEED + ["None"], "out": OUT}
+                                                  "random_bits": SEED + ["None"],
+                                                  "pack_random_bits": FLAG, "out": OUT}
     yield "encode", rnd(halfway.encode, {"a": X}), {"a": VALUES, "fmt": NAME, **ROUNDING,
                                                     "out": OUT}
     for op, n in (("add", 2), ("sub", 2), ("mul", 2), ("div", 2), ("fma", 3), ("sqrt", 1)):
@@ -64,8 +65,8 @@ def cases():
         "flags": ["None", "bool", "object", "nan", "inf", "huge", "negative", "fraction", "str"]}
     axis = ["bool", "object", "nan", "inf", "huge", "fraction", "str", "empty list"]
     blocks = {"x": VALUES, "scheme": NAME, "axis": axis + ["None"], "rounding": NAME,
-              "random_bits": SEED + ["None"], "seed": SEED, "offset": SEED + ["None"],
-              "rht": FLAG, "pow2_scales": FLAG, "pad": FLAG, "counts": FLAG}
+              "random_bits": SEED + ["None"], "pack_random_bits": FLAG, "seed": SEED,
+              "offset": SEED + ["None"], "rht": FLAG, "pow2_scales": FLAG, "pad": FLAG, "counts": FLAG}
     for fn in ("encode_blocks", "quantize_blocks"):
         f = getattr(halfway, fn)
         yield fn, (lambda f: lambda **k: f(**{"x": BLOCK, "scheme": "mxfp8_e4m3", **k}))(f), \

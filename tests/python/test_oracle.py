@@ -171,6 +171,36 @@ class Oracle(hwtest.unittest.TestCase):
         nan = np.isnan(want)
         self.assertTrue(((got == want) & (np.signbit(got) == np.signbit(want)) | nan).all())
 
+    def test_packed_draws(self):
+        # pack_random_bits: element i (stream position OFFSET + i) reads field (OFFSET + i) mod
+        # k of draw (OFFSET + i) div k, k = 32 // random_bits, field 0 the draw's top bits;
+        # against this module's own Philox and rounding, for bulk calls that start inside a
+        # draw (OFFSET + 1) and random_bits whose fields leave bits of a draw unused (5, 12).
+        rng = random.Random("packed")
+        for name, bits in (("fp16", 8), ("e2m1", 8), ("e4m3", 5), ("bf16", 12), ("fp16", 16)):
+            fmt = FORMATS[name]
+            x = np.array(candidates(fmt, rng, 200), dtype=np.float32)
+            k = 32 // bits
+            for offset in (OFFSET, OFFSET + 1):
+                with self.subTest(fmt=name, random_bits=bits, offset=offset):
+                    vals = halfway.round(x, name, "stochastic", seed=SEED, offset=offset,
+                                         random_bits=bits, pack_random_bits=True)
+                    unpacked = halfway.round(x, name, "stochastic", seed=SEED, offset=offset,
+                                             random_bits=bits)
+                    bad = []
+                    for i, xb in enumerate(x.view(np.uint32).tolist()):
+                        e = offset + i
+                        draw = oracle.sr_bits(SEED, e // k)
+                        rnd = (draw << (bits * (e % k))) & 0xFFFFFFFF
+                        rnd &= (0xFFFFFFFF << (32 - bits)) & 0xFFFFFFFF
+                        want = fmt.decode(fmt.round_bits(xb, "stochastic", rnd)[0])
+                        got = float(vals[i])
+                        if not (got == want or (math.isnan(got) and math.isnan(want))):
+                            bad.append(f"  {float(x[i])!r}: got {got!r} want {want!r}")
+                    self.assertFalse(bad, "\n".join(bad[:8]))
+                    # The flag takes effect: other draws than the unpacked mapping's.
+                    self.assertFalse(np.array_equal(vals, unpacked, equal_nan=True))
+
     def test_stochastic_streams(self):
         x = np.random.default_rng(7).standard_normal(5000).astype(np.float32)
         a = halfway.round(x, "e4m3", "stochastic", seed=5)

@@ -238,6 +238,58 @@ TEST_CASE("stochastic rounding: byte-identical at any thread count, streams per 
   CHECK(rt.sr_tensor == 2);
 }
 
+TEST_CASE("precision.sr_pack_random_bits: packed draws in a run, at any thread count",
+          "[sim][train][stochastic]") {
+  std::string cfg = replace(kMlp, "layers = [10, 32, 1]", "layers = [64, 128, 128, 8]");
+  cfg = replace(cfg, "batch_size = 64", "batch_size = 256");
+  cfg = replace(cfg, "steps = 4", "steps = 2");
+  cfg = replace(cfg, "policy = \"torch-cuda-fp16\"",
+                "policy = \"torch-cuda-fp16\"\nrounding = \"stochastic\"\nsr_random_bits = 8");
+  const TrainConfig unpacked = parse_config(cfg, ".");
+  const TrainConfig packed =
+      parse_config(replace(cfg, "sr_random_bits = 8", "sr_random_bits = 8\nsr_pack_random_bits = true"),
+                   ".");
+  REQUIRE(!unpacked.precision.sr_pack_random_bits);
+  REQUIRE(packed.precision.sr_pack_random_bits);
+  CHECK_THROWS_WITH(parse_config(replace(cfg, "sr_random_bits = 8", "sr_pack_random_bits = 1"), "."),
+                    Catch::Contains("sr_pack_random_bits"));
+  const fs::path a = scratch("pk1"), b = scratch("pk3"), u = scratch("pku");
+  TrainOptions one, three;
+  three.threads = 3;
+  write_run(packed, a.string(), one);
+  write_run(packed, b.string(), three);
+  write_run(unpacked, u.string(), one);
+  for (const char* f : {"steps.csv", "trace.csv", "manifest.json"}) {
+    INFO(f);
+    CHECK(slurp(a / f) == slurp(b / f));
+  }
+  // Other draws per element than unpacked: the run's roundings, and so its trace, differ.
+  CHECK(slurp(a / "trace.csv") != slurp(u / "trace.csv"));
+  CHECK(slurp(a / "manifest.json").find("\"sr_pack_random_bits\": true") != std::string::npos);
+  CHECK(slurp(u / "manifest.json").find("sr_pack_random_bits") == std::string::npos);
+  // The rounding of a call: quantize_f32 with the call's stream and packed draws.
+  Runtime rt;
+  apply_precision(rt, packed.precision, 77);
+  rt.sr_step = 5;
+  std::vector<double> v(100);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 1.0 + 0.37e-3 * double(i);
+  std::vector<float> in(v.begin(), v.end()), want(v.size());
+  round_into(rt, DType::low(formats::fp16), v, nullptr);  // tensor 0
+  BulkOptions o;
+  o.rounding = Rounding::stochastic;
+  o.seed = 77;
+  o.random_bits = 8;
+  o.pack_random_bits = true;
+  o.subsequence = uint64_t(5) << 32;
+  quantize_f32(formats::fp16, in.data(), want.data(), in.size(), o);
+  bool same = true;
+  for (size_t i = 0; i < v.size(); ++i) same &= v[i] == double(want[i]);
+  CHECK(same);
+  fs::remove_all(a);
+  fs::remove_all(b);
+  fs::remove_all(u);
+}
+
 TEST_CASE("a different seed gives different data and weights", "[sim][train]") {
   const auto r0 = rows_of(parse_config(kMlp, "."));
   const auto r1 = rows_of(parse_config(replace(kMlp, "seed = 0", "seed = 1"), "."));

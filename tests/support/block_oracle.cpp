@@ -85,6 +85,7 @@ halfway::Env element_env(const halfway::BlockOptions& o, size_t i) {
   e.sr_subsequence = o.subsequence;
   e.sr_counter = o.offset + i;
   e.sr_random_bits = o.random_bits;
+  e.sr_pack = o.pack_random_bits;
   return e;
 }
 

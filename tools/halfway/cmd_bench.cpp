@@ -472,6 +472,14 @@ class Bench {
       round_vs_f16c("round_f32", "e4m3", r, small, goal(r), true);
     for (Rounding r : {Rounding::minMag, Rounding::odd, Rounding::stochastic})
       round_vs_f16c("round_f32", "fp16", r, small, goal(r), true);
+    // 8 random bits, as the hardware's e2m1 conversion uses: one draw per element, and packed
+    // draws (four elements per draw, BulkOptions::pack_random_bits), whose goal this is.
+    for (const char* f : {"e2m1", "fp16"}) {
+      round_vs_f16c("round_f32 (8 random bits)", f, Rounding::stochastic, small, 0, true, false,
+                    false, 8);
+      round_vs_f16c("round_f32 (8 random bits, packed)", f, Rounding::stochastic, small, 0.25,
+                    true, false, false, 8, true);
+    }
     round_vs_f16c("round_f32 (vector path, no F16C)", "fp16", Rounding::near_even, small, 0.25,
                   false);
     round_vs_f16c("round_f32 (full path)", "e4m3", Rounding::near_even, small, 0.25, true, false,
@@ -603,7 +611,8 @@ class Bench {
   }
 
   void round_vs_f16c(const std::string& name, const std::string& fname, Rounding rnd, size_t n,
-                     double goal, bool hw, bool quantize = false, bool wide_range = false) {
+                     double goal, bool hw, bool quantize = false, bool wide_range = false,
+                     int random_bits = kSrRandomBits, bool packed = false) {
     if (!wanted(name, fname, rnd)) return;
     const Format f = parse_format(fname);
     const std::vector<float> v = wide_range ? sample_values(n, 1, -12, 12) : scaled_values(f, n, 1);
@@ -615,6 +624,8 @@ class Bench {
     Buffer<uint8_t> out(n * out_bytes);
     BulkOptions o;
     o.rounding = rnd;
+    o.random_bits = random_bits;
+    o.pack_random_bits = packed;
     const bool old_hw = detail::set_bulk_hardware_conversions(hw);
     std::function<void()> ours;
     if (quantize) {

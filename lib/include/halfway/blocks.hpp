@@ -110,6 +110,7 @@ struct BlockOptions {
   /// offset + r·cols + c (env.hpp), `random_bits` of them (1..32).
   Rounding rounding = Rounding::near_even;
   int random_bits = kSrRandomBits;
+  bool pack_random_bits = false;  ///< packed draws, as BulkOptions::pack_random_bits
   uint64_t seed = 0;
   uint64_t subsequence = 0;  ///< stochastic rounding subsequence (as BulkOptions)
   uint64_t offset = 0;

@@ -4,8 +4,9 @@
 /// can also return event counts, which the tracer uses to count every rounding of a run.
 /// Results are bit-identical to the scalar routines in softfloat.hpp, element by element; for
 /// stochastic rounding element i of a call uses the random bits
-/// `sr_bits(seed, subsequence, offset + i) & sr_mask(random_bits)` (env.hpp), so results do not
-/// depend on how an array is split between threads.
+/// `sr_random(seed, subsequence, offset + i, random_bits, pack_random_bits)` (env.hpp; unpacked,
+/// `sr_bits(seed, subsequence, offset + i) & sr_mask(random_bits)`), so results do not depend
+/// on how an array is split between threads.
 ///
 ///     std::vector<float> x = ...;  std::vector<uint16_t> h(x.size());
 ///     halfway::EventCounts ev;
@@ -54,6 +55,9 @@ struct BulkOptions {
   uint64_t subsequence = 0;  ///< stochastic rounding subsequence (cuRAND's `subsequence`)
   uint64_t offset = 0;       ///< stream index of element 0 (cuRAND's `offset`)
   int random_bits = kSrRandomBits;  ///< random bits per stochastic rounding (0-32, sr_mask)
+  /// Packed draws: one 32-bit draw serves ⌊32/random_bits⌋ consecutive elements (1 to 16
+  /// random bits; sr_random). Opt-in: it changes which bits an element reads.
+  bool pack_random_bits = false;
 };
 
 /// The environment of element `i` of a bulk call: its rounding options and its place in the
@@ -64,11 +68,13 @@ inline Env element_env(const BulkOptions& o, uint64_t i) {
   e.sr_subsequence = o.subsequence;
   e.sr_counter = o.offset + i;
   e.sr_random_bits = o.random_bits;
+  e.sr_pack = o.pack_random_bits;
   return e;
 }
 
 /// out[i] = the random bits element i of a stochastic bulk call with options `o` uses:
-/// `sr_bits(o.seed, o.subsequence, o.offset + i) & sr_mask(o.random_bits)`, vectorised.
+/// `sr_random(o.seed, o.subsequence, o.offset + i, o.random_bits, o.pack_random_bits)`
+/// (`sr_bits(...) & sr_mask(o.random_bits)` unpacked), vectorised.
 void sr_bits(const BulkOptions& o, uint32_t* out, size_t n);
 
 enum class BinaryOp : uint8_t { add, sub, mul, div };

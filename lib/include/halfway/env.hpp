@@ -90,6 +90,27 @@ HALFWAY_INLINE uint32_t sr_mask(int random_bits) {
 }
 inline constexpr int kSrRandomBits = 32;  ///< the default number of random bits
 
+/// Roundings served by one 32-bit draw: ⌊32/random_bits⌋ with packed draws and 1 to 16 random
+/// bits, else 1 (each rounding its own draw).
+HALFWAY_INLINE uint32_t sr_fields(int random_bits, bool packed) {
+  return packed && random_bits >= 1 && random_bits <= 16 ? 32u / uint32_t(random_bits) : 1u;
+}
+
+/// The random bits of stochastic rounding number `index` of the stream (seed, subsequence):
+/// the top `random_bits` bits of draw `index` (sr_bits & sr_mask) or, with packed draws
+/// (sr_fields k > 1), field `index` mod k of draw ⌊index/k⌋, field 0 being the draw's top
+/// `random_bits` bits, field 1 the next ones, and so on, moved to the top. Each field is
+/// `random_bits` uniform bits, independent of the other fields, as an unpacked draw's top
+/// bits are, so the rounding probabilities are the same; only which draw a rounding reads
+/// changes (docs/semantics.md, "Few-bit stochastic rounding").
+HALFWAY_INLINE uint32_t sr_random(uint64_t seed, uint64_t subsequence, uint64_t index,
+                                  int random_bits, bool packed) {
+  const uint32_t k = sr_fields(random_bits, packed);
+  if (k == 1) return sr_bits(seed, subsequence, index) & sr_mask(random_bits);
+  const uint32_t shift = uint32_t(random_bits) * uint32_t(index % k);
+  return (sr_bits(seed, subsequence, index / k) << shift) & sr_mask(random_bits);
+}
+
 struct Env {
   Rounding rounding = Rounding::near_even;
   Tininess tininess = Tininess::after_rounding;
@@ -98,11 +119,12 @@ struct Env {
   uint64_t sr_subsequence = 0;  ///< subsequence of the stream (cuRAND's `subsequence`)
   uint64_t sr_counter = 0;      ///< index of the next stochastic rounding in this stream
   int sr_random_bits = kSrRandomBits;  ///< random bits per stochastic rounding (sr_mask)
+  bool sr_pack = false;  ///< packed draws: ⌊32/sr_random_bits⌋ roundings per draw (sr_random)
 
   Env() = default;
   HALFWAY_HD explicit Env(Rounding r, uint64_t seed = 0) : rounding(r), sr_seed(seed) {}
   HALFWAY_INLINE uint32_t next_random() {
-    return sr_bits(sr_seed, sr_subsequence, sr_counter++) & sr_mask(sr_random_bits);
+    return sr_random(sr_seed, sr_subsequence, sr_counter++, sr_random_bits, sr_pack);
   }
 };
 

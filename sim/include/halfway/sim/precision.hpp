@@ -27,6 +27,8 @@ struct Precision {
   const Accumulation* accumulation = &default_accumulation();
   Rounding rounding = Rounding::near_even;  ///< the run's rounding direction
   int sr_random_bits = kSrRandomBits;       ///< random bits per stochastic rounding (1-32)
+  /// Packed draws: ⌊32/sr_random_bits⌋ roundings per 32-bit draw (env.hpp sr_random; opt-in)
+  bool sr_pack_random_bits = false;
 
   /// The rounding direction of role `r`: the policy's for that role, else the run's.
   Rounding rounding_of(Role r) const { return policy.rounding(r, rounding); }
