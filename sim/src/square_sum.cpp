@@ -129,14 +129,23 @@ void add_rounding_error(const float* x, const float* q, size_t n, float fmax, Sq
   ms.resize(kPass), md.resize(kPass);
   for (size_t lo = 0; lo < n; lo += kChunk) {
     const size_t hi = std::min(n, lo + kChunk);
-    uint64_t sig[kBins + 1] = {}, noi[kBins + 1] = {}, flb[kBins + 1] = {}, bey[kBins + 1] = {};
+    // Four copies of the signal and noise bins (element i into copy i % 4), so that
+    // consecutive values in one bin (values cluster in a few) do not wait on each other.
+    uint64_t sig4[4][kBins + 1] = {}, noi4[4][kBins + 1] = {};
+    uint64_t flb[kBins + 1] = {}, bey[kBins + 1] = {};
     for (size_t p = lo; p < hi; p += kPass) {
       const size_t m = std::min(kPass, hi - p);
       squares(x + p, q + p, m, fmax, es.data(), ms.data(), ed.data(), md.data(), fl.data(),
               by.data());
-      for (size_t i = 0; i < m; ++i) {
-        sig[es[i]] += ms[i];
-        noi[ed[i]] += md[i];
+      size_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        for (size_t c = 0; c < 4; ++c) {
+          sig4[c][es[i + c]] += ms[i + c];
+          noi4[c][ed[i + c]] += md[i + c];
+        }
+      for (; i < m; ++i) {
+        sig4[0][es[i]] += ms[i];
+        noi4[0][ed[i]] += md[i];
       }
       // Flushed and beyond-the-range values are rare: 64 flags at a time are skipped unread
       // where none is set.
@@ -148,6 +157,11 @@ void add_rounding_error(const float* x, const float* q, size_t n, float fmax, Sq
           if (by[i]) bey[SquareSum::bin(SquareSum::abs_bits(x[p + i]))] += ms[i];
         }
       }
+    }
+    uint64_t sig[kBins + 1], noi[kBins + 1];  // each below 2^64: at most kChunk values
+    for (size_t b = 0; b <= kBins; ++b) {
+      sig[b] = sig4[0][b] + sig4[1][b] + sig4[2][b] + sig4[3][b];
+      noi[b] = noi4[0][b] + noi4[1][b] + noi4[2][b] + noi4[3][b];
     }
     if (signal) signal->add_bins(sig);  // bin kSkip (index 255) is left out: add_bins reads 255
     if (beyond) beyond->add_bins(bey);
