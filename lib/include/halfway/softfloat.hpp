@@ -165,8 +165,9 @@ HALFWAY_INLINE uint32_t round_pack_normal(const Format& f, Env& env, bool sign, 
   const uint64_t packed = round_kept(r, sign, base + (sig >> (63 - m)), rem, rnd);
   if (packed > f.max_mag()) return round_overflow(f, env, sign, r);
   // Written only when it changes: a store on every call would chain each call to the last
-  // through memory, while this branch is taken once per Env.
-  if ((rem != 0) & !(env.flags & flag::inexact)) env.flags |= flag::inexact;
+  // through memory. The flag is tested first: that branch is taken until the first inexact
+  // result, while one on rem would follow the data.
+  if (!(env.flags & flag::inexact) && rem != 0) env.flags |= flag::inexact;
   // packed is 0 only for 2^emin in a format without zero (e8m0), and those are unsigned.
   return with_sign(f, sign, static_cast<uint32_t>(packed));
 }
@@ -549,11 +550,12 @@ HALFWAY_INLINE uint32_t add_normal(const Format& f, uint32_t a_enc, uint32_t b_e
   const uint32_t ma = a_enc & f.mag_mask(), mb = b_enc & f.mag_mask();
   const bool sa = (a_enc & f.sign_bit()) != 0, sb = ((b_enc & f.sign_bit()) != 0) != negate_b;
   // The encodings of normal numbers order as their magnitudes: x is the larger operand, y the
-  // other (selects, not a branch on the data).
+  // other, and the sum has x's sign (selects and bit operations, not a branch on the data).
   const bool swap = ma < mb;
   const uint32_t x = swap ? mb : ma, y = swap ? ma : mb;
+  const bool sign = sa ^ (swap & (sa ^ sb));
   const int32_t ex = int32_t(x >> m), ey = int32_t(y >> m);
-  return add_aligned(f, env, swap ? sb : sa, ex - f.bias, normal_sig(f, x) << (61 - m),
+  return add_aligned(f, env, sign, ex - f.bias, normal_sig(f, x) << (61 - m),
                      normal_sig(f, y) << (61 - m), ex - ey, sa != sb);
 }
 
