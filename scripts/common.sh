@@ -62,7 +62,50 @@ ensure_venv() {
        "($(du -sh "$VENV" | cut -f1))"
 }
 
+# SoftFloat 3e (John R. Hauser's, BSD licence), the reference of `halfway bench`'s scalar rows:
+# SoftFloat Release 3e's headers and its prebuilt x86-64 archive come in the sdist of sfpy,
+# pinned by hash in python/bench-requirements.txt, kept in the wheelhouse and unpacked into
+# $BUILD/softfloat; CMAKE_ARGS gets -DHALFWAY_SOFTFLOAT_DIR. Optional: where it cannot be had
+# (no network, not x86-64) the build goes on without it, after one line saying so, and does not
+# try again until $BUILD/softfloat/unavailable is removed.
+ensure_softfloat() {
+  local dest="$BUILD/softfloat" reqs="$ROOT/python/bench-requirements.txt"
+  if [ ! -f "$dest/lib/softfloat.a" ]; then
+    [ -f "$dest/unavailable" ] && return 0
+    mkdir -p "$dest"
+    local why="" version sdist tmp
+    version="$(sed -n 's/^sfpy==\([^ ]*\).*/\1/p' "$reqs")"
+    sdist="$WHEELHOUSE/sfpy-$version.tar.gz"
+    local get=("$VENV/bin/pip" download --quiet --no-deps --require-hashes --no-binary :all:
+               --dest "$WHEELHOUSE" -r "$reqs")
+    if [ "$(uname -m)" != x86_64 ]; then
+      why="its prebuilt archive is for x86-64"
+    elif ! "${get[@]}" --no-index --find-links "$WHEELHOUSE" >/dev/null 2>&1 &&
+         ! "${get[@]}" --retries 1 --timeout 20 >/dev/null 2>&1; then
+      why="the sfpy $version sdist could not be downloaded"
+    else
+      tmp="$(mktemp -d)"
+      if tar -xzf "$sdist" -C "$tmp" "sfpy-$version/sfpy/include/softfloat.h" \
+           "sfpy-$version/sfpy/include/softfloat_types.h" "sfpy-$version/sfpy/lib/softfloat.a"; then
+        mkdir -p "$dest/include" "$dest/lib"
+        cp "$tmp/sfpy-$version/sfpy/include/"softfloat*.h "$dest/include/"
+        cp "$tmp/sfpy-$version/sfpy/lib/softfloat.a" "$dest/lib/"
+      else
+        why="the sfpy $version sdist did not hold SoftFloat's headers and archive"
+      fi
+      rm -rf "$tmp"
+    fi
+    if [ -n "$why" ]; then
+      echo "halfway: building without SoftFloat 3e ($why): bench's scalar rows print our times alone"
+      touch "$dest/unavailable"
+      return 0
+    fi
+  fi
+  CMAKE_ARGS+=(-DHALFWAY_SOFTFLOAT_DIR="$dest")
+}
+
 build() {
+  ensure_softfloat
   # CUDA sources are compiled whenever nvcc is on the PATH or in the default toolkit place.
   if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH="/usr/local/cuda/bin:$PATH"

@@ -44,6 +44,14 @@
 #define HALFWAY_BENCH_X86 1
 #endif
 
+// SoftFloat 3e (John R. Hauser's, BSD licence), the reference of the scalar rows, when the
+// build has it (HALFWAY_SOFTFLOAT_DIR; scripts/common.sh fetches it).
+#if defined(HALFWAY_HAVE_SOFTFLOAT)
+extern "C" {
+#include "softfloat.h"
+}
+#endif
+
 namespace halfway::cli {
 
 namespace {
@@ -74,6 +82,14 @@ const char* kHelp =
     "tensor after amax scaling; the '(full path)' rows use data over 2^-12..2^12 instead, where\n"
     "most vectors hold subnormal, overflowing or special lanes. Arithmetic operands are normal\n"
     "values times 2^-4..2^4.\n"
+    "\n"
+    "The 'scalar' rows time what a user's scalar call and a kernel's fallback pay: a loop of\n"
+    "non-inlined calls of from_f32, add and mul through a runtime Format&, one element each,\n"
+    "against SoftFloat 3e's per-call loop (f32_to_f16, f16_add, f16_mul) on fp16 data.\n"
+    "SoftFloat has no bf16 or fp8: those rows compare with the fp16 function on the fp16 data\n"
+    "(reference '(fp16 proxy)'). The note gives both in ns per call. SoftFloat is linked when\n"
+    "the build has it (cmake -DHALFWAY_SOFTFLOAT_DIR, which scripts/common.sh sets); otherwise\n"
+    "the rows say 'skipped: SoftFloat 3e not built' and give our ns per call alone.\n"
     "\n"
     "  --json        one JSON record per line: name, format, rounding, n, items_per_second,\n"
     "                reference, ratio_to_reference\n"
@@ -306,6 +322,26 @@ void (*fma_peak_for(const std::string& path))(double, float*) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Scalar calls as a user or a kernel's fallback makes them: not inlined into the loop, the
+// format a runtime reference. (noipa for GCC: no clone specialised to the caller's constants.)
+
+#if defined(__clang__)
+#define HALFWAY_BENCH_CALL __attribute__((noinline))
+#else
+#define HALFWAY_BENCH_CALL __attribute__((noipa))
+#endif
+
+HALFWAY_BENCH_CALL uint32_t call_from_f32(const Format& f, uint32_t x, Env& env) {
+  return from_f32_bits(f, x, env);
+}
+HALFWAY_BENCH_CALL uint32_t call_add(const Format& f, uint32_t a, uint32_t b, Env& env) {
+  return add(f, a, b, env);
+}
+HALFWAY_BENCH_CALL uint32_t call_mul(const Format& f, uint32_t a, uint32_t b, Env& env) {
+  return mul(f, a, b, env);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Measurement
 
 struct Settings {
@@ -511,6 +547,12 @@ class Bench {
       arith_vs_native("add", f, small);
       arith_vs_native("mul", f, small);
       arith_vs_native("fma", f, small);
+    }
+    // Scalar calls against SoftFloat 3e's.
+    for (const char* f : {"fp16", "bf16", "e4m3"}) scalar_vs_softfloat("from_f32", f, small);
+    for (const char* f : {"fp16", "bf16"}) {
+      scalar_vs_softfloat("add", f, small);
+      scalar_vs_softfloat("mul", f, small);
     }
     // Event counts against the same call without counts.
     counts_vs_plain("e4m3", Rounding::near_even, small);
@@ -827,6 +869,77 @@ class Bench {
     }
     const Measure m = measure(s_, ours, ref);
     emit(Row{op, fname, "near_even", n, n / m.ours_seconds, refname, m.ratio, 0.25, ""});
+  }
+
+  /// Per-call time of from_f32, add or mul in `fname` (one non-inlined call per element)
+  /// against SoftFloat 3e's loop over fp16 data from the same seeds: the fp16 row's own
+  /// comparison, and the stand-in for the formats SoftFloat lacks.
+  void scalar_vs_softfloat(const std::string& op, const std::string& fname, size_t n) {
+    const std::string name = "scalar " + op;
+    if (!wanted(name, fname, Rounding::near_even)) return;
+    const Format f = parse_format(fname);
+    const bool convert = op == "from_f32";
+    // Conversion inputs as the round_f32 rows have them; arithmetic operands as the add rows.
+    auto inputs = [&](const Format& g, uint32_t seed) {
+      return convert ? scaled_values(g, n, seed) : sample_values(n, seed);
+    };
+    auto encode = [&](const Format& g, const std::vector<float>& v, Buffer<uint32_t>& out) {
+      Env env;
+      for (size_t i = 0; i < n; ++i) out.p[i] = convert ? f32_bits(v[i]) : from_f32(g, v[i], env);
+    };
+    Buffer<uint32_t> a(n), b(n), ha(n), hb(n), out(n);
+    encode(f, inputs(f, 3), a);
+    encode(f, inputs(f, 4), b);
+    encode(formats::fp16, inputs(formats::fp16, 3), ha);
+    encode(formats::fp16, inputs(formats::fp16, 4), hb);
+    Env env;
+    std::function<void()> ours;
+    if (convert) {
+      ours = [&] {
+        for (size_t i = 0; i < n; ++i) out.p[i] = call_from_f32(f, a.p[i], env);
+      };
+    } else if (op == "add") {
+      ours = [&] {
+        for (size_t i = 0; i < n; ++i) out.p[i] = call_add(f, a.p[i], b.p[i], env);
+      };
+    } else {
+      ours = [&] {
+        for (size_t i = 0; i < n; ++i) out.p[i] = call_mul(f, a.p[i], b.p[i], env);
+      };
+    }
+    const std::string sf_name = convert ? "f32_to_f16" : "f16_" + op;
+    Row r{name, fname, "near_even", n, 0,
+          "SoftFloat 3e " + sf_name + (f == formats::fp16 ? "" : " (fp16 proxy)"), std::nullopt,
+          1.0, ""};
+#if defined(HALFWAY_HAVE_SOFTFLOAT)
+    std::function<void()> ref;
+    if (convert) {
+      ref = [&] {
+        for (size_t i = 0; i < n; ++i) out.p[i] = f32_to_f16(float32_t{ha.p[i]}).v;
+      };
+    } else if (op == "add") {
+      ref = [&] {
+        for (size_t i = 0; i < n; ++i)
+          out.p[i] = f16_add(float16_t{uint16_t(ha.p[i])}, float16_t{uint16_t(hb.p[i])}).v;
+      };
+    } else {
+      ref = [&] {
+        for (size_t i = 0; i < n; ++i)
+          out.p[i] = f16_mul(float16_t{uint16_t(ha.p[i])}, float16_t{uint16_t(hb.p[i])}).v;
+      };
+    }
+    const Measure m = measure(s_, ours, ref);
+    const double ns = 1e9 * m.ours_seconds / double(n);
+    r.items_per_second = double(n) / m.ours_seconds;
+    r.ratio = m.ratio;
+    r.note = fmt::format("{:.2f} ns/call, SoftFloat {:.2f} ns/call", ns, ns * m.ratio);
+#else
+    const double secs = time_call(ours, calibrate(ours, s_.min_seconds));
+    r.items_per_second = double(n) / secs;
+    r.reference = "skipped: SoftFloat 3e not built";
+    r.note = fmt::format("{:.2f} ns/call", 1e9 * secs / double(n));
+#endif
+    emit(r);
   }
 
   void counts_vs_plain(const std::string& fname, Rounding rnd, size_t n) {

@@ -3,12 +3,16 @@
 /// scalar routine is `__host__ __device__` so the reference can run inside a CUDA kernel.
 #pragma once
 
+// HALFWAY_NOINLINE marks the general (rare) half of a scalar routine whose common case is
+// inlined: on the host a call keeps the caller's code small; under nvcc the compiler decides.
 #if defined(__CUDACC__)
 #define HALFWAY_HD __host__ __device__
 #define HALFWAY_INLINE __host__ __device__ __forceinline__
+#define HALFWAY_NOINLINE __host__ __device__ inline
 #else
 #define HALFWAY_HD
 #define HALFWAY_INLINE inline __attribute__((always_inline))
+#define HALFWAY_NOINLINE inline __attribute__((noinline))
 #endif
 
 // Plain loops that the compiler vectorises, compiled also for AVX-512 and AVX2 and chosen at
@@ -43,9 +47,10 @@ HALFWAY_INLINE int clz128(unsigned __int128 x) {
 /// Shift right, OR-ing every bit shifted out into bit 0 ("jamming"), so that the result still
 /// tells exact from inexact. Any shift count is allowed.
 HALFWAY_INLINE uint64_t shr_jam64(uint64_t x, int n) {
-  if (n <= 0) return x;
+  if (n < 0) return x;
   if (n >= 64) return x != 0;
-  return (x >> n) | ((x << (64 - n)) != 0);
+  // No branch on n == 0 (an addition of operands in the same binade): the mask is then empty.
+  return (x >> n) | uint64_t((x & ((uint64_t(1) << n) - 1)) != 0);
 }
 
 HALFWAY_INLINE unsigned __int128 shr_jam128(unsigned __int128 x, int n) {

@@ -50,13 +50,12 @@ struct Format {
   HALFWAY_HD constexpr uint32_t exp_field_max() const { return (uint32_t(1) << exp_bits) - 1; }
   /// Unbiased exponent of the smallest normal number.
   HALFWAY_HD constexpr int emin() const { return has_zero ? 1 - bias : -bias; }
-  /// Magnitude encoding of the largest finite number.
+  /// Magnitude encoding of the largest finite number: below infinity's (the top binade) for
+  /// IEEE, below the NaN for fn, the top encoding otherwise. (A select rather than a switch:
+  /// the scalar routines' fast paths read it on every call.)
   HALFWAY_HD constexpr uint32_t max_mag() const {
-    switch (specials) {
-      case Specials::ieee: return (exp_field_max() << frac_bits) - 1;
-      case Specials::fn: return mag_mask() - 1;
-      default: return mag_mask();
-    }
+    return mag_mask() - (specials == Specials::ieee ? uint32_t(1) << frac_bits
+                                                    : uint32_t(specials == Specials::fn));
   }
   /// Unbiased exponent of the largest finite number.
   HALFWAY_HD constexpr int emax() const {

@@ -34,8 +34,10 @@ namespace detail {
 
 HALFWAY_INLINE bool is_nan(Class c) { return c == Class::qnan || c == Class::snan; }
 
+/// `mag` with the sign bit set when `sign` (never in an unsigned format, whose sign_bit() is 0).
+/// No branch: the sign is data.
 HALFWAY_INLINE uint32_t with_sign(const Format& f, bool sign, uint32_t mag) {
-  return (sign && f.is_signed) ? (mag | f.sign_bit()) : mag;
+  return mag | (f.sign_bit() & (0u - uint32_t(sign)));
 }
 
 /// The largest finite value with the given sign.
@@ -105,14 +107,20 @@ HALFWAY_INLINE uint32_t pack_overflow_inf(const Format& f, bool sign) {
 }
 
 /// Decide whether to increment the truncated magnitude `kept` given the dropped bits `rem`
-/// (top-aligned: bit 63 is the half-ulp bit) under rounding direction `r`.
+/// (top-aligned: bit 63 is the half-ulp bit) under rounding direction `r`. Written with bitwise
+/// operations rather than && and ||: the dropped bits are data, and a branch on them is
+/// mispredicted about half the time.
 HALFWAY_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem, uint32_t rnd) {
   constexpr uint64_t half = uint64_t(1) << 63;
   switch (r) {
-    case Rounding::near_even: return rem > half || (rem == half && (kept & 1));
+    case Rounding::near_even: {
+      // rem > half, or a tie with kept odd: exactly when rem + half − 1 + (kept & 1) carries.
+      const uint64_t sum = rem + ((half - 1) + (kept & 1));
+      return sum < rem;
+    }
     case Rounding::near_maxMag: return rem >= half;
-    case Rounding::min: return sign && rem != 0;
-    case Rounding::max: return !sign && rem != 0;
+    case Rounding::min: return sign & (rem != 0);
+    case Rounding::max: return !sign & (rem != 0);
     case Rounding::stochastic:
       // Up when the top 32 remainder bits plus the random bits carry out: with r random bits
       // (the low 32 − r bits of rnd clear, sr_mask) the probability is ⌊f·2^r⌋/2^r for the
@@ -122,87 +130,134 @@ HALFWAY_INLINE bool round_up(Rounding r, bool sign, uint64_t kept, uint64_t rem,
   }
 }
 
-}  // namespace detail
+/// The increment of rounding plus round-to-odd's jamming: the packed magnitude `kept`, rounded.
+HALFWAY_INLINE uint64_t round_kept(Rounding r, bool sign, uint64_t kept, uint64_t rem,
+                                   uint32_t rnd) {
+  // The default direction first, ahead of the switch's chain of comparisons.
+  if (r == Rounding::near_even) return kept + round_up(Rounding::near_even, sign, kept, rem, rnd);
+  kept += round_up(r, sign, kept, rem, rnd);
+  if (r == Rounding::odd) kept |= uint64_t(rem != 0);
+  return kept;
+}
 
-/// Round the exact value (-1)^sign · sig · 2^(exp − 63) into `f` (bit 63 of `sig` set; any
-/// inexactness below the kept bits must be "jammed" into bit 0). The one place where rounding,
-/// subnormals, flushing, overflow and the exception flags are decided.
-HALFWAY_HD inline uint32_t round_pack(const Format& f, Env& env, bool sign, int32_t exp, uint64_t sig) {
-  using namespace detail;
-  if (sign && !f.is_signed) return invalid_nan(f, env);  // unsigned formats: no negatives
+/// A rounded magnitude beyond the largest finite value: raise overflow|inexact and deliver what
+/// direction `r` makes of it. Round-to-nearest and the directed mode pointing away from zero
+/// overflow to "infinity"; toward zero, the other directed mode and round-to-odd give the
+/// largest finite value.
+HALFWAY_NOINLINE uint32_t round_overflow(const Format& f, Env& env, bool sign, Rounding r) {
+  env.flags |= flag::overflow | flag::inexact;
+  const bool to_inf = r == Rounding::near_even || r == Rounding::near_maxMag ||
+                      r == Rounding::stochastic || (r == Rounding::min && sign) ||
+                      (r == Rounding::max && !sign);
+  return to_inf ? pack_overflow_inf(f, sign) : pack_max(f, sign);
+}
+
+/// round_pack for exp >= emin, the common case: the result is normal (or overflows), so there
+/// is no tininess to decide. Straight-line code apart from the checks of the rare outcomes.
+HALFWAY_INLINE uint32_t round_pack_normal(const Format& f, Env& env, bool sign, int32_t exp,
+                                          uint64_t sig, uint32_t rnd) {
   const int m = f.frac_bits;
-  const int p = m + 1;
+  const Rounding r = env.rounding;
+  // exp + bias is the exponent field, to which the hidden bit of `kept` adds 1 (e8m0, without
+  // zero, has 2^−bias in field 0).
+  const uint64_t base = uint64_t(exp + f.bias - 1) << m;
+  const uint64_t rem = sig << (m + 1);
+  const uint64_t packed = round_kept(r, sign, base + (sig >> (63 - m)), rem, rnd);
+  if (packed > f.max_mag()) return round_overflow(f, env, sign, r);
+  // Written only when it changes: a store on every call would chain each call to the last
+  // through memory. The flag is tested first: that branch is taken until the first inexact
+  // result, while one on rem would follow the data.
+  if (!(env.flags & flag::inexact) && rem != 0) env.flags |= flag::inexact;
+  // packed is 0 only for 2^emin in a format without zero (e8m0), and those are unsigned.
+  return with_sign(f, sign, static_cast<uint32_t>(packed));
+}
+
+/// round_pack for exp < emin: a subnormal, flushed or zero result (or the smallest normal,
+/// rounded up to), with tininess and underflow decided here.
+HALFWAY_INLINE uint32_t round_pack_tiny(const Format& f, Env& env, bool sign, int32_t exp,
+                                        uint64_t sig, uint32_t rnd) {
+  const int p = f.frac_bits + 1;
   const int emin = f.emin();
   const Rounding r = env.rounding;
-  const uint32_t rnd = r == Rounding::stochastic ? env.next_random() : 0;
-
-  if (!f.has_zero && exp < emin) {
+  if (!f.has_zero) {
     // e8m0 has neither zero nor subnormals: anything below 2^emin clamps to 2^emin.
     env.flags |= flag::underflow | flag::inexact;
     return 0;
   }
-
+  const int shift = 64 - p + (emin - exp);
   uint64_t kept, rem;
-  int64_t base;  // contribution of the exponent to the packed magnitude
-  if (exp >= emin) {
-    const int shift = 64 - p;  // p <= 24, so shift >= 40
+  if (shift < 64) {
     kept = sig >> shift;
     rem = sig << (64 - shift);
-    base = int64_t(exp - emin) << m;
-    if (!f.has_zero) base -= int64_t(1) << m;  // field 0 is the first normal binade
   } else {
-    const int shift = 64 - p + (emin - exp);
-    if (shift < 64) {
-      kept = sig >> shift;
-      rem = sig << (64 - shift);
-    } else {
-      kept = 0;
-      rem = shift >= 128 ? uint64_t(sig != 0) : shr_jam64(sig, shift - 64);
-    }
-    base = 0;
+    kept = 0;
+    rem = shift >= 128 ? uint64_t(sig != 0) : shr_jam64(sig, shift - 64);
   }
-  uint64_t packed = uint64_t(base) + kept;  // exponent and fraction, before rounding
   const bool inexact = rem != 0;
-  const bool up = round_up(r, sign, packed, rem, rnd);
-  packed += up;
-  if (r == Rounding::odd && inexact) packed |= 1;
-
-  if (exp < emin || (exp == emin - 1)) {
-    // Tininess. Before rounding: the exact value is below 2^emin. After rounding: the value
-    // rounded to p bits with an unbounded exponent range is below 2^emin; only a value in the
-    // binade just below 2^emin can round up to it.
-    bool tiny = true;
-    if (env.tininess == Tininess::after_rounding && exp == emin - 1) {
-      const uint64_t ku = sig >> (64 - p);
-      const uint64_t ru = sig << p;
-      const bool upu = round_up(r, sign, ku, ru, rnd);
-      tiny = !(upu && ku == (uint64_t(1) << p) - 1);
-    }
-    if (tiny) {
-      if (f.ftz) {
-        env.flags |= flag::underflow | flag::inexact;
-        return pack_zero(f, sign);
-      }
-      if (inexact) env.flags |= flag::underflow;
-    }
+  const uint64_t packed = round_kept(r, sign, kept, rem, rnd);
+  // Tininess. Before rounding: the exact value is below 2^emin. After rounding: the value
+  // rounded to p bits with an unbounded exponent range is below 2^emin; only a value in the
+  // binade just below 2^emin can round up to it.
+  bool tiny = true;
+  if (env.tininess == Tininess::after_rounding && exp == emin - 1) {
+    const uint64_t ku = sig >> (64 - p);
+    const uint64_t ru = sig << p;
+    const bool upu = round_up(r, sign, ku, ru, rnd);
+    tiny = !(upu && ku == (uint64_t(1) << p) - 1);
   }
-
-  if (packed > f.max_mag()) {
-    env.flags |= flag::overflow | flag::inexact;
-    // Round-to-nearest and the directed mode pointing away from zero overflow to "infinity";
-    // toward zero, the other directed mode and round-to-odd give the largest finite value.
-    const bool to_inf = r == Rounding::near_even || r == Rounding::near_maxMag ||
-                        r == Rounding::stochastic || (r == Rounding::min && sign) ||
-                        (r == Rounding::max && !sign);
-    return to_inf ? pack_overflow_inf(f, sign) : pack_max(f, sign);
+  if (tiny) {
+    if (f.ftz) {
+      env.flags |= flag::underflow | flag::inexact;
+      return pack_zero(f, sign);
+    }
+    if (inexact) env.flags |= flag::underflow;
   }
+  if (packed > f.max_mag()) return round_overflow(f, env, sign, r);  // e2m1 and the like
   if (inexact) env.flags |= flag::inexact;
   if (packed == 0) return pack_zero(f, sign);
   return with_sign(f, sign, static_cast<uint32_t>(packed));
 }
 
-/// Unpack an encoding of `f` (only the low `f.nbits()` bits are read).
-HALFWAY_HD inline Unpacked unpack(const Format& f, uint32_t enc) {
+/// round_pack in full: unsigned formats, stochastic rounding, tiny results.
+HALFWAY_NOINLINE uint32_t round_pack_general(const Format& f, Env& env, bool sign, int32_t exp,
+                                             uint64_t sig) {
+  if (sign && !f.is_signed) return invalid_nan(f, env);  // unsigned formats: no negatives
+  const uint32_t rnd = env.rounding == Rounding::stochastic ? env.next_random() : 0;
+  if (exp >= f.emin()) return round_pack_normal(f, env, sign, exp, sig, rnd);
+  return round_pack_tiny(f, env, sign, exp, sig, rnd);
+}
+}  // namespace detail
+
+/// Round the exact value (-1)^sign · sig · 2^(exp − 63) into `f` (bit 63 of `sig` set; any
+/// inexactness below the kept bits must be "jammed" into bit 0). The one place where rounding,
+/// subnormals, flushing, overflow and the exception flags are decided. The common case (a
+/// normal result, a signed format with zero, a direction other than stochastic) is inlined.
+HALFWAY_INLINE uint32_t round_pack(const Format& f, Env& env, bool sign, int32_t exp,
+                                   uint64_t sig) {
+  // One branch for the four conditions (exp >= emin is exp + bias > 0 with zero in the format).
+  if (f.is_signed & f.has_zero & (exp + f.bias > 0) & (env.rounding != Rounding::stochastic))
+    return detail::round_pack_normal(f, env, sign, exp, sig, 0);
+  return detail::round_pack_general(f, env, sign, exp, sig);
+}
+
+namespace detail {
+/// Whether the magnitude bits `mag` of an encoding of `f` hold a normal number (neither zero,
+/// subnormal, infinity nor NaN; e8m0's field 0 is normal). One unsigned comparison: below the
+/// smallest normal, mag − lo wraps around to a large number.
+HALFWAY_INLINE bool is_normal_mag(const Format& f, uint32_t mag) {
+  const uint32_t lo = uint32_t(f.has_zero) << f.frac_bits;
+  return mag - lo <= f.max_mag() - lo;
+}
+
+/// The unpacked value of a normal number's magnitude bits `mag` (is_normal_mag).
+HALFWAY_INLINE Unpacked unpack_normal(const Format& f, bool sign, uint32_t mag) {
+  const int m = f.frac_bits;
+  const uint64_t sig = (mag & f.frac_mask()) | (uint32_t(1) << m);
+  return {Class::finite, sign, int32_t(mag >> m) - f.bias, sig << (63 - m)};
+}
+
+/// unpack for the encodings that are not normal numbers: zeros, subnormals, infinities, NaNs.
+HALFWAY_NOINLINE Unpacked unpack_special(const Format& f, uint32_t enc) {
   Unpacked u;
   enc &= f.enc_mask();
   const uint32_t mag = enc & f.mag_mask();
@@ -250,10 +305,17 @@ HALFWAY_HD inline Unpacked unpack(const Format& f, uint32_t enc) {
     u.exp = f.emin() - m + (63 - lz);
     return u;
   }
-  u.cls = Class::finite;
-  u.sig = (uint64_t((uint32_t(1) << m) | frac)) << (63 - m);
-  u.exp = int32_t(field) - f.bias;
-  return u;
+  return unpack_normal(f, u.sign, mag);
+}
+
+}  // namespace detail
+
+/// Unpack an encoding of `f` (only the low `f.nbits()` bits are read).
+HALFWAY_INLINE Unpacked unpack(const Format& f, uint32_t enc) {
+  const uint32_t mag = enc & f.mag_mask();
+  if (detail::is_normal_mag(f, mag))
+    return detail::unpack_normal(f, (enc & f.sign_bit()) != 0, mag);
+  return detail::unpack_special(f, enc);
 }
 
 /// Unpack IEEE binary32 / binary64 bit patterns (native float and double, no DAZ).
@@ -288,26 +350,33 @@ HALFWAY_HD inline Unpacked unpack_f64_bits(uint64_t b) {
   return u;
 }
 
-/// Pack an unpacked value into `f`: NaNs are quieted (invalid raised for a signalling NaN) and
-/// keep sign and top payload bits, like SoftFloat and x86; finite values are rounded.
-HALFWAY_HD inline uint32_t pack(const Format& f, const Unpacked& u, Env& env) {
+namespace detail {
+/// pack for zeros, infinities and NaNs.
+HALFWAY_NOINLINE uint32_t pack_special(const Format& f, const Unpacked& u, Env& env) {
   switch (u.cls) {
     case Class::zero:
       if (!f.has_zero) {
         env.flags |= flag::underflow | flag::inexact;
         return 0;
       }
-      if (u.sign && !f.is_signed) return detail::pack_zero(f, false);
-      return detail::pack_zero(f, u.sign);
+      if (u.sign && !f.is_signed) return pack_zero(f, false);
+      return pack_zero(f, u.sign);
     case Class::inf:
-      if (u.sign && !f.is_signed) return detail::invalid_nan(f, env);
-      return detail::pack_inf(f, u.sign, env);
+      if (u.sign && !f.is_signed) return invalid_nan(f, env);
+      return pack_inf(f, u.sign, env);
     case Class::snan:
       env.flags |= flag::invalid;
       [[fallthrough]];
-    case Class::qnan: return detail::pack_nan(f, u.sign, u.sig, env);
-    default: return round_pack(f, env, u.sign, u.exp, u.sig);
+    default: return pack_nan(f, u.sign, u.sig, env);
   }
+}
+}  // namespace detail
+
+/// Pack an unpacked value into `f`: NaNs are quieted (invalid raised for a signalling NaN) and
+/// keep sign and top payload bits, like SoftFloat and x86; finite values are rounded.
+HALFWAY_INLINE uint32_t pack(const Format& f, const Unpacked& u, Env& env) {
+  if (u.cls == Class::finite) return round_pack(f, env, u.sign, u.exp, u.sig);
+  return detail::pack_special(f, u, env);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,12 +403,24 @@ HALFWAY_HD inline double bits_f64(uint64_t b) {
   return x;
 }
 
-/// f32 → f, correctly rounded under `env.rounding`.
-HALFWAY_HD inline uint32_t from_f32(const Format& f, float x, Env& env) {
-  return pack(f, unpack_f32_bits(f32_bits(x)), env);
-}
-HALFWAY_HD inline uint32_t from_f32_bits(const Format& f, uint32_t b, Env& env) {
+namespace detail {
+/// from_f32_bits for zeros, subnormals, infinities and NaNs.
+HALFWAY_NOINLINE uint32_t from_f32_special(const Format& f, uint32_t b, Env& env) {
   return pack(f, unpack_f32_bits(b), env);
+}
+}  // namespace detail
+
+/// f32 → f, correctly rounded under `env.rounding`.
+HALFWAY_HD inline uint32_t from_f32_bits(const Format& f, uint32_t b, Env& env) {
+  // A normal binary32 (the common case) goes straight to rounding: the shift leaves the
+  // significand, hidden bit included, at bit 63 and pushes the exponent field out.
+  const uint32_t field = (b >> 23) & 0xFF;
+  if (field - 1 < 254)
+    return round_pack(f, env, b >> 31, int32_t(field) - 127, uint64_t(b | 0x800000) << 40);
+  return detail::from_f32_special(f, b, env);
+}
+HALFWAY_HD inline uint32_t from_f32(const Format& f, float x, Env& env) {
+  return from_f32_bits(f, f32_bits(x), env);
 }
 /// f64 → f, correctly rounded in one step (no double rounding through f32).
 HALFWAY_HD inline uint32_t from_f64(const Format& f, double x, Env& env) {
@@ -393,6 +474,18 @@ HALFWAY_INLINE uint32_t propagate_nan(const Format& f, const Unpacked& a, const 
   return r;
 }
 
+/// The exact sum (or difference when `subtract`) of two significands with their leading bits
+/// at bit 61 (room for a carry), |x| >= |y|, y still to be shifted right by `d`; `exp` is x's
+/// exponent. Rounded into f. No branch on the signs: they are data.
+HALFWAY_INLINE uint32_t add_aligned(const Format& f, Env& env, bool sign, int32_t exp, uint64_t x,
+                                    uint64_t y, int d, bool subtract) {
+  const uint64_t neg = 0 - uint64_t(subtract);
+  const uint64_t s = x + ((shr_jam64(y, d) ^ neg) - neg);
+  if (s == 0) return pack_exact_zero(f, env.rounding == Rounding::min, env);
+  const int lz = clz64(s);
+  return round_pack(f, env, sign, exp + 2 - lz, s << lz);
+}
+
 /// Exact sum of two finite non-zero values, rounded into f.
 HALFWAY_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env& env) {
   if (a.exp < b.exp || (a.exp == b.exp && a.sig < b.sig)) {
@@ -400,18 +493,8 @@ HALFWAY_INLINE uint32_t add_finite(const Format& f, Unpacked a, Unpacked b, Env&
     a = b;
     b = t;
   }
-  // |a| >= |b|. Put both leading bits at bit 61 (room for a carry), align b with jamming.
-  uint64_t sa = a.sig >> 2;
-  const uint64_t sb = shr_jam64(b.sig >> 2, a.exp - b.exp);
-  uint64_t s;
-  if (a.sign == b.sign) {
-    s = sa + sb;
-  } else {
-    s = sa - sb;
-    if (s == 0) return pack_exact_zero(f, env.rounding == Rounding::min, env);
-  }
-  const int lz = clz64(s);
-  return round_pack(f, env, a.sign, a.exp + 2 - lz, s << lz);
+  return add_aligned(f, env, a.sign, a.exp, a.sig >> 2, b.sig >> 2, a.exp - b.exp,
+                     a.sign != b.sign);
 }
 
 HALFWAY_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const Unpacked& b, Env& env) {
@@ -428,8 +511,8 @@ HALFWAY_INLINE uint32_t add_zero_cases(const Format& f, const Unpacked& a, const
 
 namespace detail {
 /// a + b for operands that are not NaNs (sub has flipped b's sign).
-HALFWAY_HD inline uint32_t add_not_nan(const Format& f, const Unpacked& a, const Unpacked& b,
-                                       Env& env) {
+HALFWAY_INLINE uint32_t add_not_nan(const Format& f, const Unpacked& a, const Unpacked& b,
+                                    Env& env) {
   if (a.cls == Class::inf || b.cls == Class::inf) {
     if (a.cls == Class::inf && b.cls == Class::inf && a.sign != b.sign) return invalid_nan(f, env);
     return pack_inf(f, a.cls == Class::inf ? a.sign : b.sign, env);
@@ -437,26 +520,72 @@ HALFWAY_HD inline uint32_t add_not_nan(const Format& f, const Unpacked& a, const
   if (a.cls == Class::zero || b.cls == Class::zero) return add_zero_cases(f, a, b, env);
   return add_finite(f, a, b, env);
 }
-}  // namespace detail
 
-HALFWAY_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
-  using namespace detail;
-  const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
-  if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
-  return add_not_nan(f, a, b, env);
-}
-
-HALFWAY_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
-  using namespace detail;
+/// a + b, or a − b when `negate_b`, for operands of every class.
+HALFWAY_NOINLINE uint32_t add_general(const Format& f, uint32_t a_enc, uint32_t b_enc,
+                                      bool negate_b, Env& env) {
   const Unpacked a = unpack(f, a_enc);
   Unpacked b = unpack(f, b_enc);
   if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);  // b's own sign
-  b.sign = !b.sign;
+  b.sign = b.sign != negate_b;
   return add_not_nan(f, a, b, env);
 }
 
-HALFWAY_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
-  using namespace detail;
+/// Whether both encodings are normal numbers of a signed format with zero: the case that add,
+/// sub and mul inline, working on the encodings' fields.
+HALFWAY_INLINE bool normal_pair(const Format& f, uint32_t a_enc, uint32_t b_enc) {
+  return f.is_signed & f.has_zero & is_normal_mag(f, a_enc & f.mag_mask()) &
+         is_normal_mag(f, b_enc & f.mag_mask());
+}
+
+/// The significand of a normal magnitude, hidden bit included, as an integer.
+HALFWAY_INLINE uint64_t normal_sig(const Format& f, uint32_t mag) {
+  return (mag & f.frac_mask()) | (uint32_t(1) << f.frac_bits);
+}
+
+/// a + b, or a − b when `negate_b`, for two normal operands (normal_pair).
+HALFWAY_INLINE uint32_t add_normal(const Format& f, uint32_t a_enc, uint32_t b_enc, bool negate_b,
+                                   Env& env) {
+  const int m = f.frac_bits;
+  const uint32_t ma = a_enc & f.mag_mask(), mb = b_enc & f.mag_mask();
+  const bool sa = (a_enc & f.sign_bit()) != 0, sb = ((b_enc & f.sign_bit()) != 0) != negate_b;
+  // The encodings of normal numbers order as their magnitudes: x is the larger operand, y the
+  // other, and the sum has x's sign (selects and bit operations, not a branch on the data).
+  const bool swap = ma < mb;
+  const uint32_t x = swap ? mb : ma, y = swap ? ma : mb;
+  const bool sign = sa ^ (swap & (sa ^ sb));
+  const int32_t ex = int32_t(x >> m), ey = int32_t(y >> m);
+  return add_aligned(f, env, sign, ex - f.bias, normal_sig(f, x) << (61 - m),
+                     normal_sig(f, y) << (61 - m), ex - ey, sa != sb);
+}
+
+/// The exact product `prod` (non-zero) of two significands, its value prod · 2^(exp − 63),
+/// normalised and rounded into f.
+HALFWAY_INLINE uint32_t round_product(const Format& f, Env& env, bool sign, int32_t exp,
+                                      uint64_t prod) {
+  const int lz = clz64(prod);
+  return round_pack(f, env, sign, exp - lz, prod << lz);
+}
+
+/// Exact product of two finite non-zero values, rounded into f.
+HALFWAY_INLINE uint32_t mul_finite(const Format& f, const Unpacked& a, const Unpacked& b,
+                                   Env& env) {
+  // Significands have at most 24 bits: the 64-bit product is exact.
+  return round_product(f, env, a.sign != b.sign, a.exp + b.exp + 1, (a.sig >> 32) * (b.sig >> 32));
+}
+
+/// a · b for two normal operands (normal_pair): integer significands of m + 1 bits, so the
+/// product's value is sa·sb · 2^(ea + eb − 2m).
+HALFWAY_INLINE uint32_t mul_normal(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  const int m = f.frac_bits;
+  const uint32_t ma = a_enc & f.mag_mask(), mb = b_enc & f.mag_mask();
+  const int32_t exp = int32_t(ma >> m) + int32_t(mb >> m) - 2 * f.bias - 2 * m + 63;
+  return round_product(f, env, ((a_enc ^ b_enc) & f.sign_bit()) != 0, exp,
+                       normal_sig(f, ma) * normal_sig(f, mb));
+}
+
+/// a · b for operands of every class.
+HALFWAY_NOINLINE uint32_t mul_general(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
   const Unpacked a = unpack(f, a_enc), b = unpack(f, b_enc);
   if (is_nan(a.cls) || is_nan(b.cls)) return propagate_nan(f, a, b, env);
   const bool sign = a.sign != b.sign;
@@ -465,10 +594,23 @@ HALFWAY_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, 
     return pack_inf(f, sign, env);
   }
   if (a.cls == Class::zero || b.cls == Class::zero) return pack_zero(f, sign);
-  // Significands have at most 24 bits: the 64-bit product is exact.
-  const uint64_t prod = (a.sig >> 32) * (b.sig >> 32);
-  const int lz = clz64(prod);
-  return round_pack(f, env, sign, a.exp + b.exp + 1 - lz, prod << lz);
+  return mul_finite(f, a, b, env);
+}
+}  // namespace detail
+
+HALFWAY_HD inline uint32_t add(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  if (detail::normal_pair(f, a_enc, b_enc)) return detail::add_normal(f, a_enc, b_enc, false, env);
+  return detail::add_general(f, a_enc, b_enc, false, env);
+}
+
+HALFWAY_HD inline uint32_t sub(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  if (detail::normal_pair(f, a_enc, b_enc)) return detail::add_normal(f, a_enc, b_enc, true, env);
+  return detail::add_general(f, a_enc, b_enc, true, env);
+}
+
+HALFWAY_HD inline uint32_t mul(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
+  if (detail::normal_pair(f, a_enc, b_enc)) return detail::mul_normal(f, a_enc, b_enc, env);
+  return detail::mul_general(f, a_enc, b_enc, env);
 }
 
 HALFWAY_HD inline uint32_t div(const Format& f, uint32_t a_enc, uint32_t b_enc, Env& env) {
