@@ -1026,23 +1026,40 @@ HALFWAY_BLOCKS_CLONES void scale_row_bulk(const Job& j, size_t r, float* buf_, u
   const float lim = j.s.element_max, tiny = std::numeric_limits<float>::denorm_min();
   const bool nvfp4 = j.s.family == BlockFamily::nvfp4, mx = j.s.family == BlockFamily::mx;
   const bool divide = j.divide;
-  for (size_t c = 0; c < cols; ++c) {
-    const size_t b = tc == 1 ? c : c / tc;
-    float y = divide ? x[c] / mult[b] : x[c] * mult[b];
+  // Element c scaled by m into buf[c]; whether it lay beyond max.
+  const auto scale = [&](size_t c, float m) {
+    float y = divide ? x[c] / m : x[c] * m;
     if (mx && y == 0.0f && x[c] != 0.0f) y = std::copysign(tiny, x[c]);
-    sat[base + b] += uint32_t(std::fabs(y) > lim);
+    const uint32_t over = uint32_t(std::fabs(y) > lim);
     y = y > lim ? lim : (y < -lim ? -lim : y);
     buf[c] = nvfp4 ? y + 0.0f : y;
+    return over;
+  };
+  if (tc == 1) {  // blocks down the columns: element c is in block c
+    for (size_t c = 0; c < cols; ++c) sat[base + c] += scale(c, mult[c]);
+    return;
+  }
+  // Blocks along the row, one at a time (no division per element).
+  for (size_t b = 0, c0 = 0; c0 < cols; ++b, c0 += tc) {
+    const size_t c1 = std::min(cols, c0 + tc);
+    const float m = mult[b];
+    uint32_t over = 0;
+    for (size_t c = c0; c < c1; ++c) over += scale(c, m);
+    sat[base + b] += over;
   }
 }
 
 /// After the bulk rounding of row r: the non-zero inputs whose code is ±0, per block.
 void count_flushed_codes(const Job& j, size_t r, const uint8_t* codes, uint32_t* flushed) {
   const float* x = j.x + r * j.cols;
-  const size_t base = (r / j.tr) * j.sc;
+  const size_t base = (r / j.tr) * j.sc, cols = j.cols, tc = j.tc;
   const uint8_t mag = uint8_t(j.s.element.mag_mask());
-  for (size_t c = 0; c < j.cols; ++c)
-    flushed[base + c / j.tc] += x[c] != 0.0f && (codes[c] & mag) == 0;
+  for (size_t b = 0, c0 = 0; c0 < cols; ++b, c0 += tc) {
+    uint32_t n = 0;
+    for (size_t c = c0; c < std::min(cols, c0 + tc); ++c)
+      n += x[c] != 0.0f && (codes[c] & mag) == 0;
+    flushed[base + b] += n;
+  }
 }
 
 using EncodeRowFn = void (*)(const Job&, const ElementGrid&, size_t, uint8_t*, uint32_t*,
