@@ -194,13 +194,22 @@ TEST_CASE("outputs are byte-identical for the same seed, whatever the thread cou
   fs::remove_all(b);
 }
 
-TEST_CASE("stochastic rounding: byte-identical at any thread count, streams per step and tensor",
-          "[sim][train][stochastic]") {
+namespace {
+
+/// A wider MLP for 2 steps under torch-cuda-fp16 with stochastic rounding of 8 random bits.
+std::string stochastic_mlp() {
   std::string cfg = replace(kMlp, "layers = [10, 32, 1]", "layers = [64, 128, 128, 8]");
   cfg = replace(cfg, "batch_size = 64", "batch_size = 256");
   cfg = replace(cfg, "steps = 4", "steps = 2");
-  cfg = replace(cfg, "policy = \"torch-cuda-fp16\"",
-                "policy = \"torch-cuda-fp16\"\nrounding = \"stochastic\"\nsr_random_bits = 8");
+  return replace(cfg, "policy = \"torch-cuda-fp16\"",
+                 "policy = \"torch-cuda-fp16\"\nrounding = \"stochastic\"\nsr_random_bits = 8");
+}
+
+}  // namespace
+
+TEST_CASE("stochastic rounding: byte-identical at any thread count, streams per step and tensor",
+          "[sim][train][stochastic]") {
+  const std::string cfg = stochastic_mlp();
   const TrainConfig c = parse_config(cfg, ".");
   REQUIRE(c.precision.rounding == Rounding::stochastic);
   REQUIRE(c.precision.sr_random_bits == 8);
@@ -240,19 +249,15 @@ TEST_CASE("stochastic rounding: byte-identical at any thread count, streams per 
 
 TEST_CASE("precision.sr_pack_random_bits: packed draws in a run, at any thread count",
           "[sim][train][stochastic]") {
-  std::string cfg = replace(kMlp, "layers = [10, 32, 1]", "layers = [64, 128, 128, 8]");
-  cfg = replace(cfg, "batch_size = 64", "batch_size = 256");
-  cfg = replace(cfg, "steps = 4", "steps = 2");
-  cfg = replace(cfg, "policy = \"torch-cuda-fp16\"",
-                "policy = \"torch-cuda-fp16\"\nrounding = \"stochastic\"\nsr_random_bits = 8");
+  const std::string cfg = stochastic_mlp();
   const TrainConfig unpacked = parse_config(cfg, ".");
-  const TrainConfig packed =
-      parse_config(replace(cfg, "sr_random_bits = 8", "sr_random_bits = 8\nsr_pack_random_bits = true"),
-                   ".");
+  const TrainConfig packed = parse_config(
+      replace(cfg, "sr_random_bits = 8", "sr_random_bits = 8\nsr_pack_random_bits = true"), ".");
   REQUIRE(!unpacked.precision.sr_pack_random_bits);
   REQUIRE(packed.precision.sr_pack_random_bits);
-  CHECK_THROWS_WITH(parse_config(replace(cfg, "sr_random_bits = 8", "sr_pack_random_bits = 1"), "."),
-                    Catch::Contains("sr_pack_random_bits"));
+  CHECK_THROWS_WITH(
+      parse_config(replace(cfg, "sr_random_bits = 8", "sr_pack_random_bits = 1"), "."),
+      Catch::Contains("sr_pack_random_bits"));
   const fs::path a = scratch("pk1"), b = scratch("pk3"), u = scratch("pku");
   TrainOptions one, three;
   three.threads = 3;
