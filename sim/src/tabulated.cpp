@@ -23,8 +23,8 @@ const std::vector<uint32_t>& decoded_bits(const Format& fmt) {
   return *cache.back().second;
 }
 
-void encodings(const Format& fmt, const float* x, int32_t* key, size_t n) {
-  const std::vector<uint32_t>& dec = decoded_bits(fmt);
+void encodings(const Format& fmt, const std::vector<uint32_t>& dec, const float* x, int32_t* key,
+               size_t n) {
   uint16_t code[kLookupPass];
   for (size_t lo = 0; lo < n; lo += kLookupPass) {
     const size_t m = n - lo < kLookupPass ? n - lo : kLookupPass;

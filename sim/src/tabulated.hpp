@@ -27,9 +27,10 @@ inline bool tabulable(const DType& d) { return d.is_low() && d.fmt.nbits() <= 16
 /// The float bits of each of `fmt`'s 2^nbits encodings (decode_f32), computed once per format.
 const std::vector<uint32_t>& decoded_bits(const Format& fmt);
 
-/// key[i] = x[i]'s encoding in `fmt` where x[i]'s float bits are that encoding's decoded value,
-/// else -1 (the element is computed, not looked up).
-void encodings(const Format& fmt, const float* x, int32_t* key, size_t n);
+/// key[i] = x[i]'s encoding in `fmt` where x[i]'s float bits are that encoding's decoded value
+/// (`dec`, decoded_bits(fmt)), else -1 (the element is computed, not looked up).
+void encodings(const Format& fmt, const std::vector<uint32_t>& dec, const float* x, int32_t* key,
+               size_t n);
 
 /// table[k] = R(fn(decoded value of encoding k)), computed once per (function type, format).
 /// `Fn` is stateless, so its type names the function.
@@ -56,9 +57,10 @@ inline constexpr size_t kLookupPass = 1024;
 template <class Out>
 void for_each_encoding(const Format& fmt, const float* x, size_t n, Out out) {
   int32_t key[kLookupPass];
+  const std::vector<uint32_t>& dec = decoded_bits(fmt);  // once, not per pass
   for (size_t lo = 0; lo < n; lo += kLookupPass) {
     const size_t m = n - lo < kLookupPass ? n - lo : kLookupPass;
-    encodings(fmt, x + lo, key, m);
+    encodings(fmt, dec, x + lo, key, m);
     for (size_t i = 0; i < m; ++i) out(lo + i, key[i]);
   }
 }
