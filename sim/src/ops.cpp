@@ -19,6 +19,7 @@
 #include "halfway/sim/fp8.hpp"
 #include "halfway/thread_pool.hpp"
 
+#include "gelu_simd.hpp"
 #include "gemm_f32.hpp"
 #include "tabulated.hpp"
 
@@ -406,20 +407,24 @@ Values computed(int threads, bool wide, size_t n, F f) {
 
 /// A costly function of one value (a transcendental) that unary() looks up by encoding
 /// (tabulated.hpp) where the input's dtype has at most 16 bits. `F` is stateless.
+/// `rows`, where given, computes fl32(f(x)) for fp32 inputs bit for bit (gelu_simd.hpp).
 template <class F>
 struct Tabulated {
   F f;
+  size_t (*rows)(const float* x, size_t n, float* out) = nullptr;
   double operator()(double x) const { return f(x); }
 };
-/// A gradient g·d(x) through a costly derivative of the input alone, d looked up as Tabulated.
+/// A gradient g·d(x) through a costly derivative of the input alone, d looked up as Tabulated;
+/// `rows`, where given, computes fl32(g·d(x)) for fp32 inputs bit for bit.
 template <class D>
 struct TimesDerivative {
   D d;
+  size_t (*rows)(const float* g, const float* x, size_t n, float* out) = nullptr;
   double operator()(double g, double x, double) const { return g * d(x); }
 };
 template <class F>
-Tabulated<F> tabulated(F f) {
-  return {f};
+Tabulated<F> tabulated(F f, size_t (*rows)(const float*, size_t, float*) = nullptr) {
+  return {f, rows};
 }
 template <class T>
 inline constexpr bool kIsTabulated = false;
@@ -429,6 +434,15 @@ template <class T>
 inline constexpr bool kIsTimesDerivative = false;
 template <class D>
 inline constexpr bool kIsTimesDerivative<TimesDerivative<D>> = true;
+
+/// n fp32 values written by rows(lo, hi, out) for [lo, hi), in chunks over the threads.
+template <class Rows>
+Values by_rows(int threads, size_t n, Rows rows) {
+  Values v = Values::uninitialized(n, false);
+  float* out = v.f32();
+  parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) { rows(lo, hi, out); });
+  return v;
+}
 
 /// n values fl32(f(x[i])) as computed() gives them, looked up by x[i]'s encoding in `fmt`
 /// where x[i] is one of its values; f is stateless.
@@ -475,6 +489,10 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
     if constexpr (std::is_same_v<T, float> && kIsTabulated<F>) {
       if (!dt.is_f64() && detail::tabulable(x.dtype()))
         return looked_up(rt.threads, x.dtype().fmt, xv, x.data().size(), f.f);
+      if (!dt.is_f64() && f.rows)
+        return by_rows(rt.threads, x.data().size(), [&](size_t lo, size_t hi, float* out) {
+          f.rows(xv + lo, hi - lo, out + lo);
+        });
     }
     return computed(rt.threads, dt.is_f64(), x.data().size(),
                     [&](size_t i) { return f(double(xv[i])); });
@@ -496,6 +514,10 @@ Tensor unary(OpKind kind, const Tensor& x0, bool saves_out, F f, BW bw) {
         if constexpr (std::is_same_v<T, float> && kIsTimesDerivative<BW>) {
           if (!xp->dtype.is_f64() && detail::tabulable(xp->dtype))
             return looked_up_grad(r->threads, xp->dtype.fmt, gv, xv, o->grad.size(), bw.d);
+          if (!xp->dtype.is_f64() && bw.rows)
+            return by_rows(r->threads, o->grad.size(), [&](size_t lo, size_t hi, float* out) {
+              bw.rows(gv + lo, xv + lo, hi - lo, out + lo);
+            });
         }
         return computed(r->threads, xp->dtype.is_f64(), o->grad.size(), [&](size_t i) {
           return bw(double(gv[i]), double(xv[i]), double(yv[i]));
@@ -570,9 +592,7 @@ double neg_fill(const DType& dt) {
   return -to_f64(dt.fmt, dt.fmt.max_mag(), env);
 }
 
-constexpr double kSqrt2 = 1.41421356237309504880;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 /// A linear layer's output y (x's shape with the last dimension nout) rounded into dt, as the
 /// node whose parents are x, w and, when present, b.
@@ -1213,13 +1233,12 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
         }),
         TimesDerivative<decltype(d)>{d});
   }
-  const auto d = [](double v) {
-    return 0.5 * (1.0 + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
-  };
+  // fp32 inputs: the table kernels of gelu_simd.cpp, the same bits.
+  const auto d = [](double v) { return detail::gelu_erf_derivative(v); };
   return unary(
       OpKind::gelu, x, false,
-      tabulated([](double v) { return 0.5 * v * (1.0 + std::erf(v / kSqrt2)); }),
-      TimesDerivative<decltype(d)>{d});
+      tabulated([](double v) { return detail::gelu_erf(v); }, detail::gelu_erf_rows),
+      TimesDerivative<decltype(d)>{d, detail::gelu_erf_grad_rows});
 }
 
 Tensor tanh(const Tensor& x) {
