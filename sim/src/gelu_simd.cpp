@@ -4,7 +4,7 @@
 //
 // For |x| < 8, piecewise degree-12 polynomials (gelu_erf_table.hpp) give e ≈ E and d ≈ D.
 // The tests measure |e − E| and |d − D| on every fp32 input below 8 in magnitude, against
-// glibc's own values on the machine: at most 2^-50 (test_sim_gelu). Both chains above are
+// glibc's own values on the machine: at most 2^-50 (test_sim_vector). Both chains above are
 // monotone in E and in D (each step rounds a monotone function), so the kernel evaluates them
 // at e ± 2^-46 and d ± 2^-46: where the two ends round to the same fp32 value, that is the
 // value glibc's E or D gives, whatever its last bits. Elsewhere (|x| ≥ 8, NaN, and the rare

@@ -11,6 +11,8 @@
 #include "halfway/softfloat.hpp"
 #include "halfway/sim/tracer.hpp"
 
+#include "adam_rows.hpp"
+
 namespace halfway::sim {
 
 Optimizer::Optimizer(OptimizerConfig cfg, std::vector<Param>& params, WeightUpdate update)
@@ -265,18 +267,10 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
       const double bc2 = 1.0 - std::pow(cfg_.beta2, s.step);
       const float step_size_neg = static_cast<float>(-(cfg_.lr / bc1));
       const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-      for (size_t i = 0; i < n; ++i) {
-        if (adamw) p[i] = p[i] * decay;                  // param.mul_(1 - lr·wd)
-        float gi = g[i];
-        if (!adamw && wd != 0) gi = std::fmaf(p[i], wd, gi);  // grad.add(param, alpha=wd)
-        s.m[i] = std::fmaf(gi, c1, s.m[i] * b1);         // mul_(β1).add_(g, alpha=1-β1)
-        s.v[i] = s.v[i] * b2 + (c2 * gi) * gi;            // mul_(β2).addcmul_(g, g, 1-β2)
-        const float denom = std::sqrt(s.v[i]) / bc2_sqrt + eps;
-        const float term = (step_size_neg * s.m[i]) / denom;
-        if (kahan) du[i] = adamw ? (p[i] - old[i]) + term : term;
-        p[i] = p[i] + term;                               // addcdiv_(m, denom, -step_size)
-        nonzero[i] = (step_size_neg != 0 && s.m[i] != 0) || (decays && old[i] != 0);
-      }
+      detail::adam_rows({decay, wd, b1, c1, b2, c2, bc2_sqrt, eps, step_size_neg, adamw, kahan,
+                         decays},
+                        {n, g.data(), old.data(), p.data(), s.m.data(), s.v.data(),
+                         kahan ? du.data() : nullptr, nonzero.data()});
       store_state(rt, cfg_.exp_avg_dtype, s.m, P.name + ".exp_avg");
       store_state(rt, cfg_.exp_avg_sq_dtype, s.v, P.name + ".exp_avg_sq", false);
     } else {
