@@ -764,14 +764,12 @@ constexpr size_t kSrBlock = 2048;  // stochastic rounding: random bits drawn per
 void sr_fill(BulkPath path, const BulkOptions& o, uint32_t* out, size_t n);
 
 /// out[j·k + t] = field t of draws[j], moved to the top (sr_random), for nd whole draws.
-/// Four fields (7 or 8 random bits, the hardware's e2m1 case) in a loop that vectorises.
-void expand_fields(const uint32_t* __restrict draws, size_t nd, uint32_t k, uint32_t bits,
-                   uint32_t mask, uint32_t* __restrict out) {
-  if (k == 4) {
-    for (size_t j = 0; j < nd; ++j)
-      for (uint32_t t = 0; t < 4; ++t) out[4 * j + t] = (draws[j] << (bits * t)) & mask;
-    return;
-  }
+/// Four fields (7 or 8 random bits, the hardware's e2m1 case) in the vector kernels.
+void expand_fields(BulkPath path, const uint32_t* __restrict draws, size_t nd, uint32_t k,
+                   uint32_t bits, uint32_t mask, uint32_t* __restrict out) {
+  if (k == 4)
+    return path == BulkPath::avx512 ? isa_avx512::expand_fields4(draws, nd, bits, mask, out)
+                                    : isa_avx2::expand_fields4(draws, nd, bits, mask, out);
   for (size_t j = 0; j < nd; ++j)
     for (uint32_t t = 0; t < k; ++t) out[j * k + t] = (draws[j] << (bits * t)) & mask;
 }
@@ -799,7 +797,7 @@ void sr_fill_packed(BulkPath path, const BulkOptions& o, uint32_t k, uint32_t* o
       j = 1;
     }
     const size_t whole = std::min(m - j, (n - i) / k);
-    expand_fields(draws + j, whole, k, bits, mask, out + i);
+    expand_fields(path, draws + j, whole, k, bits, mask, out + i);
     i += whole * k;
     j += whole;
     for (; j < m && i < n; ++t) out[i++] = (draws[j] << (bits * t)) & mask;  // the last ends here
