@@ -313,6 +313,35 @@ TEST_CASE("bulk round_f32/quantize_f32 match the reference on every boundary cla
   }
 }
 
+// Data spread over every exponent leaves the ordinary range in most vectors, so round_f32
+// without counts takes the floating-point sequence (AVX-512: getexp, scalef, a truncation and
+// the carry of the remainder's 32-bit fraction with the random bits) rather than round_core's
+// integer one. Every preset the vector code serves, 32-bit, 1-bit and packed 8-bit draws.
+TEST_CASE("bulk stochastic rounding of wide-range data matches the reference", "[bulk][round]") {
+  std::mt19937 gen(17);
+  std::vector<float> x(1 << 14);
+  for (auto& v : x) v = bits_f32(gen());
+  for (const char* name : {"fp16", "bf16", "tf32", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e2m3",
+                           "e3m2", "e2m1"}) {
+    const Format f = parse_format(name);
+    for (int bits : {32, 1, 8}) {
+      BulkOptions o{Rounding::stochastic, Tininess::after_rounding, 0x5EED, 9};
+      o.offset = 3;
+      o.random_bits = bits;
+      o.pack_random_bits = bits == 8;
+      std::vector<uint32_t> want(x.size()), got(x.size());
+      detail::reference_round_f32(f, x.data(), want.data(), x.size(), o);
+      for (BulkPath p : fast_paths()) {
+        PathScope scope(p);
+        std::fill(got.begin(), got.end(), 0x5A5Au);
+        round_f32(f, x.data(), got.data(), x.size(), o);
+        INFO(name << " random_bits " << bits << " path " << detail::bulk_path_name(p));
+        CHECK(got == want);
+      }
+    }
+  }
+}
+
 TEST_CASE("bulk round_f32: small and odd lengths, counts accumulate", "[bulk][round]") {
   const Format f = formats::e4m3;
   std::mt19937 gen(7);
@@ -925,6 +954,41 @@ HALFWAY_EXHAUSTIVE_FORMAT("e2m3")
 HALFWAY_EXHAUSTIVE_FORMAT("e3m2")
 HALFWAY_EXHAUSTIVE_FORMAT("e2m1")
 #undef HALFWAY_EXHAUSTIVE_FORMAT
+
+// Stochastic rounding on all 2^32 inputs: round_f32 without counts (the floating-point
+// sequence on the chunks that mostly leave the ordinary range, AVX-512) against round_f32 with
+// counts (round_core's integer sequence, which the boundary-class tests hold to the reference),
+// with 32 random bits and with 1 (the remainder against exactly half the spacing).
+TEST_CASE("bulk exhaustive: stochastic rounding without counts equals it with counts",
+          "[.exhaustive][sr]") {
+  const std::vector<BulkPath> paths = fast_paths();
+  constexpr size_t kChunk = 1 << 16;
+  for (const char* name : {"fp16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2", "e2m1"}) {
+    const Format f = parse_format(name);
+    std::atomic<uint64_t> next{0}, bad{0};
+    ThreadPool::global().run(int(ThreadPool::hardware_threads()), [&](int) {
+      std::vector<float> x(kChunk);
+      std::vector<uint32_t> want(kChunk), got(kChunk);
+      for (uint64_t c; (c = next++) < (uint64_t(1) << 32) / kChunk;) {
+        for (size_t i = 0; i < kChunk; ++i) x[i] = bits_f32(uint32_t(c * kChunk + i));
+        for (int bits : {32, 1}) {
+          BulkOptions o{Rounding::stochastic, Tininess::after_rounding, 0xC0FFEE, 1};
+          o.offset = c * kChunk;
+          o.random_bits = bits;
+          for (BulkPath p : paths) {
+            PathScope scope(p);
+            EventCounts counts;
+            round_f32(f, x.data(), want.data(), kChunk, o, &counts);
+            round_f32(f, x.data(), got.data(), kChunk, o);
+            bad += got != want;
+          }
+        }
+      }
+    });
+    INFO(name);
+    CHECK(bad == 0);
+  }
+}
 
 TEST_CASE("bulk exhaustive: the list covers every preset the vector code serves", "[.exhaustive]") {
   // Guards the list above against a new preset.
