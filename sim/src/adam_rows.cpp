@@ -7,6 +7,7 @@
 #include "adam_rows.hpp"
 
 #include "halfway/cpu.hpp"
+#include "halfway/thread_pool.hpp"
 
 #include <cmath>
 
@@ -39,7 +40,7 @@ namespace {
 
 #ifdef HALFWAY_X86_KERNELS
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void adam_avx512(
-    const AdamScalars& s, const AdamArrays& a) {
+    const AdamScalars& s, const AdamArrays& a, size_t lo, size_t hi) {
   const bool grad_decay = !s.adamw && s.wd != 0;
   const __m512 decay = _mm512_set1_ps(s.decay), wd = _mm512_set1_ps(s.wd),
                b1 = _mm512_set1_ps(s.b1), c1 = _mm512_set1_ps(s.c1), b2 = _mm512_set1_ps(s.b2),
@@ -47,8 +48,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void adam_avx512(
                eps = _mm512_set1_ps(s.eps), step = _mm512_set1_ps(s.step_size_neg),
                zero = _mm512_setzero_ps();
   const __mmask16 step_nonzero = s.step_size_neg != 0 ? 0xffff : 0;
-  size_t i = 0;
-  for (; i + 16 <= a.n; i += 16) {
+  size_t i = lo;
+  for (; i + 16 <= hi; i += 16) {
     __m512 p = _mm512_loadu_ps(a.p + i), g = _mm512_loadu_ps(a.g + i);
     const __m512 old = _mm512_loadu_ps(a.old + i);
     if (s.adamw) p = _mm512_mul_ps(p, decay);
@@ -76,17 +77,23 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void adam_avx512(
     _mm_storeu_si128(reinterpret_cast<__m128i*>(a.nonzero + i),
                      _mm_maskz_set1_epi8(nz, 1));
   }
-  adam_rows_scalar(s, a, i, a.n);
+  adam_rows_scalar(s, a, i, hi);
 }
 #endif
 
 }  // namespace
 
-void adam_rows(const AdamScalars& s, const AdamArrays& a) {
+void adam_rows(const AdamScalars& s, const AdamArrays& a, int threads) {
 #ifdef HALFWAY_X86_KERNELS
-  if (cpu::target() == cpu::Target::avx512) return adam_avx512(s, a);
+  const bool avx512 = cpu::target() == cpu::Target::avx512;
 #endif
-  adam_rows_scalar(s, a, 0, a.n);
+  parallel_slices(even_parts(a.n, size_t(1) << 14, threads), a.n,
+                  [&](int, uint64_t lo, uint64_t hi) {
+#ifdef HALFWAY_X86_KERNELS
+                    if (avx512) return adam_avx512(s, a, size_t(lo), size_t(hi));
+#endif
+                    adam_rows_scalar(s, a, size_t(lo), size_t(hi));
+                  });
 }
 
 }  // namespace halfway::sim::detail

@@ -27,10 +27,11 @@ struct AdamArrays {
   uint8_t* nonzero;
 };
 
-/// Every element, in ATen's order of fp32 operations. With AVX-512, sixteen at a time with
-/// the same correctly rounded operations; a vector that meets a NaN is redone by the scalar
-/// loop, so NaN payloads are the scalar code's too. Same bits either way.
-void adam_rows(const AdamScalars& s, const AdamArrays& a);
+/// Every element, in ATen's order of fp32 operations, in parts on up to `threads` threads.
+/// With AVX-512, sixteen at a time with the same correctly rounded operations; a vector that
+/// meets a NaN is redone by the scalar loop, so NaN payloads are the scalar code's too. Same
+/// bits either way, and at any thread count (each element is computed on its own).
+void adam_rows(const AdamScalars& s, const AdamArrays& a, int threads = 1);
 /// The scalar loop alone (the tests' reference).
 void adam_rows_scalar(const AdamScalars& s, const AdamArrays& a, size_t lo, size_t hi);
 

@@ -1448,24 +1448,27 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
   const int64_t R = R0, D = D0;
   Vec y(x.data().size()), mean(static_cast<size_t>(R)), rstd(static_cast<size_t>(R));
   const Wide xv(x.data());
-  for (int64_t r = 0; r < R; ++r) {
-    const double* xr = xv.data() + r * D;
-    double s = 0;
-    for (int64_t j = 0; j < D; ++j) s += xr[j];
-    const double mu = s / double(D);
-    double v = 0;
-    for (int64_t j = 0; j < D; ++j) v += (xr[j] - mu) * (xr[j] - mu);
-    const double rs = 1.0 / std::sqrt(v / double(D) + eps);
-    mean[size_t(r)] = mu;
-    rstd[size_t(r)] = rs;
-    for (int64_t j = 0; j < D; ++j) {
-      double h = (xr[j] - mu) * rs;
-      if (w) h *= w.data()[size_t(j)];
-      if (b) h += b.data()[size_t(j)];
-      y[size_t(r * D + j)] = h;
-    }
-  }
   Runtime& rt = runtime();
+  // Rows in parts on the pool: each row's sums run in order, on one thread.
+  parallel_for(rt.threads, size_t(R), rows_per_part(D), [&](size_t r0, size_t r1) {
+    for (int64_t r = int64_t(r0); r < int64_t(r1); ++r) {
+      const double* xr = xv.data() + r * D;
+      double s = 0;
+      for (int64_t j = 0; j < D; ++j) s += xr[j];
+      const double mu = s / double(D);
+      double v = 0;
+      for (int64_t j = 0; j < D; ++j) v += (xr[j] - mu) * (xr[j] - mu);
+      const double rs = 1.0 / std::sqrt(v / double(D) + eps);
+      mean[size_t(r)] = mu;
+      rstd[size_t(r)] = rs;
+      for (int64_t j = 0; j < D; ++j) {
+        double h = (xr[j] - mu) * rs;
+        if (w) h *= w.data()[size_t(j)];
+        if (b) h += b.data()[size_t(j)];
+        y[size_t(r * D + j)] = h;
+      }
+    }
+  });
   std::vector<Ptr> parents{x.ptr()};
   if (w) parents.push_back(w.ptr());
   if (b) parents.push_back(b.ptr());
@@ -1482,28 +1485,40 @@ Tensor layer_norm(const Tensor& x0, const Tensor& w0, const Tensor& b0, double e
     out->backward_fn = [o, xp, wp, bp, r, tx, tw, tb, mean, rstd, R, D]() {
       const Wide gv(o->grad), xv(xp->data);
       const double* G = gv.data();
+      const auto x_hat = [&](int64_t i, int64_t j) {
+        return (xv.data()[i * D + j] - mean[size_t(i)]) * rstd[size_t(i)];
+      };
       Vec gx(size_t(R * D)), gw(size_t(D), 0.0), gb(size_t(D), 0.0);
-      for (int64_t i = 0; i < R; ++i) {
-        const double* xr = xv.data() + i * D;
-        const double mu = mean[size_t(i)], rs = rstd[size_t(i)];
-        double m1 = 0, m2 = 0;
-        for (int64_t j = 0; j < D; ++j) {
-          const double xh = (xr[j] - mu) * rs;
-          const double g = G[i * D + j];
-          gw[size_t(j)] += g * xh;
-          gb[size_t(j)] += g;
-          const double gh = wp ? g * wp->data[size_t(j)] : g;
-          m1 += gh;
-          m2 += gh * xh;
+      // The input gradient row by row (rows in parts on the pool)...
+      parallel_for(r->threads, size_t(R), rows_per_part(D), [&](size_t i0, size_t i1) {
+        for (int64_t i = int64_t(i0); i < int64_t(i1); ++i) {
+          const double rs = rstd[size_t(i)];
+          double m1 = 0, m2 = 0;
+          for (int64_t j = 0; j < D; ++j) {
+            const double g = G[i * D + j];
+            const double gh = wp ? g * wp->data[size_t(j)] : g;
+            m1 += gh;
+            m2 += gh * x_hat(i, j);
+          }
+          m1 /= double(D);
+          m2 /= double(D);
+          for (int64_t j = 0; j < D; ++j) {
+            const double gh = wp ? G[i * D + j] * wp->data[size_t(j)] : G[i * D + j];
+            gx[size_t(i * D + j)] = rs * (gh - m1 - x_hat(i, j) * m2);
+          }
         }
-        m1 /= double(D);
-        m2 /= double(D);
-        for (int64_t j = 0; j < D; ++j) {
-          const double xh = (xr[j] - mu) * rs;
-          const double gh = wp ? G[i * D + j] * wp->data[size_t(j)] : G[i * D + j];
-          gx[size_t(i * D + j)] = rs * (gh - m1 - xh * m2);
-        }
-      }
+      });
+      // ...and the weight and bias gradients column by column, each summed over the rows in
+      // order (columns in parts on the pool).
+      if ((wp && wp->requires_grad) || (bp && bp->requires_grad))
+        parallel_for(r->threads, size_t(D), rows_per_part(R), [&](size_t j0, size_t j1) {
+          for (int64_t i = 0; i < R; ++i)
+            for (int64_t j = int64_t(j0); j < int64_t(j1); ++j) {
+              const double g = G[i * D + j];
+              gw[size_t(j)] += g * x_hat(i, j);
+              gb[size_t(j)] += g;
+            }
+        });
       if (xp->requires_grad) {
         send_grad(*r, *xp, gx, &tx);
       }

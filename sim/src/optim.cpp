@@ -270,7 +270,8 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
       detail::adam_rows({decay, wd, b1, c1, b2, c2, bc2_sqrt, eps, step_size_neg, adamw, kahan,
                          decays},
                         {n, g.data(), old.data(), p.data(), s.m.data(), s.v.data(),
-                         kahan ? du.data() : nullptr, nonzero.data()});
+                         kahan ? du.data() : nullptr, nonzero.data()},
+                        rt.threads);
       store_state(rt, cfg_.exp_avg_dtype, s.m, P.name + ".exp_avg");
       store_state(rt, cfg_.exp_avg_sq_dtype, s.v, P.name + ".exp_avg_sq", false);
     } else {

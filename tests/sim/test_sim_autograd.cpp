@@ -9,6 +9,7 @@
 
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
+#include "halfway/sim/context.hpp"
 #include "halfway/sim/ops.hpp"
 #include "halfway/softfloat.hpp"
 
@@ -226,4 +227,35 @@ TEST_CASE("transcendentals of a dtype of at most 16 bits: looked up by encoding,
       if (op.grad_of_input) CHECK(stored_bits(g_low, fmt, false) == stored_bits(g_32, fmt, true));
     }
   }
+}
+
+TEST_CASE("row ops split over threads give the same bits at any thread count", "[sim][autograd]") {
+  // 1024 rows of 64: layer_norm's rows (forward, input gradient) and its weight and bias
+  // gradients' columns, softmax's rows and GELU's elements all run in several parts.
+  const int64_t R = 1024, D = 64;
+  std::mt19937 g(21);
+  std::normal_distribution<double> nd(0.0, 2.0);
+  std::vector<double> xs(static_cast<size_t>(R * D)), ws(static_cast<size_t>(D)),
+      bs(static_cast<size_t>(D)), gs(static_cast<size_t>(R * D));
+  for (auto* v : {&xs, &ws, &bs, &gs})
+    for (double& e : *v) e = double(float(nd(g)));
+  const auto run = [&](int threads) {
+    Runtime rt;
+    rt.threads = threads;
+    ContextGuard guard(nullptr, &rt);
+    const Tensor x = Tensor::from({R, D}, xs, DType::f32(), true);
+    const Tensor w = Tensor::from({D}, ws, DType::f32(), true);
+    const Tensor b = Tensor::from({D}, bs, DType::f32(), true);
+    const Tensor y = gelu(softmax(layer_norm(x, w, b)));
+    sum(mul(y, Tensor::from({R, D}, gs, DType::f32()))).backward();
+    std::vector<double> out = y.data().to_vector();
+    for (const Tensor* t : {&x, &w, &b}) {
+      const std::vector<double> gv = t->grad().to_vector();
+      out.insert(out.end(), gv.begin(), gv.end());
+    }
+    return out;
+  };
+  const std::vector<double> one = run(1);
+  CHECK(run(2) == one);
+  CHECK(run(3) == one);
 }

@@ -13,8 +13,8 @@
 //
 // Adam's element loop (sim/src/adam_rows.cpp) against its scalar loop, the code optim.cpp ran
 // before, on every option (Adam, AdamW, L2 weight decay, Kahan) and on special values (±0,
-// subnormals, ±inf, NaN in the gradient and the state), with tails: identical bits, NaNs
-// included.
+// subnormals, ±inf, NaN in the gradient and the state), with tails and in parts on two
+// threads: identical bits, NaNs included.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -210,7 +210,7 @@ TEST_CASE("Adam element loop: the vector path gives the scalar loop's bits", "[a
   };
   size_t cases = 0;
   for (int variant = 0; variant < 6; ++variant)
-    for (size_t n : {size_t(1), size_t(15), size_t(16), size_t(17), size_t(1000)})
+    for (size_t n : {size_t(1), size_t(15), size_t(16), size_t(17), size_t(1000), size_t(70001)})
       for (int rare : {0, 30}) {
         detail::AdamScalars s{};
         s.adamw = variant % 3 == 1;
@@ -229,7 +229,7 @@ TEST_CASE("Adam element loop: the vector path gives the scalar loop's bits", "[a
           std::vector<uint8_t> nz(n, 2);
           const detail::AdamArrays a{n, g.data(), old.data(), p.data(), mm.data(), vv.data(),
                                      s.kahan ? du.data() : nullptr, nz.data()};
-          if (vector) detail::adam_rows(s, a);
+          if (vector) detail::adam_rows(s, a, n > 1000 ? 2 : 1);  // parts on the pool
           else detail::adam_rows_scalar(s, a, 0, n);
           std::vector<uint32_t> out;
           for (const auto* vec : {&p, &mm, &vv, &du})
@@ -240,5 +240,5 @@ TEST_CASE("Adam element loop: the vector path gives the scalar loop's bits", "[a
         CHECK(run(true) == run(false));
         ++cases;
       }
-  CHECK(cases == 60);
+  CHECK(cases == 72);
 }
