@@ -13,12 +13,16 @@
 #include "gemm_f32.hpp"
 
 #include "halfway/cpu.hpp"
+#include "halfway/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's headers initialise their "undefined" vectors from themselves (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define HALFWAY_X86_KERNELS 1
 #endif
@@ -188,14 +192,23 @@ __attribute__((target("avx512f"))) void transpose16(const float* src, int64_t ls
 
 }  // namespace
 
-void transpose_f32(const float* src, int64_t rows, int64_t cols, float* dst) {
+void transpose_f32(const float* src, int64_t rows, int64_t cols, float* dst, int threads) {
   int64_t r16 = 0, c16 = 0;
 #ifdef HALFWAY_X86_KERNELS
   if (cpu::target() == cpu::Target::avx512) {
     r16 = rows / 16 * 16, c16 = cols / 16 * 16;
-    for (int64_t j = 0; j < c16; j += 16)
-      for (int64_t i = 0; i < r16; i += 16) transpose16(src + j * rows + i, rows, dst + i * cols + j, cols);
+    // Strips of 16 columns of dst in parts on the pool (each writes its own strip); a part
+    // moves at least 16 Ki values.
+    const uint64_t strips = uint64_t(c16 / 16);
+    const uint64_t least = uint64_t(std::max<int64_t>(1, 1024 / std::max<int64_t>(r16, 1)));
+    parallel_slices(even_parts(strips, least, threads), strips, [&](int, uint64_t s0, uint64_t s1) {
+      for (int64_t j = int64_t(s0) * 16; j < int64_t(s1) * 16; j += 16)
+        for (int64_t i = 0; i < r16; i += 16)
+          transpose16(src + j * rows + i, rows, dst + i * cols + j, cols);
+    });
   }
+#else
+  (void)threads;
 #endif
   // What the blocks leave (all of it without AVX-512): 32 × 32 tiles keep both sides' cache
   // lines in use.

@@ -19,7 +19,8 @@ const char* gemm_f32_path_name(GemmF32Path p);
 /// Rows [i0, i1) of C by `path`; every path gives the same bits.
 void gemm_f32_rows(const GemmF32& g, int64_t i0, int64_t i1, GemmF32Path path);
 /// dst (rows × cols, row-major) = the transpose of src (cols × rows): a GEMM operand stored
-/// transposed, in the GEMM's layout (16 × 16 blocks in AVX-512 registers where the CPU has it).
-void transpose_f32(const float* src, int64_t rows, int64_t cols, float* dst);
+/// transposed, in the GEMM's layout (16 × 16 blocks in AVX-512 registers where the CPU has it,
+/// in parts on up to `threads` threads).
+void transpose_f32(const float* src, int64_t rows, int64_t cols, float* dst, int threads = 1);
 
 }  // namespace halfway::sim::detail

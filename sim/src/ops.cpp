@@ -37,10 +37,17 @@ class Wide {
   explicit Wide(const Values& v) {
     if (v.wide()) {
       p_ = v.f64();
-    } else {
-      own_ = v.to_vector();
-      p_ = own_.data();
+      return;
     }
+    // Widened in parts on the current runtime's threads (each value on its own).
+    own_.resize(v.size());
+    const float* f = v.f32();
+    double* d = own_.data();
+    parallel_slices(even_parts(v.size(), uint64_t(1) << 15, runtime().threads), v.size(),
+                    [&](int, uint64_t lo, uint64_t hi) {
+                      for (uint64_t i = lo; i < hi; ++i) d[i] = double(f[i]);
+                    });
+    p_ = own_.data();
   }
   Wide(const Wide&) = delete;
   Wide& operator=(const Wide&) = delete;
@@ -240,13 +247,14 @@ Vec transpose2d(const double* x, int64_t rows, int64_t cols) {
 /// Rows × cols of row-major binary32 from `src` into dst: the same layout, or (`transposed`)
 /// src holding the cols × rows transpose. Values of fp32 or narrower dtypes convert exactly.
 template <class T>
-void load_f32(const T* src, int64_t rows, int64_t cols, bool transposed, float* dst) {
+void load_f32(const T* src, int64_t rows, int64_t cols, bool transposed, float* dst,
+              int threads) {
   if (!transposed) {
     std::copy(src, src + rows * cols, dst);
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    detail::transpose_f32(src, rows, cols, dst);
+    detail::transpose_f32(src, rows, cols, dst, threads);
     return;
   }
   constexpr int64_t kTile = 32;
@@ -267,13 +275,13 @@ float* scratch(std::vector<float>& v, size_t n) {
 /// Rows × cols of row-major binary32 from `src` (see load_f32): binary32 storage in its own
 /// layout as it is, anything else converted into `buf`.
 const float* as_f32(Src src, int64_t rows, int64_t cols, bool transposed,
-                    std::vector<float>& buf) {
+                    std::vector<float>& buf, int threads = 1) {
   if (src.f && !transposed) return src.f;
   float* dst = scratch(buf, size_t(rows * cols));
   if (src.f)
-    load_f32(src.f, rows, cols, transposed, dst);
+    load_f32(src.f, rows, cols, transposed, dst, threads);
   else
-    load_f32(src.d, rows, cols, transposed, dst);
+    load_f32(src.d, rows, cols, transposed, dst, threads);
   return dst;
 }
 
@@ -291,8 +299,8 @@ void gemm_model_f32(Runtime& rt, const AccumulationModel& model, const Format& i
                     const BulkOptions& o) {
   const bool at = layout == Layout::tn, bt = layout == Layout::nt;
   thread_local std::vector<float> fa, fb, fc, fbias;
-  const float* a = as_f32(A, m, k, at, fa);
-  const float* b = as_f32(B, k, n, bt, fb);
+  const float* a = as_f32(A, m, k, at, fa, rt.threads);
+  const float* b = as_f32(B, k, n, bt, fb, rt.threads);
   float* c = C.f ? C.f : scratch(fc, size_t(m * n));
   const float* pbias = bias ? as_f32(bias, 1, n, false, fbias) : nullptr;
   gemm(model, in, m, n, k, a, b, pbias, c, o, rt.threads);

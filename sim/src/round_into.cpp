@@ -57,8 +57,12 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
     // fp32: binary32 values in place are already rounded.
     const bool same = std::is_same_v<S, float> && std::is_same_v<D, float> &&
                       static_cast<const void*>(src) == static_cast<const void*>(dst);
-    if (!same)
-      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<D>(static_cast<float>(src[i]));
+    if (!same)  // narrowed in parts on the pool, each value on its own
+      parallel_slices(even_parts(n, uint64_t(1) << 15, rt.threads), n,
+                      [&](int, uint64_t lo, uint64_t hi) {
+                        for (uint64_t i = lo; i < hi; ++i)
+                          dst[i] = static_cast<D>(static_cast<float>(src[i]));
+                      });
     observe(rt, tag, dt, dst, n);
     return;
   }

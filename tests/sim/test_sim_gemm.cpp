@@ -139,18 +139,20 @@ TEST_CASE("transposing a GEMM operand moves every value, in 16 x 16 blocks and w
   const bool avx512 = halfway::cpu::target() == halfway::cpu::Target::avx512;
   for (bool vector : {true, false}) {
     const uint32_t before = halfway::cpu::set_disabled_for_test(vector ? 0u : halfway::cpu::avx512f);
-    for (int64_t rows : {1, 15, 16, 17, 33, 100})
-      for (int64_t cols : {1, 7, 16, 31, 48, 70}) {
-        std::vector<float> src(size_t(rows * cols)), dst(size_t(rows * cols), -1.0f);
-        for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
-        transpose_f32(src.data(), rows, cols, dst.data());  // src is cols × rows
-        int64_t bad = 0;
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < cols; ++j)
-            bad += dst[size_t(i * cols + j)] != src[size_t(j * rows + i)];
-        INFO((vector ? "vector" : "portable") << " rows=" << rows << " cols=" << cols);
-        CHECK(bad == 0);
-      }
+    for (int64_t rows : {1, 15, 16, 17, 33, 100, 300})
+      for (int64_t cols : {1, 7, 16, 31, 48, 70, 230})
+        for (int threads : {1, 3}) {  // 300 × 230: strips of columns in parts on the pool
+          std::vector<float> src(size_t(rows * cols)), dst(size_t(rows * cols), -1.0f);
+          for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
+          transpose_f32(src.data(), rows, cols, dst.data(), threads);  // src is cols × rows
+          int64_t bad = 0;
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j)
+              bad += dst[size_t(i * cols + j)] != src[size_t(j * rows + i)];
+          INFO((vector ? "vector" : "portable") << " rows=" << rows << " cols=" << cols
+                                                << " threads=" << threads);
+          CHECK(bad == 0);
+        }
     halfway::cpu::set_disabled_for_test(before);
   }
   if (!avx512) halfway_test::skip("this CPU has no AVX-512: the 16 x 16 blocks did not run");
