@@ -107,7 +107,10 @@ void add_grad(Runtime& rt, TensorImpl& t, Values&& g) {
     return;
   }
   Vec sum(g.size());
-  for (size_t i = 0; i < g.size(); ++i) sum[i] = t.grad[i] + g[i];
+  parallel_slices(even_parts(g.size(), uint64_t(1) << 15, rt.threads), g.size(),
+                  [&](int, uint64_t lo, uint64_t hi) {
+                    for (uint64_t i = lo; i < hi; ++i) sum[i] = t.grad[i] + g[i];
+                  });
   const TraceTag tag{t.name + ".grad_accum", "accumulate", grad_kind(t)};
   t.grad = rounded(rt, t.dtype, sum, &tag);
 }
@@ -393,6 +396,17 @@ void parallel_for(int threads, size_t n, size_t min_part, F body) {
                   [&](int, uint64_t lo, uint64_t hi) { body(size_t(lo), size_t(hi)); });
 }
 
+/// f(o, ia, ib) over every output element of a broadcast: where neither operand is broadcast
+/// (`elementwise`: ia = ib = o) in parts on the pool, each element on its own; otherwise in
+/// order, as a reduction into a broadcast operand needs.
+template <class F>
+void bcast_each(int threads, const Bcast& bc, bool elementwise, F f) {
+  if (!elementwise) return bcast_loop(bc, f);
+  parallel_for(threads, size_t(numel(bc.out)), size_t(1) << 14, [&](size_t lo, size_t hi) {
+    for (size_t o = lo; o < hi; ++o) f(int64_t(o), int64_t(o), int64_t(o));
+  });
+}
+
 /// The fewest rows of length D worth a part of their own (about 16 Ki values).
 size_t rows_per_part(int64_t D) {
   return std::max<size_t>(1, (size_t(1) << 14) / size_t(std::max<int64_t>(D, 1)));
@@ -547,11 +561,12 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
   Runtime& rt = runtime();
   const char* op = op_name(kind);
   const Bcast bc = broadcast(a.shape(), b.shape());
+  const bool elementwise = a.shape() == bc.out && b.shape() == bc.out;
   Values y = Values::uninitialized(size_t(numel(bc.out)), dt.is_f64());
   y.visit([&](auto* py) {
     using T = std::remove_pointer_t<decltype(py)>;
     const T *pa = a.data().as<T>(), *pb = b.data().as<T>();
-    bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) {
+    bcast_each(rt.threads, bc, elementwise, [&](int64_t o, int64_t ia, int64_t ib) {
       py[o] = static_cast<T>(f(double(pa[ia]), double(pb[ib])));
     });
   });
@@ -563,20 +578,20 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
     const TraceTag ta{scoped("grad_input"), op, grad_kind(*ap)};
     const TraceTag tb{scoped("grad_other"), op, grad_kind(*bp)};
     if (save_inputs) out->saved = {ap, bp};
-    out->backward_fn = [o, ap, bp, r, ta, tb, bc, ga, gb]() {
+    out->backward_fn = [o, ap, bp, r, ta, tb, bc, elementwise, ga, gb]() {
       o->grad.visit([&](const auto* gv) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(gv)>>;
         const T *xa = ap->data.as<T>(), *xb = bp->data.as<T>(), *yv = o->data.as<T>();
         if (ap->requires_grad) {
           Vec g(ap->data.size(), 0.0);
-          bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
+          bcast_each(r->threads, bc, elementwise, [&](int64_t i, int64_t ia, int64_t ib) {
             g[size_t(ia)] += ga(double(gv[i]), double(xa[ia]), double(xb[ib]), double(yv[i]));
           });
           send_grad(*r, *ap, g, &ta);
         }
         if (bp->requires_grad) {
           Vec g(bp->data.size(), 0.0);
-          bcast_loop(bc, [&](int64_t i, int64_t ia, int64_t ib) {
+          bcast_each(r->threads, bc, elementwise, [&](int64_t i, int64_t ia, int64_t ib) {
             g[size_t(ib)] += gb(double(gv[i]), double(xa[ia]), double(xb[ib]), double(yv[i]));
           });
           send_grad(*r, *bp, g, &tb);

@@ -231,7 +231,8 @@ TEST_CASE("transcendentals of a dtype of at most 16 bits: looked up by encoding,
 
 TEST_CASE("row ops split over threads give the same bits at any thread count", "[sim][autograd]") {
   // 1024 rows of 64: layer_norm's rows (forward, input gradient) and its weight and bias
-  // gradients' columns, softmax's rows and GELU's elements all run in several parts.
+  // gradients' columns, softmax's rows, GELU's elements, elementwise mul and add (x used three
+  // times: its gradients accumulate) all run in several parts.
   const int64_t R = 1024, D = 64;
   std::mt19937 g(21);
   std::normal_distribution<double> nd(0.0, 2.0);
@@ -246,7 +247,7 @@ TEST_CASE("row ops split over threads give the same bits at any thread count", "
     const Tensor x = Tensor::from({R, D}, xs, DType::f32(), true);
     const Tensor w = Tensor::from({D}, ws, DType::f32(), true);
     const Tensor b = Tensor::from({D}, bs, DType::f32(), true);
-    const Tensor y = gelu(softmax(layer_norm(x, w, b)));
+    const Tensor y = add(mul(gelu(softmax(layer_norm(x, w, b))), x), x);
     sum(mul(y, Tensor::from({R, D}, gs, DType::f32()))).backward();
     std::vector<double> out = y.data().to_vector();
     for (const Tensor* t : {&x, &w, &b}) {
