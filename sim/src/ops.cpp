@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 
@@ -39,15 +40,16 @@ class Wide {
       p_ = v.f64();
       return;
     }
-    // Widened in parts on the current runtime's threads (each value on its own).
-    own_.resize(v.size());
+    // Widened in parts on the current runtime's threads (each value on its own), into
+    // storage that nobody zeroes first.
+    own_.reset(new double[v.size()]);
     const float* f = v.f32();
-    double* d = own_.data();
+    double* d = own_.get();
     parallel_slices(even_parts(v.size(), uint64_t(1) << 15, runtime().threads), v.size(),
                     [&](int, uint64_t lo, uint64_t hi) {
                       for (uint64_t i = lo; i < hi; ++i) d[i] = double(f[i]);
                     });
-    p_ = own_.data();
+    p_ = d;
   }
   Wide(const Wide&) = delete;
   Wide& operator=(const Wide&) = delete;
@@ -55,7 +57,7 @@ class Wide {
   double operator[](size_t i) const { return p_[i]; }
 
  private:
-  Vec own_;
+  std::unique_ptr<double[]> own_;
   const double* p_ = nullptr;
 };
 
@@ -106,18 +108,21 @@ void add_grad(Runtime& rt, TensorImpl& t, Values&& g) {
     t.grad = std::move(g);
     return;
   }
-  Vec sum(g.size());
+  const std::unique_ptr<double[]> sum(new double[g.size()]);
   parallel_slices(even_parts(g.size(), uint64_t(1) << 15, rt.threads), g.size(),
                   [&](int, uint64_t lo, uint64_t hi) {
                     for (uint64_t i = lo; i < hi; ++i) sum[i] = t.grad[i] + g[i];
                   });
   const TraceTag tag{t.name + ".grad_accum", "accumulate", grad_kind(t)};
-  t.grad = rounded(rt, t.dtype, sum, &tag);
+  t.grad = rounded(rt, t.dtype, sum.get(), g.size(), &tag);
 }
 
 /// Send an input gradient g to t: round it into t's dtype (traced under `tag`), then add it.
+void send_grad(Runtime& rt, TensorImpl& t, const double* g, size_t n, const TraceTag* tag) {
+  add_grad(rt, t, rounded(rt, t.dtype, g, n, tag));
+}
 void send_grad(Runtime& rt, TensorImpl& t, const Vec& g, const TraceTag* tag) {
-  add_grad(rt, t, rounded(rt, t.dtype, g, tag));
+  send_grad(rt, t, g.data(), g.size(), tag);
 }
 void send_grad(Runtime& rt, TensorImpl& t, Values&& g, const TraceTag* tag) {
   add_grad(rt, t, rounded(rt, t.dtype, std::move(g), tag));
@@ -407,6 +412,25 @@ void bcast_each(int threads, const Bcast& bc, bool elementwise, F f) {
   });
 }
 
+/// The gradient (n values) of a binary op's input a (of_b: b) from d(o, ia, ib), the part of
+/// output element o. Elementwise, each element is 0 + d(o, o, o), what adding into a zeroed
+/// buffer gives (−0 becomes +0), in parts on the pool and into storage nobody zeroes; with
+/// broadcasting, a broadcast input's elements are sums in output order.
+template <class D>
+std::unique_ptr<double[]> input_grad(int threads, const Bcast& bc, bool elementwise, size_t n,
+                                     bool of_b, D d) {
+  if (!elementwise) {
+    std::unique_ptr<double[]> g(new double[n]());
+    bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) { g[size_t(of_b ? ib : ia)] += d(o, ia, ib); });
+    return g;
+  }
+  std::unique_ptr<double[]> g(new double[n]);
+  parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) {
+    for (size_t o = lo; o < hi; ++o) g[o] = 0.0 + d(int64_t(o), int64_t(o), int64_t(o));
+  });
+  return g;
+}
+
 /// The fewest rows of length D worth a part of their own (about 16 Ki values).
 size_t rows_per_part(int64_t D) {
   return std::max<size_t>(1, (size_t(1) << 14) / size_t(std::max<int64_t>(D, 1)));
@@ -582,20 +606,17 @@ Tensor binary(OpKind kind, const Tensor& a0, const Tensor& b0, bool save_inputs,
       o->grad.visit([&](const auto* gv) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(gv)>>;
         const T *xa = ap->data.as<T>(), *xb = bp->data.as<T>(), *yv = o->data.as<T>();
-        if (ap->requires_grad) {
-          Vec g(ap->data.size(), 0.0);
-          bcast_each(r->threads, bc, elementwise, [&](int64_t i, int64_t ia, int64_t ib) {
-            g[size_t(ia)] += ga(double(gv[i]), double(xa[ia]), double(xb[ib]), double(yv[i]));
-          });
-          send_grad(*r, *ap, g, &ta);
-        }
-        if (bp->requires_grad) {
-          Vec g(bp->data.size(), 0.0);
-          bcast_each(r->threads, bc, elementwise, [&](int64_t i, int64_t ia, int64_t ib) {
-            g[size_t(ib)] += gb(double(gv[i]), double(xa[ia]), double(xb[ib]), double(yv[i]));
-          });
-          send_grad(*r, *bp, g, &tb);
-        }
+        const auto grad_of = [&](TensorImpl& t, bool of_b, auto d, const TraceTag* tag) {
+          const size_t n = t.data.size();
+          const auto g = input_grad(r->threads, bc, elementwise, n, of_b,
+                                    [&](int64_t i, int64_t ia, int64_t ib) {
+                                      return d(double(gv[i]), double(xa[ia]), double(xb[ib]),
+                                               double(yv[i]));
+                                    });
+          send_grad(*r, t, g.get(), n, tag);
+        };
+        if (ap->requires_grad) grad_of(*ap, false, ga, &ta);
+        if (bp->requires_grad) grad_of(*bp, true, gb, &tb);
       });
     };
   }
