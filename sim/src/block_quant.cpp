@@ -1,12 +1,14 @@
 #include "halfway/sim/block_quant.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 
 #include "halfway/sim/tracer.hpp"
+#include "halfway/thread_pool.hpp"
 
 namespace halfway::sim {
 
@@ -52,16 +54,37 @@ BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEnco
   return r;
 }
 
+/// Parts of at least this many values run on the pool (the copy's padding and its check).
+constexpr uint64_t kPart = uint64_t(1) << 15;
+
 /// No NaN or infinity in v: one branch-free pass over the exponent fields, which the compiler
-/// vectorises (a copy is nearly always finite, so stopping early saves nothing).
-bool all_finite(const std::vector<float>& v) {
-  uint32_t special = 0;
-  for (float f : v) {
-    uint32_t b;
-    std::memcpy(&b, &f, sizeof b);
-    special |= uint32_t((b & 0x7F800000u) == 0x7F800000u);
-  }
+/// vectorises (a copy is nearly always finite, so stopping early saves nothing), in parts.
+bool all_finite(int threads, const std::vector<float>& v) {
+  std::atomic<uint32_t> special{0};
+  parallel_slices(even_parts(v.size(), kPart, threads), v.size(),
+                  [&](int, uint64_t lo, uint64_t hi) {
+                    uint32_t part = 0;
+                    for (uint64_t i = lo; i < hi; ++i) {
+                      uint32_t b;
+                      std::memcpy(&b, &v[i], sizeof b);
+                      part |= uint32_t((b & 0x7F800000u) == 0x7F800000u);
+                    }
+                    special |= part;
+                  });
   return special == 0;
+}
+
+/// pad_blocks in row bands on the pool (each row is its own copy).
+template <class T>
+void pad_rows(int threads, const T* x, size_t rows, size_t cols, float* out, size_t prows,
+              size_t pcols) {
+  parallel_slices(even_parts(prows, std::max<uint64_t>(1, kPart / std::max<size_t>(pcols, 1)),
+                             threads),
+                  prows, [&](int, uint64_t r0, uint64_t r1) {
+                    const size_t lo = std::min<size_t>(r0, rows), hi = std::min<size_t>(r1, rows);
+                    pad_blocks(x + lo * cols, hi - lo, cols, out + r0 * pcols, size_t(r1 - r0),
+                               pcols);
+                  });
 }
 
 /// The record of a copy that could not be quantized: every block counted as a NaN scale.
@@ -142,8 +165,8 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
   BlockOptions o = block_options(rt, c);
   thread_local std::vector<float> xf;
   xf.resize(prows * pcols);
-  pad_blocks(x, rows, cols, xf.data(), prows, pcols);
-  if (s.family != BlockFamily::mx && !all_finite(xf)) {
+  pad_rows(rt.threads, x, rows, cols, xf.data(), prows, pcols);
+  if (s.family != BlockFamily::mx && !all_finite(rt.threads, xf)) {
     // lib refuses NaN and infinity for NVFP4 and fp8_block (TE's kernels define no result):
     // the copy becomes NaN, so the step's gradients are non-finite and a scaler skips it.
     if (rt.tracer && rt.tracer->active())
