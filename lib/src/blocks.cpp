@@ -26,6 +26,7 @@
 #include "halfway/bulk.hpp"
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/thread_pool.hpp"
 
 namespace halfway {
 
@@ -1781,7 +1782,7 @@ DecodeRowFn decode_row_for(const BlockScheme& s, const DecodeTables& t, size_t t
 }
 
 /// decode_blocks without its checks, for encodings known to be well formed.
-void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out) {
+void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out, int threads = 1) {
   thread_local DecodeTables t;
   decode_tables(s, e, t);
   const size_t tr = e.tile_rows, tc = e.tile_cols, sc = e.scale_cols();
@@ -1794,14 +1795,19 @@ void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out) {
     return;
   }
   const DecodeRowFn row = decode_row_for(s, t, tc);
-  for (size_t r = 0; r < e.rows; ++r)
-    row(t.value, e.codes.data() + r * e.cols, t.scale.data() + (r / tr) * sc, e.cols, tc,
-        out + r * e.cols);
+  // Rows in bands on the pool (each row decodes on its own), at least 32 Ki values a band.
+  // The pool's threads read this thread's tables: a lambda does not capture a thread_local.
+  const float *value = t.value, *scale = t.scale.data();
+  const uint64_t least = std::max<uint64_t>(1, (uint64_t(1) << 15) / std::max<size_t>(e.cols, 1));
+  parallel_slices(even_parts(e.rows, least, threads), e.rows, [&](int, uint64_t r0, uint64_t r1) {
+    for (size_t r = r0; r < r1; ++r)
+      row(value, e.codes.data() + r * e.cols, scale + (r / tr) * sc, e.cols, tc, out + r * e.cols);
+  });
 }
 
 }  // namespace
 
-void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out) {
+void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out, int threads) {
   const auto [tr, tc] = block_tile(s, e.axis, e.rows, e.cols);
   if (e.tile_rows != tr || e.tile_cols != tc || e.rows % tr || e.cols % tc)
     throw InputError(s.name + ": the encoding's block shape does not match the scheme");
@@ -1836,7 +1842,7 @@ void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out) {
   if (!s.has_global_scale() && e.global_scale)
     throw InputError(s.name + ": has no global scale");
   if (n && max_code(e.codes.data(), n) > s.element.enc_mask()) bad_code(s, e);
-  decode_trusted(s, e, out);
+  decode_trusted(s, e, out, threads);
 }
 
 BlockEvents quantize_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,

@@ -180,7 +180,7 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
     o.rht = false;
   }
   const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
-  decode_blocks(s, e, out);
+  decode_blocks(s, e, out, rt.threads);
   if (rt.tracer && rt.tracer->active())
     rt.tracer->record_blocks(make_record(c, tag, e, xf.data(), out));
 }

@@ -1328,3 +1328,25 @@ TEST_CASE("bad shapes, names and options are one-line input errors") {
   std::vector<float> y(64 * 64);
   CHECK_THROWS_AS(decode_blocks(mx, e, y.data()), InputError);
 }
+
+TEST_CASE("decode_blocks in row bands on several threads gives the same values",
+          "[blocks][decode]") {
+  std::mt19937 g(31);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const size_t rows = 512, cols = 512;  // 2^18 values: eight bands of 2^15
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = nd(g);
+  size_t schemes = 0;
+  for (const std::string& name : block_scheme_names()) {
+    const BlockScheme s = parse_block_scheme(name);
+    INFO(name);
+    const BlockEncoding e = encode_blocks(s, x.data(), rows, cols);
+    std::vector<float> one(x.size()), many(x.size(), -1.0f);
+    decode_blocks(s, e, one.data());
+    decode_blocks(s, e, many.data(), 3);
+    CHECK(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+    ++schemes;
+  }
+  CHECK(schemes == block_scheme_names().size());
+  CHECK(schemes >= 6);
+}

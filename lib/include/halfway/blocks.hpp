@@ -235,8 +235,9 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
 /// The dequantized values of `e` (rows×cols fp32, row-major): element × scale in fp32, rounded
 /// once (NVFP4: element × fp32(e4m3 scale × fp32(1 / global scale)), row-scaled with the
 /// block's line's global scale). Reads scale_codes for MX
-/// and NVFP4, scales for fp8_block. Throws InputError for inconsistent sizes.
-void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out);
+/// and NVFP4, scales for fp8_block. Throws InputError for inconsistent sizes. With threads > 1,
+/// bands of rows decode on up to that many threads of the pool; the values are the same.
+void decode_blocks(const BlockScheme& s, const BlockEncoding& e, float* out, int threads = 1);
 
 /// encode_blocks then decode_blocks; returns the call's events.
 BlockEvents quantize_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
