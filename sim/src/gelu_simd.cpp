@@ -9,7 +9,7 @@
 // at e ± 2^-46 and d ± 2^-46: where the two ends round to the same fp32 value, that is the
 // value glibc's E or D gives, whatever its last bits. Elsewhere (|x| ≥ 8, NaN, and the rare
 // value whose result lies within the margin of a rounding boundary) the element calls the
-// scalar function. The margin is 16 times the measured distance, so the other libm variant
+// scalar function. The margin is 16 times the tested bound, so the other libm variant
 // glibc may pick on another CPU (an FMA or a non-FMA exp, each within an ulp) lies inside it.
 #include "gelu_simd.hpp"
 
