@@ -1798,8 +1798,8 @@ void decode_trusted(const BlockScheme& s, const BlockEncoding& e, float* out, in
   // Rows in bands on the pool (each row decodes on its own), at least 32 Ki values a band.
   // The pool's threads read this thread's tables: a lambda does not capture a thread_local.
   const float *value = t.value, *scale = t.scale.data();
-  const uint64_t least = std::max<uint64_t>(1, (uint64_t(1) << 15) / std::max<size_t>(e.cols, 1));
-  parallel_slices(even_parts(e.rows, least, threads), e.rows, [&](int, uint64_t r0, uint64_t r1) {
+  const size_t least = std::max<size_t>(1, (size_t(1) << 15) / std::max<size_t>(e.cols, 1));
+  parallel_for(threads, e.rows, least, [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r)
       row(value, e.codes.data() + r * e.cols, scale + (r / tr) * sc, e.cols, tc, out + r * e.cols);
   });

@@ -87,13 +87,12 @@ void adam_rows(const AdamScalars& s, const AdamArrays& a, int threads) {
 #ifdef HALFWAY_X86_KERNELS
   const bool avx512 = cpu::target() == cpu::Target::avx512;
 #endif
-  parallel_slices(even_parts(a.n, size_t(1) << 14, threads), a.n,
-                  [&](int, uint64_t lo, uint64_t hi) {
+  parallel_for(threads, a.n, size_t(1) << 14, [&](size_t lo, size_t hi) {
 #ifdef HALFWAY_X86_KERNELS
-                    if (avx512) return adam_avx512(s, a, size_t(lo), size_t(hi));
+    if (avx512) return adam_avx512(s, a, lo, hi);
 #endif
-                    adam_rows_scalar(s, a, size_t(lo), size_t(hi));
-                  });
+    adam_rows_scalar(s, a, lo, hi);
+  });
 }
 
 }  // namespace halfway::sim::detail

@@ -55,22 +55,21 @@ BlockRecord make_record(const BlockCopy& c, const TraceTag& tag, const BlockEnco
 }
 
 /// Parts of at least this many values run on the pool (the copy's padding and its check).
-constexpr uint64_t kPart = uint64_t(1) << 15;
+constexpr size_t kPart = size_t(1) << 15;
 
 /// No NaN or infinity in v: one branch-free pass over the exponent fields, which the compiler
 /// vectorises (a copy is nearly always finite, so stopping early saves nothing), in parts.
 bool all_finite(int threads, const std::vector<float>& v) {
   std::atomic<uint32_t> special{0};
-  parallel_slices(even_parts(v.size(), kPart, threads), v.size(),
-                  [&](int, uint64_t lo, uint64_t hi) {
-                    uint32_t part = 0;
-                    for (uint64_t i = lo; i < hi; ++i) {
-                      uint32_t b;
-                      std::memcpy(&b, &v[i], sizeof b);
-                      part |= uint32_t((b & 0x7F800000u) == 0x7F800000u);
-                    }
-                    special |= part;
-                  });
+  parallel_for(threads, v.size(), kPart, [&](size_t lo, size_t hi) {
+    uint32_t part = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      uint32_t b;
+      std::memcpy(&b, &v[i], sizeof b);
+      part |= uint32_t((b & 0x7F800000u) == 0x7F800000u);
+    }
+    special |= part;
+  });
   return special == 0;
 }
 
@@ -78,13 +77,11 @@ bool all_finite(int threads, const std::vector<float>& v) {
 template <class T>
 void pad_rows(int threads, const T* x, size_t rows, size_t cols, float* out, size_t prows,
               size_t pcols) {
-  parallel_slices(even_parts(prows, std::max<uint64_t>(1, kPart / std::max<size_t>(pcols, 1)),
-                             threads),
-                  prows, [&](int, uint64_t r0, uint64_t r1) {
-                    const size_t lo = std::min<size_t>(r0, rows), hi = std::min<size_t>(r1, rows);
-                    pad_blocks(x + lo * cols, hi - lo, cols, out + r0 * pcols, size_t(r1 - r0),
-                               pcols);
-                  });
+  const size_t least = std::max<size_t>(1, kPart / std::max<size_t>(pcols, 1));
+  parallel_for(threads, prows, least, [&](size_t r0, size_t r1) {
+    const size_t lo = std::min(r0, rows), hi = std::min(r1, rows);
+    pad_blocks(x + lo * cols, hi - lo, cols, out + r0 * pcols, r1 - r0, pcols);
+  });
 }
 
 /// The record of a copy that could not be quantized: every block counted as a NaN scale.

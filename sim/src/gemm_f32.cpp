@@ -199,9 +199,9 @@ void transpose_f32(const float* src, int64_t rows, int64_t cols, float* dst, int
     r16 = rows / 16 * 16, c16 = cols / 16 * 16;
     // Strips of 16 columns of dst in parts on the pool (each writes its own strip); a part
     // moves at least 16 Ki values.
-    const uint64_t strips = uint64_t(c16 / 16);
-    const uint64_t least = uint64_t(std::max<int64_t>(1, 1024 / std::max<int64_t>(r16, 1)));
-    parallel_slices(even_parts(strips, least, threads), strips, [&](int, uint64_t s0, uint64_t s1) {
+    const size_t strips = size_t(c16 / 16);
+    const size_t least = size_t(std::max<int64_t>(1, 1024 / std::max<int64_t>(r16, 1)));
+    parallel_for(threads, strips, least, [&](size_t s0, size_t s1) {
       for (int64_t j = int64_t(s0) * 16; j < int64_t(s1) * 16; j += 16)
         for (int64_t i = 0; i < r16; i += 16)
           transpose16(src + j * rows + i, rows, dst + i * cols + j, cols);

@@ -45,10 +45,9 @@ class Wide {
     own_.reset(new double[v.size()]);
     const float* f = v.f32();
     double* d = own_.get();
-    parallel_slices(even_parts(v.size(), uint64_t(1) << 15, runtime().threads), v.size(),
-                    [&](int, uint64_t lo, uint64_t hi) {
-                      for (uint64_t i = lo; i < hi; ++i) d[i] = double(f[i]);
-                    });
+    parallel_for(runtime().threads, v.size(), size_t(1) << 15, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) d[i] = double(f[i]);
+    });
     p_ = d;
   }
   Wide(const Wide&) = delete;
@@ -109,10 +108,9 @@ void add_grad(Runtime& rt, TensorImpl& t, Values&& g) {
     return;
   }
   const std::unique_ptr<double[]> sum(new double[g.size()]);
-  parallel_slices(even_parts(g.size(), uint64_t(1) << 15, rt.threads), g.size(),
-                  [&](int, uint64_t lo, uint64_t hi) {
-                    for (uint64_t i = lo; i < hi; ++i) sum[i] = t.grad[i] + g[i];
-                  });
+  parallel_for(rt.threads, g.size(), size_t(1) << 15, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) sum[i] = t.grad[i] + g[i];
+  });
   const TraceTag tag{t.name + ".grad_accum", "accumulate", grad_kind(t)};
   t.grad = rounded(rt, t.dtype, sum.get(), g.size(), &tag);
 }
@@ -391,15 +389,6 @@ void bcast_loop(const Bcast& bc, F f) {
 }
 
 // ---- generic elementwise ---------------------------------------------------------------------
-
-/// body(lo, hi) over [0, n) in parts on the thread pool (up to `threads`, none smaller than
-/// `min_part`). For loops whose elements are computed each on their own, so the results do not
-/// depend on the parts.
-template <class F>
-void parallel_for(int threads, size_t n, size_t min_part, F body) {
-  parallel_slices(even_parts(n, min_part, threads), n,
-                  [&](int, uint64_t lo, uint64_t hi) { body(size_t(lo), size_t(hi)); });
-}
 
 /// f(o, ia, ib) over every output element of a broadcast: where neither operand is broadcast
 /// (`elementwise`: ia = ib = o) in parts on the pool, each element on its own; otherwise in

@@ -58,11 +58,9 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
     const bool same = std::is_same_v<S, float> && std::is_same_v<D, float> &&
                       static_cast<const void*>(src) == static_cast<const void*>(dst);
     if (!same)  // narrowed in parts on the pool, each value on its own
-      parallel_slices(even_parts(n, uint64_t(1) << 15, rt.threads), n,
-                      [&](int, uint64_t lo, uint64_t hi) {
-                        for (uint64_t i = lo; i < hi; ++i)
-                          dst[i] = static_cast<D>(static_cast<float>(src[i]));
-                      });
+      parallel_for(rt.threads, n, size_t(1) << 15, [&](size_t lo, size_t hi) {
+        for (size_t i = lo; i < hi; ++i) dst[i] = static_cast<D>(static_cast<float>(src[i]));
+      });
     observe(rt, tag, dt, dst, n);
     return;
   }

@@ -18,7 +18,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <thread>
@@ -27,10 +26,13 @@
 #include "../../sim/src/adam_rows.hpp"
 #include "../../sim/src/gelu_simd.hpp"
 #include "halfway/cpu.hpp"
+#include "halfway/softfloat.hpp"
 #include "halfway/sim/ops.hpp"
 #include "test_support.hpp"
 
 using namespace halfway::sim;
+using halfway::bits_f32;
+using halfway::f32_bits;
 
 namespace {
 
@@ -44,18 +46,8 @@ double derivative(double v) {
 }
 float backward(float g, float x) { return static_cast<float>(double(g) * derivative(x)); }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 /// Identical bits; any NaN for a NaN (the payload is the hardware's, in both).
-bool same(float a, float b) { return std::isnan(a) ? std::isnan(b) : bits(a) == bits(b); }
+bool same(float a, float b) { return std::isnan(a) ? std::isnan(b) : f32_bits(a) == f32_bits(b); }
 
 bool need_avx512() {
   if (halfway::cpu::target() == halfway::cpu::Target::avx512) return true;
@@ -71,9 +63,9 @@ float gradient_for(uint32_t i) {
     case 1: return -0.0f;
     case 2: return std::numeric_limits<float>::infinity();
     case 3: return std::numeric_limits<float>::quiet_NaN();
-    case 4: return from_bits(h >> 9);                // a subnormal
-    case 5: return from_bits(0x7f000000u | (h >> 9));  // huge
-    default: return from_bits((h & 0x80000000u) | 0x3c000000u | (h >> 9 & 0x7fffffu)) * 64;
+    case 4: return bits_f32(h >> 9);                   // a subnormal
+    case 5: return bits_f32(0x7f000000u | (h >> 9));  // huge
+    default: return bits_f32((h & 0x80000000u) | 0x3c000000u | (h >> 9 & 0x7fffffu)) * 64;
   }
 }
 
@@ -92,7 +84,7 @@ Tally check(const std::vector<float>& x) {
   const size_t n = x.size();
   std::vector<double> e(n), d(n);
   std::vector<float> g(n), y(n), dx(n);
-  for (size_t i = 0; i < n; ++i) g[i] = gradient_for(bits(x[i]));
+  for (size_t i = 0; i < n; ++i) g[i] = gradient_for(f32_bits(x[i]));
   Tally t;
   t.n = n;
   detail::gelu_erf_table_values(x.data(), n, e.data(), d.data());
@@ -133,7 +125,7 @@ TEST_CASE("GELU table kernels: a spread of fp32 inputs, bit for bit", "[avx512]"
   if (!need_avx512()) return;
   std::vector<float> x;
   // Every 4099th encoding (all exponents, both signs), then the region activations live in.
-  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) x.push_back(from_bits(uint32_t(u)));
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) x.push_back(bits_f32(uint32_t(u)));
   std::mt19937 r(11);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (int i = 0; i < 1 << 20; ++i) x.push_back(normal(r));
@@ -143,7 +135,7 @@ TEST_CASE("GELU table kernels: a spread of fp32 inputs, bit for bit", "[avx512]"
     x.push_back(s);
   // Interval edges: every multiple of 1/2 and its neighbours.
   for (int k = -16; k <= 16; ++k)
-    for (int dlt = -3; dlt <= 3; ++dlt) x.push_back(from_bits(uint32_t(int64_t(bits(0.5f * float(k))) + dlt)));
+    for (int dlt = -3; dlt <= 3; ++dlt) x.push_back(bits_f32(uint32_t(int64_t(f32_bits(0.5f * float(k))) + dlt)));
   require_tally(check(x));
 }
 
@@ -157,7 +149,7 @@ TEST_CASE("GELU table kernels: every fp32 input", "[.][exhaustive][avx512]") {
     pool.emplace_back([&, w] {
       std::vector<float> x(kPart);
       for (uint64_t p = w; p < kParts; p += threads) {
-        for (uint64_t i = 0; i < kPart; ++i) x[i] = from_bits(uint32_t(p * kPart + i));
+        for (uint64_t i = 0; i < kPart; ++i) x[i] = bits_f32(uint32_t(p * kPart + i));
         part[w].add(check(x));
       }
     });
@@ -201,7 +193,7 @@ TEST_CASE("Adam element loop: the vector path gives the scalar loop's bits", "[a
   const float specials[] = {0.0f, -0.0f, 1e-41f, -1e-44f, 3e38f,
                             std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), from_bits(0x7fc12345u)};
+                            std::numeric_limits<float>::quiet_NaN(), bits_f32(0x7fc12345u)};
   const auto fill = [&](std::vector<float>& v, float scale, bool nonnegative, int rare) {
     for (auto& x : v) {
       x = r() % 997 < unsigned(rare) ? specials[r() % 9] : normal(r) * scale;
@@ -233,7 +225,7 @@ TEST_CASE("Adam element loop: the vector path gives the scalar loop's bits", "[a
           else detail::adam_rows_scalar(s, a, 0, n);
           std::vector<uint32_t> out;
           for (const auto* vec : {&p, &mm, &vv, &du})
-            for (float f : *vec) out.push_back(bits(f));
+            for (float f : *vec) out.push_back(f32_bits(f));
           for (uint8_t b : nz) out.push_back(b);
           return out;
         };

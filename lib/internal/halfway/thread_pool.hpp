@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -78,6 +79,15 @@ void parallel_slices(int parts, uint64_t n, Body&& body) {
   ThreadPool::global().run(parts, [&](int p) {
     body(p, n * uint64_t(p) / uint64_t(parts), n * uint64_t(p + 1) / uint64_t(parts));
   });
+}
+
+/// body(lo, hi) over [0, n) in parts on the pool (up to `threads`, none smaller than
+/// `min_part`). For loops whose elements are computed each on their own, so the results do not
+/// depend on the parts.
+template <class Body>
+void parallel_for(int threads, size_t n, size_t min_part, Body&& body) {
+  parallel_slices(even_parts(n, min_part, threads), n,
+                  [&](int, uint64_t lo, uint64_t hi) { body(size_t(lo), size_t(hi)); });
 }
 
 /// body(part, lo, hi) over [0, n) in chunks of `chunk`, on chunk_parts(n, chunk, threads)
