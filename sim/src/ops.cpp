@@ -408,14 +408,10 @@ void bcast_each(int threads, const Bcast& bc, bool elementwise, F f) {
 template <class D>
 std::unique_ptr<double[]> input_grad(int threads, const Bcast& bc, bool elementwise, size_t n,
                                      bool of_b, D d) {
-  if (!elementwise) {
-    std::unique_ptr<double[]> g(new double[n]());
-    bcast_loop(bc, [&](int64_t o, int64_t ia, int64_t ib) { g[size_t(of_b ? ib : ia)] += d(o, ia, ib); });
-    return g;
-  }
-  std::unique_ptr<double[]> g(new double[n]);
-  parallel_for(threads, n, size_t(1) << 14, [&](size_t lo, size_t hi) {
-    for (size_t o = lo; o < hi; ++o) g[o] = 0.0 + d(int64_t(o), int64_t(o), int64_t(o));
+  std::unique_ptr<double[]> g(elementwise ? new double[n] : new double[n]());
+  bcast_each(threads, bc, elementwise, [&](int64_t o, int64_t ia, int64_t ib) {
+    const size_t at = size_t(of_b ? ib : ia);
+    g[at] = (elementwise ? 0.0 : g[at]) + d(o, ia, ib);
   });
   return g;
 }
