@@ -103,17 +103,14 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
     for (size_t c0 = lo; c0 < hi; c0 += step) {
       const size_t m = std::min<size_t>(step, hi - c0);
       const float* x = pv + c0;
-      if (tr) {
-        add_values(hist[size_t(p)], x, m);
-        if (static_cast<const void*>(x) == static_cast<const void*>(ov + c0)) {
-          kept.assign(x, x + m);
-          x = kept.data();
-        }
+      if (tr && static_cast<const void*>(x) == static_cast<const void*>(ov + c0)) {
+        kept.assign(x, x + m);
+        x = kept.data();
       }
       BulkOptions op = o;
       op.offset = o.offset + c0;
       quantize_f32(dt.fmt, pv + c0, ov + c0, m, op, tr ? &ev[size_t(p)] : nullptr);
-      if (tr) add_rounding(hist[size_t(p)], dt.fmt, x, ov + c0, m);
+      if (tr) add_values_and_rounding(hist[size_t(p)], dt.fmt, x, ov + c0, m);
     }
     if constexpr (!kFloatOut)
       for (size_t i = lo; i < hi; ++i) dst[i] = static_cast<double>(ov[i]);

@@ -7,6 +7,7 @@
 
 #include "halfway/config.hpp"
 #include "halfway/softfloat.hpp"
+#include "trace_simd.hpp"
 
 namespace halfway::sim {
 
@@ -94,11 +95,16 @@ void add_values(TraceRecord& r, const float* pre, size_t n) {
     r.hist[j] += h[0][j] + h[1][j] + h[2][j] + h[3][j];
     r.pow2[j] += p[j];
   }
-  r.nonfinite_in += f.nonfinite;
-  if (f.max_bits) {  // some value was finite and non-zero (else max_bits stays 0)
+  detail::add_value_facts(r, f.max_bits, f.min_bits, f.nonfinite);
+}
+
+void detail::add_value_facts(TraceRecord& r, uint32_t max_bits, uint32_t min_bits,
+                             uint64_t nonfinite) {
+  r.nonfinite_in += nonfinite;
+  if (max_bits) {  // some value was finite and non-zero (else max_bits stays 0)
     float mx, mn;
-    std::memcpy(&mx, &f.max_bits, 4);
-    std::memcpy(&mn, &f.min_bits, 4);
+    std::memcpy(&mx, &max_bits, 4);
+    std::memcpy(&mn, &min_bits, 4);
     if (double(mx) > r.max_abs) r.max_abs = mx;
     if (r.min_abs == 0 || double(mn) < r.min_abs) r.min_abs = mn;
   }
@@ -139,10 +145,24 @@ void Tracer::record(const TraceTag& tag, const DType& dt, const TraceRecord& val
   merge_values(current_.records[index_.at(tag.name)], values);
 }
 
-void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n) {
+namespace {
+
+float largest(const Format& fmt) {
   Env env;
-  const float fmax = static_cast<float>(to_f64(fmt, fmt.max_mag(), env));
-  add_rounding_error(x, q, n, fmax, r.noise, r.flushed_sq, nullptr, &r.signal);
+  return static_cast<float>(to_f64(fmt, fmt.max_mag(), env));
+}
+
+}  // namespace
+
+void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n) {
+  add_rounding_error(x, q, n, largest(fmt), r.noise, r.flushed_sq, nullptr, &r.signal);
+}
+
+void add_values_and_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q,
+                             size_t n) {
+  if (detail::values_and_error_avx512(r, x, q, n, largest(fmt))) return;
+  add_values(r, x, n);
+  add_rounding(r, fmt, x, q, n);
 }
 
 void merge_values(TraceRecord& into, const TraceRecord& part) {

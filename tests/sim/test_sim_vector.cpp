@@ -15,6 +15,9 @@
 // before, on every option (Adam, AdamW, L2 weight decay, Kahan) and on special values (±0,
 // subnormals, ±inf, NaN in the gradient and the state), with tails and in parts on two
 // threads: identical bits, NaNs included.
+//
+// The tracer's fused pass (sim/src/trace_simd.cpp) against add_values and add_rounding, the
+// tracer's definition: the same record on values of every class, formats and lengths.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -27,7 +30,10 @@
 #include "../../sim/src/gelu_simd.hpp"
 #include "halfway/cpu.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/bulk.hpp"
+#include "halfway/names.hpp"
 #include "halfway/sim/ops.hpp"
+#include "halfway/sim/tracer.hpp"
 #include "test_support.hpp"
 
 using namespace halfway::sim;
@@ -233,4 +239,89 @@ TEST_CASE("Adam element loop: the vector path gives the scalar loop's bits", "[a
         ++cases;
       }
   CHECK(cases == 72);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tracer's fused pass (sim/src/trace_simd.cpp) against add_values and add_rounding: the
+// same record, every field, on values of every class, over several formats and lengths (tails,
+// passes and chunks of 2^16).
+
+namespace {
+
+/// Values of every class the tracer sorts: ordinary values of a wide spread of magnitudes,
+/// values beyond the formats' ranges, zeros, subnormals, exact powers of two, ±inf, NaN.
+std::vector<float> tracer_values(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const uint32_t h = g();
+    switch (h % 41) {
+      case 0: x = 0.0f; break;
+      case 1: x = -0.0f; break;
+      case 2: x = std::numeric_limits<float>::infinity(); break;
+      case 3: x = std::numeric_limits<float>::quiet_NaN(); break;
+      case 4: x = bits_f32(g() >> 9); break;                              // subnormal
+      case 5: x = std::ldexp(1.0f, int(g() % 250) - 125); break;           // power of two
+      case 6: x = bits_f32(0x7f000000u | (g() >> 9)); break;              // huge
+      case 7: x = std::ldexp(1.0f, -30) * float(g() % 7); break;          // flushes in fp16
+      default: x = std::ldexp(float(g() >> 8) / 16777216.0f, int(h % 40) - 24);
+    }
+    if (g() & 1) x = -x;
+  }
+  return v;
+}
+
+void require_same_record(const TraceRecord& a, const TraceRecord& b) {
+  REQUIRE(a.hist == b.hist);
+  REQUIRE(a.pow2 == b.pow2);
+  REQUIRE(a.signal == b.signal);
+  REQUIRE(a.noise == b.noise);
+  REQUIRE(a.flushed_sq == b.flushed_sq);
+  REQUIRE(a.max_abs == b.max_abs);
+  REQUIRE(a.min_abs == b.min_abs);
+  REQUIRE(a.nonfinite_in == b.nonfinite_in);
+}
+
+}  // namespace
+
+TEST_CASE("tracer: the fused AVX-512 pass gives add_values' and add_rounding's record",
+          "[avx512]") {
+  if (!need_avx512()) return;
+  for (const char* name : {"fp16", "bf16", "e4m3", "e5m2", "e2m1", "e3m4:fn"}) {
+    const halfway::Format f = halfway::parse_format(name);
+    for (size_t n : {size_t(1), size_t(15), size_t(16), size_t(17), size_t(1023), size_t(1025),
+                     size_t(70001)}) {
+      INFO(name << ", n = " << n);
+      std::vector<float> x = tracer_values(n, uint32_t(n * 31 + 7));
+      // The format's largest magnitude, in the signal, and the next binary32 value, beyond it.
+      halfway::Env env;
+      const float fmax = float(halfway::to_f64(f, f.max_mag(), env));
+      for (size_t i = 0; i < n; i += 13) x[i] = (i / 13) % 2 ? fmax : -std::nextafter(fmax, 1e38f);
+      std::vector<float> q(n);
+      halfway::quantize_f32(f, x.data(), q.data(), n, halfway::BulkOptions{});
+      TraceRecord separate, fused;
+      add_values(separate, x.data(), n);
+      add_rounding(separate, f, x.data(), q.data(), n);
+      add_values_and_rounding(fused, f, x.data(), q.data(), n);
+      require_same_record(separate, fused);
+      // Added onto a record that already holds values (the extremes keep the older ones).
+      add_values(separate, x.data(), n / 2);
+      add_rounding(separate, f, x.data(), q.data(), n / 2);
+      add_values_and_rounding(fused, f, x.data(), q.data(), n / 2);
+      require_same_record(separate, fused);
+    }
+  }
+  // Each class alone: a pass of zeros, of NaNs, of one flushed value, of powers of two.
+  const halfway::Format fp16 = halfway::parse_format("fp16");
+  for (float v : {0.0f, std::numeric_limits<float>::quiet_NaN(), std::ldexp(1.0f, -30),
+                  std::ldexp(1.0f, -3), 1e30f, bits_f32(1u)}) {
+    const std::vector<float> x(100, v);
+    std::vector<float> q(x.size());
+    halfway::quantize_f32(fp16, x.data(), q.data(), x.size(), halfway::BulkOptions{});
+    TraceRecord separate, fused;
+    add_values(separate, x.data(), x.size());
+    add_rounding(separate, fp16, x.data(), q.data(), x.size());
+    add_values_and_rounding(fused, fp16, x.data(), q.data(), x.size());
+    require_same_record(separate, fused);
+  }
 }

@@ -118,6 +118,10 @@ void add_values(TraceRecord& r, const float* pre, size_t n);
 /// Add the error of rounding x[0..n) to q[0..n) in `fmt` to r's signal, noise and flushed
 /// sums. Exact sums: a tensor added in chunks gives the same record as added whole.
 void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n);
+/// add_values(r, x, n) then add_rounding(r, fmt, x, q, n), in one pass where the CPU has
+/// AVX-512: the same record, bit for bit.
+void add_values_and_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q,
+                             size_t n);
 /// Adds the value statistics of `part` (add_values and add_rounding over other values) to
 /// `into`: what they give over both sets of values, whatever the split.
 void merge_values(TraceRecord& into, const TraceRecord& part);
