@@ -1651,12 +1651,12 @@ Tensor reshape(const Tensor& x, Shape shape) {
 
 namespace {
 
-Values permute_swap(const Values& v, const Shape& s, int d0, int d1, Shape& os) {
+Values permute_swap(int threads, const Values& v, const Shape& s, int d0, int d1, Shape& os) {
   if (d0 > d1) std::swap(d0, d1);
   os = s;
   std::swap(os[size_t(d0)], os[size_t(d1)]);
   // The shape as [outer, n0, mid, n1, inner]; the result is [outer, n1, mid, n0, inner], so
-  // every run of `inner` values moves as one block.
+  // every run of `inner` values moves as one block. The result's blocks in parts on the pool.
   const auto prod = [&](int from, int to) {
     int64_t p = 1;
     for (int i = from; i < to; ++i) p *= s[size_t(i)];
@@ -1664,18 +1664,28 @@ Values permute_swap(const Values& v, const Shape& s, int d0, int d1, Shape& os) 
   };
   const int64_t outer = prod(0, d0), n0 = s[size_t(d0)], mid = prod(d0 + 1, d1),
                 n1 = s[size_t(d1)], inner = prod(d1 + 1, int(s.size()));
+  const size_t blocks = size_t(outer * n1 * mid * n0);
   Values out = Values::uninitialized(v.size(), v.wide());
+  if (blocks == 0 || inner == 0) return out;
   out.visit([&](auto* res) {
     using T = std::remove_pointer_t<decltype(res)>;
     const T* in = v.as<T>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i0 = 0; i0 < n0; ++i0)
-        for (int64_t m = 0; m < mid; ++m)
-          for (int64_t i1 = 0; i1 < n1; ++i1) {
-            const T* src = in + (((o * n0 + i0) * mid + m) * n1 + i1) * inner;
-            T* dst = res + (((o * n1 + i1) * mid + m) * n0 + i0) * inner;
-            std::copy(src, src + inner, dst);
-          }
+    const size_t least = std::max<size_t>(1, (size_t(1) << 14) / size_t(inner));
+    parallel_for(threads, blocks, least, [&](size_t lo, size_t hi) {
+      // Result block j = ((o·n1 + i1)·mid + m)·n0 + i0.
+      int64_t t = int64_t(lo);
+      int64_t i0 = t % n0, m = (t /= n0) % mid, i1 = (t /= mid) % n1, o = t / n1;
+      for (size_t j = lo; j < hi; ++j) {
+        const T* src = in + (((o * n0 + i0) * mid + m) * n1 + i1) * inner;
+        std::copy(src, src + inner, res + int64_t(j) * inner);
+        if (++i0 < n0) continue;  // the next block: i0, then m, i1, o carry
+        i0 = 0;
+        if (++m < mid) continue;
+        m = 0;
+        if (++i1 < n1) continue;
+        i1 = 0, ++o;
+      }
+    });
   });
   return out;
 }
@@ -1689,15 +1699,15 @@ Tensor transpose(const Tensor& x, int d0, int d1) {
   if (d0 < 0 || d1 < 0 || d0 >= r || d1 >= r)
     throw InputError("transpose: dimension out of range for " + shape_str(x.shape()));
   Shape os;
-  Ptr out = make_node("transpose", os, x.dtype(), permute_swap(x.data(), x.shape(), d0, d1, os),
-                      {x.ptr()});
+  Values moved = permute_swap(runtime().threads, x.data(), x.shape(), d0, d1, os);
+  Ptr out = make_node("transpose", os, x.dtype(), std::move(moved), {x.ptr()});
   if (out->requires_grad) {
     TensorImpl* o = out.get();
     Ptr xp = x.ptr();
     Runtime* r2 = &runtime();
     out->backward_fn = [o, xp, r2, d0, d1]() {
       Shape back;
-      add_grad(*r2, *xp, permute_swap(o->grad, o->shape, d0, d1, back));
+      add_grad(*r2, *xp, permute_swap(r2->threads, o->grad, o->shape, d0, d1, back));
     };
   }
   return Tensor(out);
