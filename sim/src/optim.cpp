@@ -1,14 +1,18 @@
 #include "halfway/sim/optim.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "halfway/names.hpp"
 #include "halfway/softfloat.hpp"
+#include "halfway/thread_pool.hpp"
 #include "halfway/sim/tracer.hpp"
 
 #include "adam_rows.hpp"
@@ -210,6 +214,14 @@ void store_dynamic8(float* v, size_t n, int block, bool is_signed) {
 
 namespace {
 
+/// f(i) for every i < n, in parts on rt's threads (each element on its own).
+template <class F>
+void each(const Runtime& rt, size_t n, F f) {
+  parallel_for(rt.threads, n, size_t(1) << 15, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) f(i);
+  });
+}
+
 }  // namespace
 
 void Optimizer::store_state(Runtime& rt, const StateFormat& f, std::vector<float>& vals,
@@ -250,12 +262,15 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
     const std::vector<float>& g = grads[pi];
     State& s = state_[pi];
     const size_t n = P.data.size();
-    std::vector<float> p(n);
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(P.data[i]);
-    const std::vector<float> old = p;
-    // nonzero[i]: the update is non-zero in exact arithmetic; du[i] (kahan): the fp32
-    // increment, added to the weight with the compensation.
-    std::vector<uint8_t> nonzero(n, 0);
+    // The weights in fp32 (p, updated in place) and as they were (old); nonzero[i]: the update
+    // is non-zero in exact arithmetic (every path below writes each element); du[i] (kahan):
+    // the fp32 increment, added to the weight with the compensation. The element passes run
+    // in parts on the pool, each element on its own.
+    std::unique_ptr<float[]> p(new float[n]), old(new float[n]);
+    std::unique_ptr<uint8_t[]> nonzero(new uint8_t[n]);
+    std::as_const(P.data).visit([&](const auto* w) {
+      each(rt, n, [&](size_t i) { old[i] = p[i] = static_cast<float>(w[i]); });
+    });
     std::vector<float> du(kahan ? n : 0);
     if (adam) {
       if (s.m.empty()) {
@@ -269,8 +284,8 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
       const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
       detail::adam_rows({decay, wd, b1, c1, b2, c2, bc2_sqrt, eps, step_size_neg, adamw, kahan,
                          decays},
-                        {n, g.data(), old.data(), p.data(), s.m.data(), s.v.data(),
-                         kahan ? du.data() : nullptr, nonzero.data()},
+                        {n, g.data(), old.get(), p.get(), s.m.data(), s.v.data(),
+                         kahan ? du.data() : nullptr, nonzero.get()},
                         rt.threads);
       store_state(rt, cfg_.exp_avg_dtype, s.m, P.name + ".exp_avg");
       store_state(rt, cfg_.exp_avg_sq_dtype, s.v, P.name + ".exp_avg_sq", false);
@@ -300,34 +315,42 @@ void Optimizer::step(const std::vector<std::vector<float>>& grads, Runtime& rt) 
         p[i] = old[i] + du[i];
       }
     }
-    std::vector<double> nv(p.begin(), p.end());
-    if (P.dtype.is_low()) {
-      // The fp32 result rounded into the low-precision weight.
-      const TraceTag tag{P.name + ".update", "optimizer", TraceKind::update};
-      round_into(rt, P.dtype, nv, &tag);
-      uint64_t vanished = 0, small = 0;
-      const double lim = std::ldexp(1.0, P.dtype.precision());
-      for (size_t i = 0; i < n; ++i) {
-        if (nonzero[i] && nv[i] == double(old[i])) ++vanished;
+    std::unique_ptr<double[]> nv(new double[n]);
+    each(rt, n, [&](size_t i) { nv[i] = p[i]; });
+    // The update's counts: non-zero, vanished (non-zero, yet the weight is unchanged), and,
+    // for a low-precision weight, small (|old| >= 2^precision·|Δ| for the fp32 Δ). Integer
+    // sums over the parts.
+    const bool low = P.dtype.is_low();
+    const TraceTag tag{P.name + ".update", "optimizer", TraceKind::update};
+    if (low) round_into(rt, P.dtype, nv.get(), n, &tag);  // the fp32 result into the weight
+    const double lim = std::ldexp(1.0, P.dtype.precision());
+    const int np = even_parts(n, uint64_t(1) << 15, rt.threads);
+    std::vector<std::array<uint64_t, 3>> counts(size_t(np), {0, 0, 0});
+    parallel_slices(np, n, [&](int part, uint64_t lo, uint64_t hi) {
+      auto& [nonzeros, vanished, small] = counts[size_t(part)];
+      for (size_t i = lo; i < hi; ++i) {
+        nonzeros += nonzero[i];
+        vanished += nonzero[i] && nv[i] == double(old[i]);
         const float delta = p[i] - old[i];
-        if (delta != 0.0f && std::fabs(double(old[i])) >= lim * std::fabs(double(delta))) ++small;
+        small += low && delta != 0.0f && std::fabs(double(old[i])) >= lim * std::fabs(double(delta));
       }
-      if (rt.tracer) rt.tracer->add_update_counts(tag.name, vanished, small);
-    }
+    });
+    UpdateStats& st = stats_[pi];
+    st = UpdateStats{};
+    st.elements = n;
+    uint64_t small = 0;
+    for (const auto& c : counts) st.nonzero += c[0], st.vanished += c[1], small += c[2];
+    if (low && rt.tracer) rt.tracer->add_update_counts(tag.name, st.vanished, small);
     if (kahan) {
       for (size_t i = 0; i < n; ++i)
         s.comp[i] = du[i] - (static_cast<float>(nv[i]) - old[i]);
       store_state(rt, StateFormat{update_.compensation}, s.comp, P.name + ".compensation");
     }
-    UpdateStats& st = stats_[pi];
-    st = UpdateStats{};
-    st.elements = n;
-    for (size_t i = 0; i < n; ++i)
-      if (nonzero[i]) {
-        ++st.nonzero;
-        st.vanished += nv[i] == double(old[i]);
-      }
-    P.data = Values(nv, P.dtype.is_f64());
+    Values stored = Values::uninitialized(n, P.dtype.is_f64());
+    stored.visit([&](auto* w) {
+      each(rt, n, [&](size_t i) { w[i] = static_cast<std::remove_pointer_t<decltype(w)>>(nv[i]); });
+    });
+    P.data = std::move(stored);
   }
 }
 
