@@ -3,9 +3,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include <unistd.h>
 
 #include "halfway/sim/tracer.hpp"
 #include "halfway/thread_pool.hpp"
@@ -151,6 +159,78 @@ std::pair<size_t, size_t> copy_tile(const BlockCopy& c) {
 
 namespace {
 
+/// One background thread that computes block records (decode, then add_block_errors' chain of
+/// binary64 additions) while the step goes on, for runs on two or more threads; and the
+/// buffers it hands back, so that scratch of a copy's size is reused instead of faulted in.
+class RecordWorker {
+ public:
+  /// This process's worker. It is never destroyed (its thread waits, idle, when the process
+  /// ends: every step drains its records first), and a child made by fork() starts its own,
+  /// as the parent's thread does not exist there.
+  static RecordWorker& get() {
+    static std::mutex m;
+    static RecordWorker* w = nullptr;
+    static pid_t owner = 0;
+    std::lock_guard<std::mutex> l(m);
+    if (!w || owner != getpid()) w = new RecordWorker, owner = getpid();
+    return *w;
+  }
+  /// Queue a job (waiting while kQueued are queued); its record comes through the future.
+  template <class F>
+  std::future<BlockRecord> submit(F&& job) {
+    std::packaged_task<BlockRecord()> t(std::forward<F>(job));
+    std::future<BlockRecord> f = t.get_future();
+    std::unique_lock<std::mutex> l(m_);
+    room_.wait(l, [&] { return jobs_.size() < kQueued; });
+    jobs_.push_back(std::move(t));
+    work_.notify_one();
+    return f;
+  }
+  /// A buffer of n values: a returned one where there is one (the largest, so that resizing
+  /// it to a size seen before writes nothing), else a new one.
+  std::vector<float> take(size_t n) {
+    std::vector<float> b;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      if (!free_.empty()) {
+        auto big = std::max_element(free_.begin(), free_.end(), [](const auto& a, const auto& c) {
+          return a.size() < c.size();
+        });
+        b = std::move(*big);
+        free_.erase(big);
+      }
+    }
+    b.resize(n);
+    return b;
+  }
+  void give(std::vector<float> b) {
+    std::lock_guard<std::mutex> l(m_);
+    if (free_.size() < kKept) free_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kQueued = 2, kKept = 6;
+  RecordWorker() { std::thread([this] { run(); }).detach(); }
+  void run() {
+    for (;;) {
+      std::packaged_task<BlockRecord()> t;
+      {
+        std::unique_lock<std::mutex> l(m_);
+        work_.wait(l, [&] { return !jobs_.empty(); });
+        t = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      room_.notify_one();
+      t();
+    }
+  }
+
+  std::mutex m_;
+  std::condition_variable work_, room_;
+  std::deque<std::packaged_task<BlockRecord()>> jobs_;
+  std::vector<std::vector<float>> free_;
+};
+
 /// block_copy into `out` (prows×pcols). The padded operand lives in a per-thread scratch kept
 /// between calls: a copy is made once per GEMM operand, and fresh buffers of that size cost
 /// more in page faults than the quantization itself.
@@ -176,10 +256,24 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
     detail::apply_rht(xf.data(), prows, pcols, o.axis);
     o.rht = false;
   }
-  const BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
+  BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
   decode_blocks(s, e, out, rt.threads);
-  if (rt.tracer && rt.tracer->active())
-    rt.tracer->record_blocks(make_record(c, tag, e, xf.data(), out));
+  if (!rt.tracer || !rt.tracer->active()) return;
+  if (rt.threads < 2) return rt.tracer->record_blocks(make_record(c, tag, e, xf.data(), out));
+  // On two or more threads the record is made on the background thread from the values and
+  // the encoding (decoded again there): the same record, merged in the same order at the end
+  // of the step, while this thread goes on. xf's values go with it; xf takes a spare buffer.
+  RecordWorker& w = RecordWorker::get();
+  std::vector<float> values = std::exchange(xf, w.take(xf.size()));
+  rt.tracer->record_blocks_later(
+      w.submit([&w, c, tag, s, e = std::move(e), x = std::move(values)]() mutable {
+        std::vector<float> q = w.take(x.size());
+        decode_blocks(s, e, q.data());
+        BlockRecord r = make_record(c, tag, e, x.data(), q.data());
+        w.give(std::move(x));
+        w.give(std::move(q));
+        return r;
+      }));
 }
 
 }  // namespace

@@ -113,6 +113,7 @@ void detail::add_value_facts(TraceRecord& r, uint32_t max_bits, uint32_t min_bit
 void Tracer::begin_step(int step, double loss_scale) {
   current_.records.clear();  // keeps the capacity: no reallocation in the steady state
   current_.blocks.clear();
+  wait_blocks();  // a step left unfinished (an error) drops what it still waited for
   current_.window.clear();
   current_.k_low = current_.k_high = INT_MIN;
   current_.step = step;
@@ -196,9 +197,31 @@ void BlockRecord::merge(const BlockRecord& o) {
 
 void Tracer::record_blocks(BlockRecord r) {
   if (!active_) return;
+  if (pending_.empty()) return merge_blocks(std::move(r));
+  std::promise<BlockRecord> now;  // behind the pending ones, in call order
+  now.set_value(std::move(r));
+  pending_.push_back(now.get_future());
+}
+
+void Tracer::record_blocks_later(std::future<BlockRecord> r) {
+  if (active_) pending_.push_back(std::move(r));
+}
+
+void Tracer::merge_blocks(BlockRecord r) {
   for (BlockRecord& b : current_.blocks)
     if (b.name == r.name && b.gemm == r.gemm) return b.merge(r);
   current_.blocks.push_back(std::move(r));
+}
+
+void Tracer::drain_blocks() {
+  for (auto& f : pending_) merge_blocks(f.get());
+  pending_.clear();
+}
+
+void Tracer::wait_blocks() {
+  for (auto& f : pending_)
+    if (f.valid()) f.wait();
+  pending_.clear();
 }
 
 void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update) {
@@ -210,6 +233,7 @@ void Tracer::add_update_counts(const std::string& name, uint64_t vanished, uint6
 }
 
 const StepTrace& Tracer::end_step() {
+  drain_blocks();
   active_ = false;
   current_.window = predict_window(current_.records, current_.loss_scale, opt_.k_min, opt_.k_max);
   auto [lo, hi] = safe_window(current_.window, opt_.flush_tolerance);

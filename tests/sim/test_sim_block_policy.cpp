@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -617,4 +618,73 @@ TEST_CASE("block copies: padding and the finiteness check in parts give the same
       CHECK(size_t(nans) == (nan ? one.size() : 0));
       CHECK((nan || one.back() == 0.0f));
     }
+}
+
+TEST_CASE("block records: made on another thread, they keep their order and merge in call order",
+          "[sim][blocks]") {
+  // On two or more threads a copy's record is summed on a background thread; the records the
+  // step ends with must be the one-thread ones: the same order of first appearance, and
+  // merges (binary64 sums) in call order. Copies of "x" (fprop), then a NaN copy of "y" (its
+  // record is made at once), then "x" again (merged), then "z".
+  std::vector<double> v(96 * 64);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i) * 0.37) * std::exp2(double(i % 9));
+  std::vector<double> with_nan = v;
+  with_nan[5] = std::numeric_limits<double>::quiet_NaN();
+  const auto run = [&](int threads) {
+    Tracer tracer;
+    Runtime rt;
+    rt.threads = threads;
+    rt.tracer = &tracer;
+    tracer.begin_step(0, 1.0);
+    BlockCopy c;
+    c.scheme = "nvfp4";
+    c.gemm = "fprop";
+    for (const auto& [name, values] : {std::pair{"x", &v}, std::pair{"y", &with_nan},
+                                       std::pair{"x", &v}, std::pair{"z", &v}}) {
+      const Values x(*values, false);
+      block_copy(rt, c, TraceTag{name, "linear", TraceKind::activation}, x, 96, 64, 96, 64);
+    }
+    return tracer.end_step().blocks;
+  };
+  const std::vector<BlockRecord> one = run(1), two = run(2);
+  REQUIRE(one.size() == 3);
+  REQUIRE(two.size() == one.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    INFO(one[i].name);
+    CHECK(two[i].name == one[i].name);
+    CHECK(two[i].events.elements == one[i].events.elements);
+    CHECK(two[i].zero_scales == one[i].zero_scales);
+    CHECK(two[i].scale_hist == one[i].scale_hist);
+    CHECK(std::memcmp(&two[i].signal, &one[i].signal, sizeof(double)) == 0);
+    CHECK(std::memcmp(&two[i].noise, &one[i].noise, sizeof(double)) == 0);
+  }
+  CHECK(one[0].name == "x");
+  CHECK(one[1].name == "y");
+  CHECK(one[0].events.elements == 2 * 96 * 64);  // merged
+}
+
+TEST_CASE("tracer: a record still pending keeps its place; merges follow the calls",
+          "[sim][blocks]") {
+  // 1 + 2^-53 + 2^-53 is 1 in binary64 added left to right (ties to even), 1 + 2^-52 when
+  // the two small sums come first: the merged signal tells the order.
+  const auto record = [](const char* name, double signal) {
+    BlockRecord r;
+    r.name = name;
+    r.gemm = "fprop";
+    r.signal = signal;
+    return r;
+  };
+  Tracer t;
+  t.begin_step(0, 1.0);
+  std::promise<BlockRecord> first;
+  t.record_blocks_later(first.get_future());
+  t.record_blocks(record("b", 3.0));
+  t.record_blocks(record("a", std::ldexp(1.0, -53)));
+  t.record_blocks(record("a", std::ldexp(1.0, -53)));
+  first.set_value(record("a", 1.0));
+  const StepTrace& s = t.end_step();
+  REQUIRE(s.blocks.size() == 2);
+  CHECK(s.blocks[0].name == "a");
+  CHECK(s.blocks[0].signal == 1.0);
+  CHECK(s.blocks[1].name == "b");
 }

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <climits>
+#include <future>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -165,6 +166,9 @@ std::string k_str(int k);
 class Tracer {
  public:
   explicit Tracer(TracerOptions o = {}) : opt_(o) {}
+  Tracer(Tracer&&) = default;
+  Tracer& operator=(Tracer&&) = default;
+  ~Tracer() { wait_blocks(); }
 
   void begin_step(int step, double loss_scale);
   bool active() const { return active_; }
@@ -176,6 +180,9 @@ class Tracer {
               const EventCounts& ev);
   /// Record one block-scaled operand copy (merged with an earlier one of the same name and GEMM).
   void record_blocks(BlockRecord r);
+  /// The same for a copy whose record is still being computed on another thread: it keeps its
+  /// place among the record_blocks calls and is merged, in that order, when the step ends.
+  void record_blocks_later(std::future<BlockRecord> r);
   /// Record vanished / tiny updates for a rounding of kind `update` already recorded.
   void add_update_counts(const std::string& name, uint64_t vanished, uint64_t small_update);
   /// Close the step: computes the scale window. The result stays valid until the next
@@ -184,10 +191,17 @@ class Tracer {
   const TracerOptions& options() const { return opt_; }
 
  private:
+  void merge_blocks(BlockRecord r);
+  void drain_blocks();
+  /// Waits for the pending records' work without keeping them (a step left unfinished).
+  void wait_blocks();
+
   TracerOptions opt_;
   bool active_ = false;
   StepTrace current_;
   std::unordered_map<std::string, size_t> index_;
+  /// Block records in call order once one is pending (record_blocks_later); empty otherwise.
+  std::vector<std::future<BlockRecord>> pending_;
 };
 
 }  // namespace halfway::sim
