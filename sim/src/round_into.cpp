@@ -96,21 +96,22 @@ void round_values(Runtime& rt, const DType& dt, const S* src, D* dst, size_t n,
       for (size_t i = lo; i < hi; ++i) pw[i] = static_cast<float>(src[i]);
     // Traced, a cache-sized chunk at a time, so that the histogram, the rounding and the
     // error sums read it from the cache (all three are exact sums or per-element results with
-    // the element's own stream offset, so the chunking changes no bit). Rounded in place, the
-    // chunk's values before rounding are kept for the error sums.
+    // the element's own stream offset, so the chunking changes no bit).
     const size_t step = tr ? kTraceChunk : hi - lo;
-    thread_local std::vector<float> kept;
+    thread_local std::vector<float> rounded;
     for (size_t c0 = lo; c0 < hi; c0 += step) {
       const size_t m = std::min<size_t>(step, hi - c0);
       const float* x = pv + c0;
-      if (tr && static_cast<const void*>(x) == static_cast<const void*>(ov + c0)) {
-        kept.assign(x, x + m);
-        x = kept.data();
-      }
+      // Traced in place, the chunk is rounded into a scratch buffer; the tracer's pass reads
+      // both and stores the rounded values over the chunk.
+      const bool in_place = tr && static_cast<const void*>(x) == static_cast<const void*>(ov + c0);
+      if (in_place) rounded.resize(m);
+      float* q = in_place ? rounded.data() : ov + c0;
       BulkOptions op = o;
       op.offset = o.offset + c0;
-      quantize_f32(dt.fmt, pv + c0, ov + c0, m, op, tr ? &ev[size_t(p)] : nullptr);
-      if (tr) add_values_and_rounding(hist[size_t(p)], dt.fmt, x, ov + c0, m);
+      quantize_f32(dt.fmt, x, q, m, op, tr ? &ev[size_t(p)] : nullptr);
+      if (tr)
+        add_values_and_rounding(hist[size_t(p)], dt.fmt, x, q, m, in_place ? ov + c0 : nullptr);
     }
     if constexpr (!kFloatOut)
       for (size_t i = lo; i < hi; ++i) dst[i] = static_cast<double>(ov[i]);

@@ -8,11 +8,14 @@
 //     zero or non-finite value) and m(v) its 24-bit significand, 0 when v is outside the
 //     format's range (the signal leaves it out, the histogram counts it);
 //   - (m(d)² << 8) | e for the error d = v − q (exact in binary32), e its biased exponent, or
-//     255 (a bin SquareSum never reads) when the rounding left v unchanged or v is out of range.
+//     255 (a bin SquareSum never reads) when the rounding left v unchanged or v is out of
+//     range.
 // A scalar loop adds each word into its bins; the rare values (flushed to zero, an exact power
-// of two) are taken by a scalar loop over their lanes. The signal's bins are the histogram's
-// (a normal value's bin h is its biased exponent + 22; every subnormal bin folds into the
-// signal's bin 0), summed per chunk of 2^16 values so that no 64-bit bin can wrap.
+// of two) are taken from their words by a scalar loop over their lanes. With `out`, the pass
+// also stores q there, after reading v: a rounding in place keeps no copy of its input. The
+// signal's bins are the histogram's (a normal value's bin h is its biased exponent + 22; every
+// subnormal bin folds into the signal's bin 0), summed per chunk of 2^16 values so that no
+// 64-bit bin can wrap.
 #include "trace_simd.hpp"
 
 #include <algorithm>
@@ -83,13 +86,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline __m512i sig
 /// of two. True when any has.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) bool split_pass(
     const float* x, const float* q, size_t m, float fmax, uint64_t* hw, uint64_t* nw,
-    __mmask16* flushed, __mmask16* pow2, PassFacts& f) {
+    __mmask16* flushed, __mmask16* pow2, PassFacts& f, float* out) {
   unsigned any = 0;
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), exp_mask = _mm512_set1_epi32(0x7F800000);
   const __m512 vmax = _mm512_set1_ps(fmax);
   for (size_t i = 0, g = 0; i < m; i += 16, ++g) {
     const __mmask16 live = m - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (m - i)) - 1);
     const __m512 v = _mm512_maskz_loadu_ps(live, x + i), r = _mm512_maskz_loadu_ps(live, q + i);
+    if (out) _mm512_mask_storeu_ps(out + i, live, r);  // out may be x: v is loaded already
     const __m512i b = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
     const __m512i d = _mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(v, r)), abs_mask);
     // The histogram bin: biased exponent + 22 (normal), floor(log2 b) (subnormal: the
@@ -146,13 +150,15 @@ void add_words(const uint64_t* hw, const uint64_t* nw, size_t m, ChunkBins& c) {
 }
 
 /// The rare lanes of one pass: the flushed values' squares by their biased exponent (as
-/// add_rounding_error adds them), the exact powers of two by their histogram bin.
-void add_rare(const float* x, const uint64_t* hw, const __mmask16* flushed,
-              const __mmask16* pow2, size_t m, ChunkBins& c) {
+/// add_rounding_error adds them; both come from the value's word: a flushed value was in range,
+/// so its m² is there, and slot h is its biased exponent + 22, or a subnormal's below 23), the
+/// exact powers of two by their histogram slot.
+void add_rare(const uint64_t* hw, const __mmask16* flushed, const __mmask16* pow2, size_t m,
+              ChunkBins& c) {
   for (size_t g = 0; g * 16 < m; ++g) {
     for (unsigned lanes = flushed[g]; lanes; lanes &= lanes - 1) {
-      const uint32_t b = SquareSum::abs_bits(x[g * 16 + size_t(__builtin_ctz(lanes))]);
-      c.flushed[SquareSum::bin(b)] += SquareSum::significand_square(b);
+      const uint64_t w = hw[g * 16 + size_t(__builtin_ctz(lanes))], h = w & 511;
+      c.flushed[h < 23 ? 0 : h - 22] += w >> 9;
     }
     for (unsigned lanes = pow2[g]; lanes; lanes &= lanes - 1)
       c.pow2[hw[g * 16 + size_t(__builtin_ctz(lanes))] & 511]++;
@@ -179,10 +185,8 @@ void add_chunk(TraceRecord& r, const ChunkBins& c) {
   r.flushed_sq.add_bins(c.flushed);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void run(TraceRecord& r,
-                                                                        const float* x,
-                                                                        const float* q, size_t n,
-                                                                        float fmax) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void run(
+    TraceRecord& r, const float* x, const float* q, size_t n, float fmax, float* out) {
   thread_local std::vector<uint64_t> words;
   words.resize(2 * kPass);
   uint64_t *hw = words.data(), *nw = hw + kPass;
@@ -194,9 +198,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void run(TraceReco
     std::memset(&c, 0, sizeof(ChunkBins));
     for (size_t p = lo; p < hi; p += kPass) {
       const size_t m = std::min(kPass, hi - p);
-      const bool any_rare = split_pass(x + p, q + p, m, fmax, hw, nw, flushed, pow2, f);
+      const bool any_rare =
+          split_pass(x + p, q + p, m, fmax, hw, nw, flushed, pow2, f, out ? out + p : nullptr);
       add_words(hw, nw, m, c);
-      if (any_rare) add_rare(x + p, hw, flushed, pow2, m, c);
+      if (any_rare) add_rare(hw, flushed, pow2, m, c);
     }
     add_chunk(r, c);
   }
@@ -208,10 +213,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void run(TraceReco
 #endif
 
 bool values_and_error_avx512(TraceRecord& r, const float* x, const float* q, size_t n,
-                             float fmax) {
+                             float fmax, float* out) {
 #ifdef HALFWAY_X86_KERNELS
   if (cpu::target() != cpu::Target::avx512) return false;
-  run(r, x, q, n, fmax);
+  run(r, x, q, n, fmax, out);
   return true;
 #else
   return false;

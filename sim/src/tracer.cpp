@@ -160,10 +160,11 @@ void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float
 }
 
 void add_values_and_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q,
-                             size_t n) {
-  if (detail::values_and_error_avx512(r, x, q, n, largest(fmt))) return;
+                             size_t n, float* out) {
+  if (detail::values_and_error_avx512(r, x, q, n, largest(fmt), out)) return;
   add_values(r, x, n);
   add_rounding(r, fmt, x, q, n);
+  if (out) std::copy(q, q + n, out);
 }
 
 void merge_values(TraceRecord& into, const TraceRecord& part) {

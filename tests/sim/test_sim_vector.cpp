@@ -21,6 +21,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <thread>
@@ -304,6 +305,12 @@ TEST_CASE("tracer: the fused AVX-512 pass gives add_values' and add_rounding's r
       add_rounding(separate, f, x.data(), q.data(), n);
       add_values_and_rounding(fused, f, x.data(), q.data(), n);
       require_same_record(separate, fused);
+      // In place: the pass stores q over the values it reads; the record is the same.
+      TraceRecord in_place;
+      std::vector<float> y = x;
+      add_values_and_rounding(in_place, f, y.data(), q.data(), n, y.data());
+      require_same_record(separate, in_place);
+      REQUIRE(std::memcmp(y.data(), q.data(), n * sizeof(float)) == 0);
       // Added onto a record that already holds values (the extremes keep the older ones).
       add_values(separate, x.data(), n / 2);
       add_rounding(separate, f, x.data(), q.data(), n / 2);

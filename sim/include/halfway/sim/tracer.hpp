@@ -120,9 +120,10 @@ void add_values(TraceRecord& r, const float* pre, size_t n);
 /// sums. Exact sums: a tensor added in chunks gives the same record as added whole.
 void add_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q, size_t n);
 /// add_values(r, x, n) then add_rounding(r, fmt, x, q, n), in one pass where the CPU has
-/// AVX-512: the same record, bit for bit.
+/// AVX-512: the same record, bit for bit. With `out`, q's values are then copied there (out
+/// may be x: a rounding in place).
 void add_values_and_rounding(TraceRecord& r, const Format& fmt, const float* x, const float* q,
-                             size_t n);
+                             size_t n, float* out = nullptr);
 /// Adds the value statistics of `part` (add_values and add_rounding over other values) to
 /// `into`: what they give over both sets of values, whatever the split.
 void merge_values(TraceRecord& into, const TraceRecord& part);
