@@ -38,10 +38,11 @@ void observe(Runtime& rt, const TraceTag* tag, const DType& dt, const T* v, size
   }
 }
 
-/// Values per chunk of a traced rounding: 128 KiB of floats, twice with the kept copy, within
-/// a core's L2. The pipeline of one 2^21-value fp16 rounding (histogram, copy, rounding,
-/// error sums) took 2.84 ns per value in chunks of 2^15 against 3.34 unchunked (thread CPU
-/// time, best of 12, AMD EPYC Zen 4); 2^14 and 2^16 were within 2% of 2^15.
+/// Values per chunk of a traced rounding: 128 KiB of floats, twice with the scratch that an
+/// in-place rounding writes, within a core's L2. The pipeline of one 2^21-value fp16 rounding
+/// (then histogram, copy, rounding, error sums) took 2.84 ns per value in chunks of 2^15
+/// against 3.34 unchunked (thread CPU time, best of 12, AMD EPYC Zen 4); 2^14 and 2^16 were
+/// within 2% of 2^15.
 constexpr size_t kTraceChunk = size_t(1) << 15;
 
 /// Round n values from `src` into `dt`, into `dst` (which may be `src`): see `round_into`.
