@@ -44,6 +44,11 @@ constexpr size_t kChunk = size_t(1) << 16;  // values per chunk: no 64-bit bin c
 constexpr size_t kPass = 1024;              // values split per vector pass
 constexpr size_t kCopies = 4;               // copies of the bins: value i into copy i % 4
 
+/// The signal's bin (biased exponent) of histogram slot h: a normal value's slot is its biased
+/// exponent + 22; every subnormal slot (below 23) folds into bin 0, whose scale SquareSum
+/// shares with bin 1.
+constexpr size_t signal_bin(uint64_t h) { return h < 23 ? 0 : size_t(h - 22); }
+
 /// Bins of one chunk: per copy, the histogram slot's Σm² and count, and the error's Σm².
 struct ChunkBins {
   uint64_t sum[kCopies][kSlots], count[kCopies][kSlots];
@@ -151,14 +156,13 @@ void add_words(const uint64_t* hw, const uint64_t* nw, size_t m, ChunkBins& c) {
 
 /// The rare lanes of one pass: the flushed values' squares by their biased exponent (as
 /// add_rounding_error adds them; both come from the value's word: a flushed value was in range,
-/// so its m² is there, and slot h is its biased exponent + 22, or a subnormal's below 23), the
-/// exact powers of two by their histogram slot.
+/// so its m² is there), the exact powers of two by their histogram slot.
 void add_rare(const uint64_t* hw, const __mmask16* flushed, const __mmask16* pow2, size_t m,
               ChunkBins& c) {
   for (size_t g = 0; g * 16 < m; ++g) {
     for (unsigned lanes = flushed[g]; lanes; lanes &= lanes - 1) {
       const uint64_t w = hw[g * 16 + size_t(__builtin_ctz(lanes))], h = w & 511;
-      c.flushed[h < 23 ? 0 : h - 22] += w >> 9;
+      c.flushed[signal_bin(h)] += w >> 9;
     }
     for (unsigned lanes = pow2[g]; lanes; lanes &= lanes - 1)
       c.pow2[hw[g * 16 + size_t(__builtin_ctz(lanes))] & 511]++;
@@ -166,7 +170,7 @@ void add_rare(const uint64_t* hw, const __mmask16* flushed, const __mmask16* pow
 }
 
 /// A chunk's bins into r: the copies summed, the histogram's slots folded into the signal's
-/// biased exponents (every subnormal slot into bin 0, whose scale SquareSum shares with bin 1).
+/// biased exponents.
 void add_chunk(TraceRecord& r, const ChunkBins& c) {
   uint64_t signal[kSignalBins] = {}, noise[kSignalBins];
   for (size_t h = 0; h < kBins; ++h) {
@@ -174,7 +178,7 @@ void add_chunk(TraceRecord& r, const ChunkBins& c) {
     for (size_t k = 0; k < kCopies; ++k) sum += c.sum[k][h], count += c.count[k][h];
     r.hist[h] += count;
     r.pow2[h] += c.pow2[h];
-    signal[h < 23 ? 0 : h - 22] += sum;
+    signal[signal_bin(h)] += sum;
   }
   for (size_t e = 0; e < kSignalBins; ++e) {
     noise[e] = 0;
