@@ -34,6 +34,12 @@ namespace halfway {
 // vectorises (halfway/config.hpp).
 #define HALFWAY_BLOCKS_CLONES HALFWAY_VECTOR_CLONES
 
+namespace {
+/// The least number of values a part of a call's passes takes on the pool (smaller calls run
+/// on the calling thread alone).
+constexpr size_t kBandValues = size_t(1) << 15;
+}  // namespace
+
 namespace detail {
 const float kRhtSigns[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
 
@@ -90,18 +96,31 @@ void rht16(float* v, size_t stride) {
   for (int j = 0; j < 16; ++j) v[size_t(j) * stride] = in[j];
 }
 
-void apply_rht(float* v, size_t rows, size_t cols, BlockAxis axis) {
+namespace {
+/// Groups [g0, g1) of 16 rows, each transformed down its columns.
+void rht_groups(float* v, size_t g0, size_t g1, size_t cols) {
+  thread_local std::vector<float> group;  // scratch kept between calls, one per thread
+  group.resize(16 * cols);
+  for (size_t g = g0; g < g1; ++g) {
+    float* rows = v + g * 16 * cols;
+    std::copy(rows, rows + 16 * cols, group.begin());
+    rht_columns(rows, group.data(), cols);
+  }
+}
+}  // namespace
+
+void apply_rht(float* v, size_t rows, size_t cols, BlockAxis axis, int threads) {
+  // Each 16-value block (a row's, or a group of 16 rows' down a column) is its own transform:
+  // bands of them on the pool give the same values.
+  const size_t least = std::max<size_t>(1, kBandValues / 16);
   if (axis == BlockAxis::last) {
-    rht_rows(v, rows * cols / 16);
+    parallel_for(threads, rows * cols / 16, least, [&](size_t b0, size_t b1) {
+      rht_rows(v + b0 * 16, b1 - b0);
+    });
     return;
   }
-  thread_local std::vector<float> group;  // scratch kept between calls
-  group.resize(16 * cols);
-  for (size_t r = 0; r + 16 <= rows; r += 16) {
-    float* g = v + r * cols;
-    std::copy(g, g + 16 * cols, group.begin());
-    rht_columns(g, group.data(), cols);
-  }
+  parallel_for(threads, rows / 16, std::max<size_t>(1, least / std::max<size_t>(cols, 1)),
+               [&](size_t g0, size_t g1) { rht_groups(v, g0, g1, cols); });
 }
 }  // namespace detail
 
@@ -230,6 +249,45 @@ struct Job {
   size_t specials = 0;         ///< how many blocks are not kPlainScale
 };
 
+/// Block rows [br0, br1) of j as a Job of their own, with options `o` (j's, with the stream
+/// offset moved to the band's first element).
+Job band_of(const Job& j, const BlockOptions& o, size_t br0, size_t br1) {
+  Job b{j.s, o, j.x + br0 * j.tr * j.cols, (br1 - br0) * j.tr, j.cols, j.tr, j.tc,
+        br1 - br0, j.sc, j.divide, j.mult + br0 * j.sc, j.special + br0 * j.sc};
+  b.specials = j.specials;
+  return b;
+}
+
+/// The calling thread's bulk path, set on a thread of the pool for one part (and restored).
+class PathScope {
+ public:
+  explicit PathScope(detail::BulkPath p) : old_(detail::set_bulk_path(p)) {}
+  ~PathScope() { detail::set_bulk_path(old_); }
+  PathScope(const PathScope&) = delete;
+  PathScope& operator=(const PathScope&) = delete;
+
+ private:
+  detail::BulkPath old_;
+};
+
+/// body(part, band, br0) on parts of j's block rows on up to `threads` threads of the pool
+/// (none smaller than kBandValues values), part p always the same band of whole block rows
+/// starting at block row br0, each run with the calling thread's bulk path. Returns the number
+/// of parts.
+template <class Body>
+int in_bands(const Job& j, int threads, Body&& body) {
+  const size_t least = std::max<size_t>(1, kBandValues / std::max<size_t>(1, j.tr * j.cols));
+  const detail::BulkPath path = detail::bulk_path();
+  const int parts = even_parts(j.sr, least, threads);
+  parallel_slices(parts, j.sr, [&](int p, uint64_t br0, uint64_t br1) {
+    const PathScope scope(path);
+    BlockOptions o = j.o;
+    o.offset += br0 * j.tr * j.cols;
+    body(p, band_of(j, o, size_t(br0), size_t(br1)), size_t(br0));
+  });
+  return parts;
+}
+
 /// NVFP4 and blockwise fp8 refuse NaN and infinity; the block amax tells whether there is one.
 void require_finite(const BlockScheme& s, const float* x, size_t rows, size_t cols,
                     uint32_t amax) {
@@ -335,20 +393,18 @@ void block_amax_avx512(const Job& j, uint32_t* amax) {
 }
 #endif
 
-/// The bits of max |x| of each block (a NaN's bits exceed infinity's).
-HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
-  thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
+/// The bits of max |x| of each block of j into amax (a NaN's bits exceed infinity's).
+HALFWAY_BLOCKS_CLONES void block_amax_into(const Job& j, uint32_t* amax) {
 #ifdef HALFWAY_BLOCKS_AVX512
   if (j.tc > 1 && avx512_length(j.tc) && use_avx512()) {
-    amax.resize(j.sr * j.sc);
-    block_amax_avx512(j, amax.data());
-    return amax;
+    block_amax_avx512(j, amax);
+    return;
   }
 #endif
-  amax.assign(j.sr * j.sc, 0);
+  std::fill(amax, amax + j.sr * j.sc, 0u);
   for (size_t r = 0; r < j.rows; ++r) {
     const uint32_t* row = reinterpret_cast<const uint32_t*>(j.x + r * j.cols);
-    uint32_t* a = amax.data() + (r / j.tr) * j.sc;
+    uint32_t* a = amax + (r / j.tr) * j.sc;
     if (j.tc == 1) {
       for (size_t c = 0; c < j.cols; ++c) a[c] = std::max(a[c], row[c] & kAbs);
       continue;
@@ -359,6 +415,14 @@ HALFWAY_BLOCKS_CLONES const std::vector<uint32_t>& block_amax(const Job& j) {
       a[b] = std::max(a[b], m);
     }
   }
+}
+
+/// Every block's amax bits (block_amax_into), in bands on the pool.
+const std::vector<uint32_t>& block_amax(const Job& j, int threads) {
+  thread_local std::vector<uint32_t> amax;  // scratch kept between calls: no page faults
+  amax.resize(j.sr * j.sc);
+  uint32_t* a = amax.data();  // the pool's threads write this thread's scratch
+  in_bands(j, threads, [&](int, const Job& b, size_t br0) { block_amax_into(b, a + br0 * j.sc); });
   return amax;
 }
 
@@ -1141,8 +1205,7 @@ EncodeRowAvx512Fn encode_row_avx512_for(const Job& j) {
 
 /// Blocks whose scale is NaN (MX) or zero (NVFP4): codes 0 for NaN blocks, nothing saturated,
 /// every non-zero input flushed for zero scales. Rare, so a second look at those blocks only.
-void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
-                    std::vector<uint32_t>& flushed) {
+void special_blocks(const Job& j, uint8_t* codes, uint32_t* sat, uint32_t* flushed) {
   for (size_t b = 0; b < j.sr * j.sc; ++b) {
     if (j.special[b] == kPlainScale) continue;
     const bool nan = j.special[b] == kNanScale;
@@ -1151,7 +1214,7 @@ void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
     const size_t r0 = (b / j.sc) * j.tr, c0 = (b % j.sc) * j.tc;
     for (size_t r = r0; r < r0 + j.tr; ++r)
       for (size_t c = c0; c < c0 + j.tc; ++c) {
-        if (nan) e.codes[r * j.cols + c] = 0;
+        if (nan) codes[r * j.cols + c] = 0;
         else flushed[b] += (f32_bits(j.x[r * j.cols + c]) & kAbs) != 0;
       }
   }
@@ -1159,10 +1222,9 @@ void special_blocks(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
 
 /// The elements by the bulk kernels (every rounding but near_even): whole rows at a time, about
 /// 16Ki elements, so that the bulk kernel is called few times on a buffer in cache.
-void encode_elements_bulk(const Job& j, BlockEncoding& e, std::vector<uint32_t>& sat,
-                          std::vector<uint32_t>& flushed) {
+void encode_elements_bulk(const Job& j, uint8_t* codes_, uint32_t* sat, uint32_t* flushed) {
   const size_t chunk_rows = std::max<size_t>(1, (size_t(1) << 14) / std::max<size_t>(1, j.cols));
-  thread_local std::vector<float> buf;
+  thread_local std::vector<float> buf;  // scratch kept between calls, one per thread
   buf.resize(std::min(chunk_rows, std::max<size_t>(j.rows, 1)) * j.cols);
   BulkOptions bo;
   bo.rounding = j.o.rounding;
@@ -1173,61 +1235,78 @@ void encode_elements_bulk(const Job& j, BlockEncoding& e, std::vector<uint32_t>&
   for (size_t r0 = 0; r0 < j.rows; r0 += chunk_rows) {
     const size_t r1 = std::min(j.rows, r0 + chunk_rows);
     for (size_t r = r0; r < r1; ++r)
-      scale_row_bulk(j, r, buf.data() + (r - r0) * j.cols, sat.data());
+      scale_row_bulk(j, r, buf.data() + (r - r0) * j.cols, sat);
     bo.offset = j.o.offset + r0 * j.cols;  // element (r, c) at stream position offset + r·cols + c
-    uint8_t* codes = e.codes.data() + r0 * j.cols;
+    uint8_t* codes = codes_ + r0 * j.cols;
     round_f32(j.s.element, buf.data(), codes, (r1 - r0) * j.cols, bo);
     for (size_t r = r0; r < r1; ++r)
-      count_flushed_codes(j, r, codes + (r - r0) * j.cols, flushed.data());
+      count_flushed_codes(j, r, codes + (r - r0) * j.cols, flushed);
   }
 }
 
-void encode_elements(const Job& j, BlockEncoding& e) {
-  const size_t nb = j.sr * j.sc;
+/// The element pass of j (or of a band of it), with the events per block into sat and flushed.
+void encode_per_block(const Job& j, uint8_t* codes, uint32_t* sat, uint32_t* flushed) {
   const ElementGrid g(j.s);
-  const bool near_even = j.o.rounding == Rounding::near_even;
-#ifdef HALFWAY_BLOCKS_AVX512
-  // Only the totals wanted (no per-block events, no block needing a second look): the
-  // kernel counts per group of vectors, not per block.
-  const bool avx512 = avx512_length(j.tc) && use_avx512();
-  if (near_even && avx512 && e.block_events.empty() && j.specials == 0) {
-    const EncodeRowAvx512Fn fn = encode_row_avx512_for<false>(j);
-    uint64_t totals[2] = {0, 0};
-    for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), nullptr, nullptr, totals);
-    e.events.saturated += totals[0];
-    e.events.flushed += totals[1];
-    return;
-  }
-#endif
-  thread_local std::vector<uint32_t> sat, flushed;
-  sat.assign(nb, 0);
-  flushed.assign(nb, 0);
-  if (!near_even) {
-    encode_elements_bulk(j, e, sat, flushed);
+  if (j.o.rounding != Rounding::near_even) {
+    encode_elements_bulk(j, codes, sat, flushed);
   } else {
 #ifdef HALFWAY_BLOCKS_AVX512
-    if (avx512) {
+    if (avx512_length(j.tc) && use_avx512()) {
       const EncodeRowAvx512Fn fn = encode_row_avx512_for<true>(j);
       uint64_t unused[2] = {0, 0};
-      for (size_t r = 0; r < j.rows; ++r)
-        fn(j, g, r, e.codes.data(), sat.data(), flushed.data(), unused);
+      for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, codes, sat, flushed, unused);
     } else
 #endif
     if (j.tc == 1 && j.cols < kNarrowColumns) {
       const EncodeFlatFn fn = j.s.family == BlockFamily::nvfp4 ? encode_flat<false, true>
                               : j.divide                       ? encode_flat<true, false>
                                                                : encode_flat<false, false>;
-      encode_narrow_columns(j, g, fn, e.codes.data(), sat.data(), flushed.data());
+      encode_narrow_columns(j, g, fn, codes, sat, flushed);
     } else {
       const EncodeRowFn fn = j.s.family == BlockFamily::nvfp4 ? encode_row<false, true>
                              : j.divide                       ? encode_row<true, false>
                                                               : encode_row<false, false>;
-      for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, e.codes.data(), sat.data(), flushed.data());
+      for (size_t r = 0; r < j.rows; ++r) fn(j, g, r, codes, sat, flushed);
     }
   }
-  if (j.specials) special_blocks(j, e, sat, flushed);
-  e.events.saturated += sum_of(sat.data(), nb, j.tr * j.tc);
-  e.events.flushed += sum_of(flushed.data(), nb, j.tr * j.tc);
+  if (j.specials) special_blocks(j, codes, sat, flushed);
+}
+
+/// Every element's code and the call's events, in bands of block rows on the pool (in_bands):
+/// each band writes its own rows' codes and its own blocks' counts, and the totals are sums of
+/// integers, so the encoding does not depend on the bands.
+void encode_elements(const Job& j, BlockEncoding& e, int threads) {
+  const size_t nb = j.sr * j.sc;
+  uint8_t* codes = e.codes.data();
+#ifdef HALFWAY_BLOCKS_AVX512
+  // Only the totals wanted (no per-block events, no block needing a second look): the
+  // kernel counts per group of vectors, not per block.
+  if (j.o.rounding == Rounding::near_even && avx512_length(j.tc) && use_avx512() &&
+      e.block_events.empty() && j.specials == 0) {
+    std::vector<std::array<uint64_t, 2>> totals(size_t(std::max(threads, 1)), {0, 0});
+    const int parts = in_bands(j, threads, [&](int p, const Job& b, size_t br0) {
+      const EncodeRowAvx512Fn fn = encode_row_avx512_for<false>(b);
+      const ElementGrid g(b.s);
+      uint8_t* band_codes = codes + br0 * j.tr * j.cols;
+      for (size_t r = 0; r < b.rows; ++r)
+        fn(b, g, r, band_codes, nullptr, nullptr, totals[size_t(p)].data());
+    });
+    for (int p = 0; p < parts; ++p) {
+      e.events.saturated += totals[size_t(p)][0];
+      e.events.flushed += totals[size_t(p)][1];
+    }
+    return;
+  }
+#endif
+  thread_local std::vector<uint32_t> sat_, flushed_;  // scratch kept between calls
+  sat_.assign(nb, 0);
+  flushed_.assign(nb, 0);
+  uint32_t *sat = sat_.data(), *flushed = flushed_.data();  // written by the pool's threads
+  in_bands(j, threads, [&](int, const Job& b, size_t br0) {
+    encode_per_block(b, codes + br0 * j.tr * j.cols, sat + br0 * j.sc, flushed + br0 * j.sc);
+  });
+  e.events.saturated += sum_of(sat, nb, j.tr * j.tc);
+  e.events.flushed += sum_of(flushed, nb, j.tr * j.tc);
   for (size_t b = 0; b < nb && !e.block_events.empty(); ++b) {
     BlockEvents& be = e.block_events[b];
     be.elements = j.tr * j.tc;
@@ -1548,7 +1627,7 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
 }
 
 BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
-                            const BlockOptions& o) {
+                            const BlockOptions& o, int threads) {
   check_blocks(s, rows, cols, o);
   const auto [tr, tc] = block_tile(s, o.axis, rows, cols);
   BlockEncoding e;
@@ -1561,7 +1640,7 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   thread_local std::vector<float> transformed;  // scratch kept between calls: no page faults
   if (o.rht) {
     transformed.assign(x, x + n);
-    detail::apply_rht(transformed.data(), rows, cols, o.axis);
+    detail::apply_rht(transformed.data(), rows, cols, o.axis, threads);
     x = transformed.data();
   }
   Job j{s, o, x, rows, cols, tr, tc, rows / tr, cols / tc, false, nullptr, nullptr};
@@ -1579,7 +1658,7 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
   if (o.per_block_events) e.block_events.assign(nb, BlockEvents{});
   e.events.elements = n;
   e.events.blocks = nb;
-  const std::vector<uint32_t>& amax = block_amax(j);
+  const std::vector<uint32_t>& amax = block_amax(j, threads);
   const uint32_t amax_all = s.family == BlockFamily::mx ? 0 : max_of(amax.data(), nb);
   if (s.family != BlockFamily::mx) require_finite(s, x, rows, cols, amax_all);
   const std::vector<uint32_t> global =
@@ -1592,7 +1671,7 @@ BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, s
     case BlockFamily::nvfp4_4over6: encode_4over6(j, amax, global[0], e); return e;
     default: fp8_block_scales(j, amax, e); break;
   }
-  encode_elements(j, e);
+  encode_elements(j, e, threads);
   if (s.twos_complement) to_twos_complement(s, e.codes);
   return e;
 }

@@ -253,10 +253,10 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
   }
   if (o.rht) {  // transformed here, once: the encoding and the trace read the same values
     check_blocks(s, prows, pcols, o);
-    detail::apply_rht(xf.data(), prows, pcols, o.axis);
+    detail::apply_rht(xf.data(), prows, pcols, o.axis, rt.threads);
     o.rht = false;
   }
-  BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o);
+  BlockEncoding e = encode_blocks(s, xf.data(), prows, pcols, o, rt.threads);
   decode_blocks(s, e, out, rt.threads);
   if (!rt.tracer || !rt.tracer->active()) return;
   if (rt.threads < 2) return rt.tracer->record_blocks(make_record(c, tag, e, xf.data(), out));

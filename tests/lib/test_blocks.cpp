@@ -1350,3 +1350,88 @@ TEST_CASE("decode_blocks in row bands on several threads gives the same values",
   CHECK(schemes == block_scheme_names().size());
   CHECK(schemes >= 6);
 }
+
+namespace {
+
+/// The first difference between two encodings of one tensor, or "" when they are the same bit
+/// for bit (codes, scales, global scales, events, per-block events).
+std::string first_difference(const BlockEncoding& a, const BlockEncoding& b) {
+  size_t at = 0;
+  if (!same_codes(a.codes, b.codes, at)) return "code " + std::to_string(at);
+  if (!same_codes(a.scale_codes, b.scale_codes, at)) return "scale code " + std::to_string(at);
+  if (!same_bits(a.scales, b.scales, at)) return "scale " + std::to_string(at);
+  if (a.global_scale.has_value() != b.global_scale.has_value() ||
+      (a.global_scale && bits(*a.global_scale) != bits(*b.global_scale)))
+    return "global scale";
+  if (!same_bits(a.global_scales, b.global_scales, at)) return "line scale " + std::to_string(at);
+  if (describe(a.events) != describe(b.events))
+    return "events " + describe(a.events) + " / " + describe(b.events);
+  if (a.block_events.size() != b.block_events.size()) return "number of block events";
+  for (size_t i = 0; i < a.block_events.size(); ++i)
+    if (!(a.block_events[i] == b.block_events[i])) return "events of block " + std::to_string(i);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("encode_blocks in bands on several threads gives the same encoding",
+          "[blocks][threads]") {
+  // 384 × 256 values: three bands of 2^15 on three threads, fewer for tall tiles (128 × 128
+  // gives bands of one and two block rows). Every scheme and scale rule along both axes;
+  // nearest-even, stochastic (an odd offset, 8 bits packed or 32) and, for NVFP4, the
+  // transform; with and without per-block events; a NaN block (MX) and an all-zero block
+  // (every scheme) for the second look at special blocks; on both bulk paths.
+  const size_t rows = 384, cols = 256;
+  std::vector<float> x = narrowed(mixed(rows * cols, 41, -8, 8));
+  std::fill(x.begin() + 5 * cols, x.begin() + 5 * cols + 16, 0.0f);
+  std::vector<float> with_nan = x;
+  with_nan[7 * cols + 3] = std::numeric_limits<float>::quiet_NaN();
+  struct Restore {
+    detail::BulkPath before = detail::bulk_path();
+    ~Restore() { detail::set_bulk_path(before); }
+  } restore;
+  size_t compared = 0, parallel = 0;
+  for (detail::BulkPath path : {detail::bulk_path_supported(), detail::BulkPath::reference}) {
+    detail::set_bulk_path(path);
+    for (const std::string& base : block_scheme_names())
+      for (const std::string& name : with_rules(base))
+        for (BlockAxis axis : {BlockAxis::last, BlockAxis::first})
+          for (int mode = 0; mode < 4; ++mode) {
+            const BlockScheme s = parse_block_scheme(name);
+            BlockOptions o;
+            o.axis = axis;
+            o.per_block_events = mode % 2 == 1;
+            if (mode >= 2) {
+              if (s.family == BlockFamily::nvfp4_4over6) continue;
+              o.rounding = Rounding::stochastic;
+              o.seed = 7;
+              o.subsequence = 3;
+              o.offset = 1001;
+              o.random_bits = mode == 2 ? 8 : 32;
+              o.pack_random_bits = mode == 2;
+            }
+            o.rht = s.family == BlockFamily::nvfp4 && !s.two_d && s.block == 16 && mode != 1;
+            const std::vector<float>& v = s.family == BlockFamily::mx ? with_nan : x;
+            INFO(detail::bulk_path_name(path) << " " << name << " axis " << int(axis) << " mode "
+                                              << mode << (o.rht ? " rht" : ""));
+            const BlockEncoding one = encode_blocks(s, v.data(), rows, cols, o);
+            const BlockEncoding many = encode_blocks(s, v.data(), rows, cols, o, 3);
+            CHECK(first_difference(one, many) == "");
+            ++compared;
+            const auto [tr, tc] = block_tile(s, axis, rows, cols);
+            const size_t least = std::max<size_t>(1, (size_t(1) << 15) / (tr * cols));
+            parallel += rows / tr / least >= 2;  // bands of at least 2^15 values
+          }
+  }
+  CHECK(compared >= 2 * 12 * 2 * 3);
+  CHECK(parallel >= compared / 2);  // most calls had two or more bands
+  // The transform in bands is the oracle's.
+  for (BlockAxis axis : {BlockAxis::last, BlockAxis::first}) {
+    std::vector<float> got = mixed(rows * cols, 43, -20, 20), want = got;
+    detail::apply_rht(got.data(), rows, cols, axis, 3);
+    block_oracle::hadamard(want, rows, cols, axis);
+    size_t at = 0;
+    INFO("axis " << int(axis));
+    CHECK(same_bits(got, want, at));
+  }
+}

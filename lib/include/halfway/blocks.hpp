@@ -228,9 +228,12 @@ void check_blocks(const BlockScheme& s, size_t rows, size_t cols, const BlockOpt
 /// NaN or infinity in x with the NVFP4 and fp8_block schemes (MX gives such a block a NaN
 /// scale, as the OCP MX specification does). Uses AVX-512 kernels when the calling thread's
 /// bulk path (detail::bulk_path) is avx512, portable loops otherwise; the results are the
-/// same.
+/// same. With threads > 1, the passes over the elements (the transform, the block amax, the
+/// element codes) run in bands of whole block rows on up to that many threads of the pool,
+/// each with the calling thread's bulk path; the encoding is the same, bit for bit (element i
+/// of a stochastic rounding draws stream position offset + i wherever its band starts).
 BlockEncoding encode_blocks(const BlockScheme& s, const float* x, size_t rows, size_t cols,
-                            const BlockOptions& o = {});
+                            const BlockOptions& o = {}, int threads = 1);
 
 /// The dequantized values of `e` (rows×cols fp32, row-major): element × scale in fp32, rounded
 /// once (NVFP4: element × fp32(e4m3 scale × fp32(1 / global scale)), row-scaled with the
@@ -249,8 +252,9 @@ namespace detail {
 /// wgrad sign vector, summed in fp32 in the order k = 0..15.
 void rht16(float* v, size_t stride);
 /// rht16 on every 16-element block of a rows × cols row-major tensor along `axis` (rows, or
-/// cols for BlockAxis::last, a multiple of 16), in place, vectorised.
-void apply_rht(float* v, size_t rows, size_t cols, BlockAxis axis);
+/// cols for BlockAxis::last, a multiple of 16), in place, vectorised. With threads > 1, bands
+/// of blocks are transformed on up to that many threads of the pool; the values are the same.
+void apply_rht(float* v, size_t rows, size_t cols, BlockAxis axis, int threads = 1);
 /// TE's fixed sign vector of the wgrad RHT.
 extern const float kRhtSigns[16];
 }  // namespace detail
