@@ -67,7 +67,7 @@ constexpr size_t kPart = size_t(1) << 15;
 
 /// No NaN or infinity in v: one branch-free pass over the exponent fields, which the compiler
 /// vectorises (a copy is nearly always finite, so stopping early saves nothing), in parts.
-bool all_finite(int threads, const std::vector<float>& v) {
+bool all_finite(int threads, const RawVector<float>& v) {
   std::atomic<uint32_t> special{0};
   parallel_for(threads, v.size(), kPart, [&](size_t lo, size_t hi) {
     uint32_t part = 0;
@@ -186,15 +186,15 @@ class RecordWorker {
     work_.notify_one();
     return f;
   }
-  /// A buffer of n values: a returned one where there is one (the largest, so that resizing
-  /// it to a size seen before writes nothing), else a new one.
-  std::vector<float> take(size_t n) {
-    std::vector<float> b;
+  /// A buffer of n values, not yet written: a returned one where there is one (the largest, so
+  /// that it seldom has to grow), else a new one.
+  RawVector<float> take(size_t n) {
+    RawVector<float> b;
     {
       std::lock_guard<std::mutex> l(m_);
       if (!free_.empty()) {
         auto big = std::max_element(free_.begin(), free_.end(), [](const auto& a, const auto& c) {
-          return a.size() < c.size();
+          return a.capacity() < c.capacity();
         });
         b = std::move(*big);
         free_.erase(big);
@@ -203,7 +203,7 @@ class RecordWorker {
     b.resize(n);
     return b;
   }
-  void give(std::vector<float> b) {
+  void give(RawVector<float> b) {
     std::lock_guard<std::mutex> l(m_);
     if (free_.size() < kKept) free_.push_back(std::move(b));
   }
@@ -228,7 +228,7 @@ class RecordWorker {
   std::mutex m_;
   std::condition_variable work_, room_;
   std::deque<std::packaged_task<BlockRecord()>> jobs_;
-  std::vector<std::vector<float>> free_;
+  std::vector<RawVector<float>> free_;
 };
 
 /// block_copy into `out` (prows×pcols). The padded operand lives in a per-thread scratch kept
@@ -240,7 +240,7 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
   if (prows < rows || pcols < cols) throw std::logic_error("block_copy: padding below the size");
   const BlockScheme s = parse_block_scheme(c.scheme);
   BlockOptions o = block_options(rt, c);
-  thread_local std::vector<float> xf;
+  thread_local RawVector<float> xf;  // written whole by pad_rows: no zero fill
   xf.resize(prows * pcols);
   pad_rows(rt.threads, x, rows, cols, xf.data(), prows, pcols);
   if (s.family != BlockFamily::mx && !all_finite(rt.threads, xf)) {
@@ -264,10 +264,10 @@ void copy_into(Runtime& rt, const BlockCopy& c, const TraceTag& tag, const T* x,
   // the encoding (decoded again there): the same record, merged in the same order at the end
   // of the step, while this thread goes on. xf's values go with it; xf takes a spare buffer.
   RecordWorker& w = RecordWorker::get();
-  std::vector<float> values = std::exchange(xf, w.take(xf.size()));
+  RawVector<float> values = std::exchange(xf, w.take(xf.size()));
   rt.tracer->record_blocks_later(
       w.submit([&w, c, tag, s, e = std::move(e), x = std::move(values)]() mutable {
-        std::vector<float> q = w.take(x.size());
+        RawVector<float> q = w.take(x.size());
         decode_blocks(s, e, q.data());
         BlockRecord r = make_record(c, tag, e, x.data(), q.data());
         w.give(std::move(x));

@@ -1082,17 +1082,30 @@ size_t padded(size_t n, size_t a, size_t b = 1) {
 /// accumulation, then the leading m×n of the result, plus the bias in fp32.
 Values gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t pk,
                    const Values& A, const Values& B, const Values* bias, Layout layout) {
-  std::vector<float> c(pm * pn);
-  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.f32(), B.f32(), Src(),
-          c.data(), layout);
   Values y = gemm_out(DType::f32(), int64_t(m), int64_t(n));
   float* yv = y.f32();
-  for (size_t i = 0; i < m; ++i)
-    for (size_t j = 0; j < n; ++j) {
-      float v = c[i * pn + j];
-      if (bias) v = v + static_cast<float>((*bias)[j]);
-      yv[i * n + j] = v;
+  // Unpadded, the GEMM writes the result itself; padded, a scratch kept between calls.
+  const bool whole = pm == m && pn == n;
+  thread_local std::vector<float> padded_c;
+  float* c = whole ? yv : scratch(padded_c, pm * pn);
+  gemm_dt(rt, DType::f32(), int64_t(pm), int64_t(pn), int64_t(pk), A.f32(), B.f32(), Src(), c,
+          layout);
+  if (whole && !bias) return y;
+  // Each output row on its own (in place when unpadded), rows in parts on the pool.
+  const auto rows = [&](const auto* b, size_t r0, size_t r1) {
+    for (size_t i = r0; i < r1; ++i) {
+      const float* ci = c + i * pn;
+      float* yi = yv + i * n;
+      if (!b) std::copy(ci, ci + n, yi);
+      else
+        for (size_t j = 0; j < n; ++j) yi[j] = ci[j] + static_cast<float>(b[j]);
     }
+  };
+  const size_t least = std::max<size_t>(1, (size_t(1) << 15) / std::max<size_t>(n, 1));
+  parallel_for(rt.threads, m, least, [&](size_t r0, size_t r1) {
+    if (!bias) return rows(static_cast<const float*>(nullptr), r0, r1);
+    bias->visit([&](const auto* b) { rows(b, r0, r1); });
+  });
   return y;
 }
 

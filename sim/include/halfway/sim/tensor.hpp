@@ -36,31 +36,36 @@ enum class TraceKind : uint8_t {
 };
 const char* kind_name(TraceKind k);
 
+/// An allocator that leaves new elements uninitialized where no value is given.
+template <class T>
+struct NoInit : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInit<U>;
+  };
+  NoInit() = default;
+  template <class U>
+  NoInit(const NoInit<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+
+/// A vector whose resize leaves the new elements unwritten: storage that is written before it
+/// is read, without a zero fill.
+template <class T>
+using RawVector = std::vector<T, NoInit<T>>;
+
 /// A tensor's values (or its gradient): binary32 for every dtype but fp64, whose values are
 /// binary64. Every format halfway simulates fits binary32 exactly, so a low-precision or fp32
 /// tensor holds its values at half the memory of binary64 and hands them to the GEMMs and the
 /// bulk roundings without a conversion. Elements read as `double`.
 class Values {
-  /// Leaves new elements uninitialized where no value is given (`uninitialized`).
-  template <class T>
-  struct NoInit : std::allocator<T> {
-    template <class U>
-    struct rebind {
-      using other = NoInit<U>;
-    };
-    NoInit() = default;
-    template <class U>
-    NoInit(const NoInit<U>&) noexcept {}
-    template <class U>
-    void construct(U* p) noexcept {
-      ::new (static_cast<void*>(p)) U;
-    }
-    template <class U, class... A>
-    void construct(U* p, A&&... a) {
-      ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-    }
-  };
-
  public:
   Values() = default;
   /// n values to be written before they are read (no zero fill).
@@ -127,8 +132,8 @@ class Values {
   }
 
  private:
-  std::vector<float, NoInit<float>> f_;
-  std::vector<double, NoInit<double>> d_;
+  RawVector<float> f_;
+  RawVector<double> d_;
   bool wide_ = false;
 };
 
