@@ -1,6 +1,7 @@
 #include "halfway/sim/block_quant.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -125,23 +126,59 @@ void add_block(const BlockEncoding& e, const float* x, const float* q, size_t br
     }
 }
 
+/// floor(log2 |s|) of a finite non-zero fp32 s (std::ilogb), from its bits where s is normal.
+int scale_exponent(float s) {
+  uint32_t b;
+  std::memcpy(&b, &s, sizeof b);
+  const int field = int((b >> 23) & 0xFF);
+  return field != 0 ? field - 127 : std::ilogb(s);
+}
+
+/// The zero scales and the histogram of floor(log2 scale) of the first n blocks of e: counted
+/// in an array by exponent (fp32's −149..127), then added to the record's map.
+void add_scales(BlockRecord& r, const BlockEncoding& e, size_t n) {
+  constexpr int kLow = -149;
+  std::array<uint64_t, 127 - kLow + 1> hist{};
+  for (size_t b = 0; b < n; ++b) {
+    const float s = e.scales[b];
+    if (s == 0.0f) ++r.zero_scales;
+    else if (std::isfinite(s)) ++hist[size_t(scale_exponent(s) - kLow)];
+  }
+  for (size_t k = 0; k < hist.size(); ++k)
+    if (hist[k]) r.scale_hist[int(k) + kLow] += hist[k];
+}
+
+/// The running sums over elements [0, n) of x and q in memory order (blocks of one row, 1×k,
+/// visited in row-major order are exactly that order): the chain of binary64 additions alone.
+void add_row_blocks(const float* x, const float* q, size_t n, double& signal, double& noise) {
+  for (size_t i = 0; i < n; ++i) {
+    const double v = x[i], d = v - double(q[i]);
+    signal += v * v;
+    noise += d * d;
+  }
+}
+
 }  // namespace
 
 void add_block_errors(BlockRecord& r, const BlockEncoding& e, const float* x, const float* q,
                       size_t block_rows, const std::function<void(const BlockStat&)>& each) {
   const size_t sc = e.scale_cols();
   double signal = r.signal, noise = r.noise;
-  for (size_t br = 0; br < block_rows; ++br)
-    for (size_t bc = 0; bc < sc; ++bc) {
-      BlockStat b{br, bc, e.scales[br * sc + bc], 0.0f, 0.0, 0.0};
-      if (each)
+  if (each) {
+    for (size_t br = 0; br < block_rows; ++br)
+      for (size_t bc = 0; bc < sc; ++bc) {
+        BlockStat b{br, bc, e.scales[br * sc + bc], 0.0f, 0.0, 0.0};
         add_block<true>(e, x, q, br, bc, signal, noise, b);
-      else  // the training step's copies: the record's sums only
-        add_block<false>(e, x, q, br, bc, signal, noise, b);
-      if (b.scale == 0.0f) ++r.zero_scales;
-      else if (std::isfinite(b.scale)) ++r.scale_hist[std::ilogb(b.scale)];
-      if (each) each(b);
-    }
+        each(b);
+      }
+  } else if (e.tile_rows == 1) {  // the training step's copies: the sums alone
+    add_row_blocks(x, q, block_rows * e.cols, signal, noise);
+  } else {
+    BlockStat unused;
+    for (size_t br = 0; br < block_rows; ++br)
+      for (size_t bc = 0; bc < sc; ++bc) add_block<false>(e, x, q, br, bc, signal, noise, unused);
+  }
+  add_scales(r, e, block_rows * sc);
   r.signal = signal, r.noise = noise;
 }
 

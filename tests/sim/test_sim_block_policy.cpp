@@ -688,3 +688,69 @@ TEST_CASE("tracer: a record still pending keeps its place; merges follow the cal
   CHECK(s.blocks[0].signal == 1.0);
   CHECK(s.blocks[1].name == "b");
 }
+
+TEST_CASE("add_block_errors: the step's sums alone are the definition's, bit for bit",
+          "[sim][blocks]") {
+  // The definition written out here: binary64 running sums over the blocks in row-major order,
+  // each block's elements in row-major order; zero scales; std::ilogb of the finite non-zero
+  // scales. Values span 2^-140..2^20 (fp8_block's fp32 scales of the tiniest blocks are
+  // subnormal), with zero blocks and, for MX, a NaN block.
+  const size_t rows = 128, cols = 128;
+  std::vector<float> x(rows * cols);
+  uint32_t state = 12345;
+  for (size_t i = 0; i < x.size(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    const size_t r = i / cols, c = i % cols;  // one magnitude per 32 × 32 tile
+    const int exp = int(((r / 32) * 4 + c / 32) % 9) * 20 - 140;
+    x[i] = std::ldexp(float(int(state >> 8) - (1 << 23)) / float(1 << 23), exp);
+  }
+  std::fill(x.begin() + 3 * cols, x.begin() + 4 * cols, 0.0f);
+  for (size_t j = 0; j < cols; ++j) x[5 * cols + j] = std::ldexp(float(j + 1), -150);  // tiny
+  struct Case {
+    const char* scheme;
+    BlockAxis axis;
+  };
+  for (const Case c : {Case{"mxfp8_e4m3", BlockAxis::last}, Case{"mxfp8_e4m3", BlockAxis::first},
+                       Case{"nvfp4", BlockAxis::last}, Case{"nvfp4", BlockAxis::first},
+                       Case{"nvfp4_2d", BlockAxis::last}, Case{"fp8_block", BlockAxis::last},
+                       Case{"fp8_block", BlockAxis::first}}) {
+    INFO(c.scheme << " axis " << int(c.axis));
+    const BlockScheme s = parse_block_scheme(c.scheme);
+    std::vector<float> v = x;
+    if (s.family == BlockFamily::mx) v[70] = std::numeric_limits<float>::quiet_NaN();
+    BlockOptions o;
+    o.axis = c.axis;
+    const BlockEncoding e = encode_blocks(s, v.data(), rows, cols, o);
+    std::vector<float> q(v.size());
+    decode_blocks(s, e, q.data());
+    const size_t tr = e.tile_rows, tc = e.tile_cols, sc = e.scale_cols();
+    for (size_t block_rows : {e.scale_rows(), e.scale_rows() / 2}) {
+      BlockRecord want;
+      for (size_t br = 0; br < block_rows; ++br)
+        for (size_t bc = 0; bc < sc; ++bc) {
+          for (size_t i = br * tr; i < (br + 1) * tr; ++i)
+            for (size_t j = bc * tc; j < (bc + 1) * tc; ++j) {
+              const double a = v[i * cols + j], d = a - double(q[i * cols + j]);
+              want.signal += a * a;
+              want.noise += d * d;
+            }
+          const float scale = e.scales[br * sc + bc];
+          if (scale == 0.0f) ++want.zero_scales;
+          else if (std::isfinite(scale)) ++want.scale_hist[std::ilogb(scale)];
+        }
+      BlockRecord sums, each;
+      add_block_errors(sums, e, v.data(), q.data(), block_rows);
+      size_t seen = 0;
+      add_block_errors(each, e, v.data(), q.data(), block_rows, [&](const BlockStat&) { ++seen; });
+      CHECK(seen == block_rows * sc);
+      for (const BlockRecord* got : {&sums, &each}) {
+        CHECK(std::memcmp(&got->signal, &want.signal, sizeof(double)) == 0);
+        CHECK(std::memcmp(&got->noise, &want.noise, sizeof(double)) == 0);
+        CHECK(got->zero_scales == want.zero_scales);
+        CHECK(got->scale_hist == want.scale_hist);
+      }
+      // NVFP4's scales are relative to the tensor's amax: most of these blocks' are zero.
+      if (s.family != BlockFamily::nvfp4 && block_rows > 0) CHECK(want.scale_hist.size() >= 3);
+    }
+  }
+}
