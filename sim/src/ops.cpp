@@ -876,11 +876,14 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b);
 
 }  // namespace
 
-std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n) {
+std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n, int threads) {
   std::vector<double> g(size_t(n), 0.0);
+  const size_t least = std::max<size_t>(1, (size_t(1) << 15) / size_t(std::max<int64_t>(rows, 1)));
   G.visit([&](const auto* p) {
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < n; ++j) g[size_t(j)] += double(p[i * n + j]);
+    parallel_for(threads, size_t(n), least, [&](size_t j0, size_t j1) {
+      for (int64_t i = 0; i < rows; ++i)
+        for (size_t j = j0; j < j1; ++j) g[j] += double(p[size_t(i * n) + j]);
+    });
   });
   return g;
 }
@@ -964,7 +967,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
         send_grad(*r, *wp, std::move(g), &tw);
       }
       if (bp && bp->requires_grad) {
-        send_grad(*r, *bp, bias_grad(G, M, nout), &tb);
+        send_grad(*r, *bp, bias_grad(G, M, nout, r->threads), &tb);
       }
     };
   }
@@ -1062,7 +1065,7 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor& b) {
         send_grad(*r, *wp, std::move(gw), &tgw);
       }
       if (bp && bp->requires_grad) {
-        send_grad(*r, *bp, bias_grad(o->grad, M, nout), &tgb);
+        send_grad(*r, *bp, bias_grad(o->grad, M, nout, r->threads), &tgb);
       }
     };
   }
@@ -1212,7 +1215,7 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b) {
                 &tgw);
     }
     if (bp && bp->requires_grad)
-      send_grad(*r, *bp, bias_grad(o->grad, int64_t(M), int64_t(N)), &tgb);
+      send_grad(*r, *bp, bias_grad(o->grad, int64_t(M), int64_t(N), r->threads), &tgb);
   };
   return Tensor(out);
 }

@@ -24,8 +24,9 @@ namespace halfway::sim {
 
 /// A bias's gradient: the column sums of G [rows × n] (binary32 or binary64 storage), each
 /// summed in binary64 in row order; the caller rounds them into the bias's dtype. Used by every
-/// linear layer's backward here and by halfway.torch.emulate.
-std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n);
+/// linear layer's backward here and by halfway.torch.emulate. With threads > 1, parts of the
+/// columns are summed on up to that many threads of the pool; the sums are the same.
+std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n, int threads = 1);
 
 /// Cast to `dt` (a graph node: forward rounds into dt, backward rounds the gradient back
 /// into the source dtype). Traced as `name` when a rounding into a low dtype happens.
