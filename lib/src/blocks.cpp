@@ -72,20 +72,33 @@ HALFWAY_BLOCKS_CLONES void rht_rows(float* __restrict v, size_t n) {
   }
 }
 
+/// Columns [c0, c0 + W) of one group (see rht_columns): each output row's W sums kept in
+/// registers over k = 0..15 and stored once.
+template <size_t W>
+__attribute__((always_inline)) inline void rht_column_tile(float* __restrict v,
+                                                           const float* __restrict in,
+                                                           size_t cols, size_t c0) {
+  for (int j = 0; j < 16; ++j) {
+    float acc[W];
+    const float t0 = kRht.t[0][j];
+    for (size_t c = 0; c < W; ++c) acc[c] = in[c0 + c] * t0;
+    for (int k = 1; k < 16; ++k) {
+      const float* __restrict row = in + size_t(k) * cols + c0;
+      const float t = kRht.t[k][j];
+      for (size_t c = 0; c < W; ++c) acc[c] = acc[c] + row[c] * t;
+    }
+    for (size_t c = 0; c < W; ++c) v[size_t(j) * cols + c0 + c] = acc[c];
+  }
+}
+
 /// One group of 16 rows of `cols` values (rows `cols` apart), transformed down each column;
-/// `in` holds a copy of the group. Vectorised along the row.
+/// `in` holds a copy of the group. Vectorised along the row, 16 columns at a time (the last
+/// columns one at a time).
 HALFWAY_BLOCKS_CLONES void rht_columns(float* __restrict v, const float* __restrict in,
                                        size_t cols) {
-  for (int j = 0; j < 16; ++j) {
-    float* __restrict out = v + size_t(j) * cols;
-    const float t0 = kRht.t[0][j];
-    for (size_t c = 0; c < cols; ++c) out[c] = in[c] * t0;
-    for (int k = 1; k < 16; ++k) {
-      const float* __restrict row = in + size_t(k) * cols;
-      const float t = kRht.t[k][j];
-      for (size_t c = 0; c < cols; ++c) out[c] = out[c] + row[c] * t;
-    }
-  }
+  size_t c0 = 0;
+  for (; c0 + 16 <= cols; c0 += 16) rht_column_tile<16>(v, in, cols, c0);
+  for (; c0 < cols; ++c0) rht_column_tile<1>(v, in, cols, c0);
 }
 }  // namespace
 
