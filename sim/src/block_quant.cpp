@@ -106,9 +106,8 @@ BlockRecord nonfinite_record(const BlockCopy& c, const TraceTag& tag, const Bloc
 
 namespace {
 
-/// One block's elements into the running sums (signal, noise), in add_block_errors' order;
-/// with `PerBlock` also into b (its own sums and amax), which only a caller's `each` reads.
-template <bool PerBlock>
+/// One block's elements into the running sums (signal, noise), in add_block_errors' order,
+/// and into b (its own sums and amax), which a caller's `each` reads.
 void add_block(const BlockEncoding& e, const float* x, const float* q, size_t br, size_t bc,
                double& signal, double& noise, BlockStat& b) {
   for (size_t i = br * e.tile_rows; i < (br + 1) * e.tile_rows; ++i)
@@ -117,12 +116,10 @@ void add_block(const BlockEncoding& e, const float* x, const float* q, size_t br
       const double v = x[at], d = v - double(q[at]);
       signal += v * v;
       noise += d * d;
-      if constexpr (PerBlock) {
-        b.signal += v * v;
-        b.noise += d * d;
-        const float a = std::fabs(x[at]);
-        if (std::isnan(a) || a > b.amax) b.amax = a;  // a NaN sticks
-      }
+      b.signal += v * v;
+      b.noise += d * d;
+      const float a = std::fabs(x[at]);
+      if (std::isnan(a) || a > b.amax) b.amax = a;  // a NaN sticks
     }
 }
 
@@ -148,8 +145,9 @@ void add_scales(BlockRecord& r, const BlockEncoding& e, size_t n) {
     if (hist[k]) r.scale_hist[int(k) + kLow] += hist[k];
 }
 
-/// The running sums over elements [0, n) of x and q in memory order (blocks of one row, 1×k,
-/// visited in row-major order are exactly that order): the chain of binary64 additions alone.
+/// A run of n consecutive elements of x and q into the running sums, in memory order: the
+/// chain of binary64 additions alone (blocks along the rows, 1×k, visited in row-major order
+/// are one run; a 2-D tile's rows are runs of their own).
 void add_row_blocks(const float* x, const float* q, size_t n, double& signal, double& noise) {
   for (size_t i = 0; i < n; ++i) {
     const double v = x[i], d = v - double(q[i]);
@@ -192,17 +190,21 @@ void add_block_errors(BlockRecord& r, const BlockEncoding& e, const float* x, co
     for (size_t br = 0; br < block_rows; ++br)
       for (size_t bc = 0; bc < sc; ++bc) {
         BlockStat b{br, bc, e.scales[br * sc + bc], 0.0f, 0.0, 0.0};
-        add_block<true>(e, x, q, br, bc, signal, noise, b);
+        add_block(e, x, q, br, bc, signal, noise, b);
         each(b);
       }
   } else if (e.tile_rows == 1) {  // the training step's copies: the sums alone
     add_row_blocks(x, q, block_rows * e.cols, signal, noise);
   } else if (e.tile_cols == 1) {
     add_column_blocks(e, x, q, block_rows, signal, noise);
-  } else {
-    BlockStat unused;
+  } else {  // 2-D tiles: each block's rows are runs in memory order
+    const size_t tr = e.tile_rows, tc = e.tile_cols;
     for (size_t br = 0; br < block_rows; ++br)
-      for (size_t bc = 0; bc < sc; ++bc) add_block<false>(e, x, q, br, bc, signal, noise, unused);
+      for (size_t bc = 0; bc < sc; ++bc)
+        for (size_t i = br * tr; i < (br + 1) * tr; ++i) {
+          const size_t at = i * e.cols + bc * tc;
+          add_row_blocks(x + at, q + at, tc, signal, noise);
+        }
   }
   add_scales(r, e, block_rows * sc);
   r.signal = signal, r.noise = noise;
