@@ -878,9 +878,8 @@ Tensor linear_blocks(const Tensor& x, const Tensor& w, const Tensor& b);
 
 std::vector<double> bias_grad(const Values& G, int64_t rows, int64_t n, int threads) {
   std::vector<double> g(size_t(n), 0.0);
-  const size_t least = std::max<size_t>(1, (size_t(1) << 15) / size_t(std::max<int64_t>(rows, 1)));
-  G.visit([&](const auto* p) {
-    parallel_for(threads, size_t(n), least, [&](size_t j0, size_t j1) {
+  G.visit([&](const auto* p) {  // columns in parts, as layer_norm's weight and bias gradients
+    parallel_for(threads, size_t(n), rows_per_part(rows), [&](size_t j0, size_t j1) {
       for (int64_t i = 0; i < rows; ++i)
         for (size_t j = j0; j < j1; ++j) g[j] += double(p[size_t(i * n) + j]);
     });
@@ -1104,8 +1103,7 @@ Values gemm_blocks(Runtime& rt, size_t m, size_t n, size_t pm, size_t pn, size_t
         for (size_t j = 0; j < n; ++j) yi[j] = ci[j] + static_cast<float>(b[j]);
     }
   };
-  const size_t least = std::max<size_t>(1, (size_t(1) << 15) / std::max<size_t>(n, 1));
-  parallel_for(rt.threads, m, least, [&](size_t r0, size_t r1) {
+  parallel_for(rt.threads, m, rows_per_part(int64_t(n)), [&](size_t r0, size_t r1) {
     if (!bias) return rows(static_cast<const float*>(nullptr), r0, r1);
     bias->visit([&](const auto* b) { rows(b, r0, r1); });
   });
